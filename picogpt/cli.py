@@ -1,0 +1,44 @@
+"""The command line: `python -m picogpt COMMAND ...` (see `python -m picogpt --help`).
+
+Every command turns bad input into one readable line on stderr and exit status 2.
+"""
+
+import argparse
+import sys
+
+from .errors import PicoGPTError
+
+
+def cmd_info(args):
+    from .registry import load, resolve
+
+    model = load(args.model)
+    c = model.config
+    print(f"model       {model.name}  ({resolve(args.model)})")
+    print(f"n_layer     {c.n_layer}\nn_head      {c.n_head}\nn_embd      {c.n_embd}")
+    print(f"n_ctx       {c.n_ctx}\nn_vocab     {c.n_vocab}\nln epsilon  {c.layer_norm_epsilon:g}")
+    print(f"parameters  {model.n_params:,}")
+    print(f"bytes       {model.nbytes:,} as float32 ({model.nbytes / 2**20:,.1f} MiB)")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m picogpt", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    info = commands.add_parser("info", help="print a model's config, parameter count and bytes")
+    info.add_argument("model", help="model name (gpt2, gpt2-xl, tiny-draft, ...) or path")
+    info.set_defaults(run=cmd_info)
+
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except PicoGPTError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
