@@ -79,7 +79,7 @@ def check_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=Non
             raise PicoGPTError(f"prompt token id {int(bad[0])} is outside {model.name}'s vocabulary "
                                f"(ids 0..{n_vocab - 1})")
         if prompt.size + N > n_ctx:
-            raise PicoGPTError(f"the prompt ({prompt.size} tokens) + N={N} = {prompt.size + N} positions "
+            raise PicoGPTError(f"the prompt ({prompt.size} token{'s' * (prompt.size != 1)}) + N={N} = {prompt.size + N} positions "
                                f"exceed {model.name}'s context of {n_ctx} tokens; shorten the prompt "
                                "or generate fewer tokens")
     return [int(t) for t in prompt]
@@ -90,8 +90,8 @@ def check_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=Non
 # ---------------------------------------------------------------------------------------------
 
 def softmax64(x):
-    exp_x = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return exp_x / np.sum(exp_x, axis=-1, keepdims=True)
+    exp_x = np.exp(x - x.max(axis=-1, keepdims=True))
+    return exp_x / exp_x.sum(axis=-1, keepdims=True)
 
 
 def greedy(logits):
@@ -103,34 +103,38 @@ def greedy(logits):
 
 def renormalise(probs, keep):
     kept = np.where(keep, probs, 0.0)
-    return kept / np.sum(kept, axis=-1, keepdims=True)
+    return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def keep_top(probs, k, kth):
+    """Mask of the k most probable tokens of each row, given the k-th largest probability kth
+    [..., 1]: everything above kth, then as many tokens equal to kth as fit, lowest ids first."""
+    above = probs > kth
+    ties = probs == kth
+    return above | (ties & (ties.cumsum(axis=-1) <= k - above.sum(axis=-1, keepdims=True)))
 
 
 def top_k_filter(probs, k):
-    """Keep the k most probable tokens of each row; at a tie on the boundary, the lowest ids."""
+    """Keep the k most probable tokens of each row (ties at the boundary: lowest ids), renormalise."""
     n_vocab = probs.shape[-1]
     if k >= n_vocab:
         return probs
-    kth = np.partition(probs, n_vocab - k, axis=-1)[..., n_vocab - k, None]  # k-th largest
-    above = probs > kth
-    n_ties_kept = k - np.sum(above, axis=-1, keepdims=True)
-    ties = probs == kth
-    return renormalise(probs, above | (ties & (np.cumsum(ties, axis=-1) <= n_ties_kept)))
+    kth = np.partition(probs, n_vocab - k, axis=-1)[..., n_vocab - k, None]  # the k-th largest
+    return renormalise(probs, keep_top(probs, k, kth))
 
 
 def top_p_filter(probs, top_p):
     """Keep the smallest most-probable set whose cumulative probability reaches top_p (the token
-    that crosses is kept; equal probabilities are ranked by id, lowest first)."""
+    that crosses is kept; equal probabilities are ranked by id, lowest first), renormalise."""
     if top_p >= 1:
         return probs
-    order = np.argsort(-probs, axis=-1, kind="stable")  # descending, ties by id
-    sorted_probs = np.take_along_axis(probs, order, axis=-1)
-    mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs  # mass of higher-ranked tokens
-    keep_sorted = mass_before < top_p - TOP_P_ROUNDING
-    keep_sorted[..., 0] = True  # the most probable token always stays
-    keep = np.empty_like(keep_sorted)
-    np.put_along_axis(keep, order, keep_sorted, axis=-1)
-    return renormalise(probs, keep)
+    sorted_probs = -np.sort(-probs, axis=-1)  # descending
+    cumulative = sorted_probs.cumsum(axis=-1)
+    mass_before = np.concatenate([np.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], axis=-1)
+    # a token is kept while the tokens ranked above it have not reached top_p; the first always is
+    k = np.maximum(1, (mass_before < top_p - TOP_P_ROUNDING).sum(axis=-1, keepdims=True))
+    kth = np.take_along_axis(sorted_probs, k - 1, axis=-1)  # [..., 1]
+    return renormalise(probs, keep_top(probs, k, kth))
 
 
 def distribution(logits, temperature=1.0, top_k=None, top_p=None):
@@ -142,7 +146,7 @@ def distribution(logits, temperature=1.0, top_k=None, top_p=None):
     logits = np.asarray(logits, np.float64)
     if temperature == 0:
         return greedy(logits)
-    probs = softmax64(logits / temperature)
+    probs = softmax64(logits / temperature if temperature != 1 else logits)
     if top_k is not None:
         probs = top_k_filter(probs, top_k)
     if top_p is not None:
@@ -153,8 +157,8 @@ def distribution(logits, temperature=1.0, top_k=None, top_p=None):
 def sample(probs, rng):
     """One token from probs [n_vocab] by inverse CDF: the first id whose cumulative probability
     exceeds u * total, u ~ U[0, 1). Zero-probability tokens are never returned."""
-    cdf = np.cumsum(probs)
-    token = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    cdf = np.asarray(probs, np.float64).cumsum()
+    token = int(cdf.searchsorted(rng.random() * cdf[-1], side="right"))
     return min(token, len(cdf) - 1)
 
 

@@ -88,7 +88,9 @@ class MemoModel:
         return self.table[prefix]
 
     def __call__(self, ids, cache):
-        cache.tokens.extend(int(t) for t in ids)
+        cache.tokens.extend(ids)
+        if len(ids) == 1:  # the common case, kept cheap
+            return self.next_logits(tuple(cache.tokens))[None]  # [1, n_vocab]
         n = len(cache.tokens)
         return np.stack([self.next_logits(tuple(cache.tokens[:i])) for i in range(n - len(ids) + 1, n + 1)])
 
