@@ -133,7 +133,7 @@ def cmd_speculate(args):
     from .tokenizer import tokenizer
 
     ids = prepare(args)
-    default_draft, default_target = course_pair_names()
+    default_draft, default_target = (args.draft, args.target) if args.draft and args.target else course_pair_names()
     draft = load_gpt2_vocab_model(args.draft or default_draft)
     target = load_gpt2_vocab_model(args.target or default_target)
     check_request(args, ids, (draft, target))
