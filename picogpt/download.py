@@ -15,6 +15,7 @@ the progress bar. Set `HF_ENDPOINT` to use a mirror.
 """
 
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -159,7 +160,7 @@ def stream_to_part(response, part, hasher, n_have, n_total, label, progress):
             while True:
                 try:
                     chunk = response.read(CHUNK_BYTES)
-                except (OSError, ValueError) as e:  # reset, timeout, IncompleteRead
+                except (OSError, ValueError, http.client.HTTPException) as e:  # reset, timeout, IncompleteRead
                     raise DownloadError(f"connection lost after {n_have:,} bytes ({type(e).__name__})") from None
                 if not chunk:
                     return n_have
@@ -220,13 +221,17 @@ def download_spec(spec, folder, progress=True, log=print):
         check_disk_space(folder, spec.n_bytes - n_have)
 
     response = open_url(url, n_have)
-    if response.status == 416 or (n_have and not resumes_at(response, n_have)):
-        if response.status != 416 and n_have:
-            log(f"{spec.name}: the server ignored the resume request; starting again from zero")
+    if response.status == 416:  # the .part is no prefix of the file: start again
         response.close()
         part.unlink(missing_ok=True)
         n_have = 0
-        if response.status == 416:
+        response = open_url(url, 0)
+    elif n_have and not resumes_at(response, n_have):  # the server ignored Range
+        log(f"{spec.name}: the server ignored the resume request; starting again from zero")
+        part.unlink(missing_ok=True)
+        n_have = 0
+        if response.status != 200:  # some other range than ours: ask for the whole file
+            response.close()
             response = open_url(url, 0)
     n_total = response_total_bytes(response, n_have)
     n_expected = spec.n_bytes if spec.n_bytes is not None else n_total
