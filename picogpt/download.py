@@ -194,6 +194,48 @@ def write_config(folder, spec):
     return path
 
 
+def already_verified(final, spec):
+    """Is the final file there with the pinned size and sha256? (Re-hashing takes seconds.)"""
+    return (final.exists() and spec.n_bytes in (None, final.stat().st_size)
+            and sha256_of(final).hexdigest() == spec.sha256)
+
+
+def open_resumable(url, part, name, log):
+    """Open url to continue the .part file with a Range request. Returns (response, bytes held).
+
+    A server that ignores Range answers 200 with the whole file: start again from zero (the
+    same when it cannot satisfy the range, 416, or answers some other range).
+    """
+    n_have = part.stat().st_size if part.exists() else 0
+    response = open_url(url, n_have)
+    if n_have and not resumes_at(response, n_have):
+        part.unlink()
+        n_have = 0
+        if response.status == 200:
+            log(f"{name}: the server ignored the resume request; starting again from zero")
+        else:
+            log(f"{name}: the partial file does not fit the server's file; starting again from zero")
+            response.close()
+            response = open_url(url, 0)
+    return response, n_have
+
+
+def expected_bytes(spec, response, n_have, url, log):
+    """The file's size: the pinned one (which the server must agree with), else the server's."""
+    n_total = response_total_bytes(response, n_have)
+    if spec.n_bytes is None:
+        if n_total is None:
+            raise DownloadError(f"{url} did not say how long the file is (no Content-Length) and "
+                                f"no size is pinned for {spec.name}; try again later")
+        log(f"{spec.name}: no size is pinned; using the server's Content-Length, {n_total:,} bytes "
+            "(the sha256 is still checked)")
+        return n_total
+    if n_total is not None and n_total != spec.n_bytes:
+        raise DownloadError(f"{url} is {n_total:,} bytes but {spec.name} must be {spec.n_bytes:,} "
+                            "bytes: not the pinned file (check HF_ENDPOINT); nothing was downloaded")
+    return spec.n_bytes
+
+
 def download_spec(spec, folder, progress=True, log=print):
     """Fetch spec's file into folder/<spec.filename>, verified, resuming a .part if there is one.
 
@@ -204,49 +246,26 @@ def download_spec(spec, folder, progress=True, log=print):
     folder.mkdir(parents=True, exist_ok=True)
     final, part = folder / spec.filename, folder / (spec.filename + ".part")
     url = spec.url()
+    if already_verified(final, spec):
+        log(f"{spec.name}: {final} already present and verified (sha256 {spec.sha256[:12]}…), skipped")
+        write_config(folder, spec)
+        return final
     if final.exists():
-        if (spec.n_bytes in (None, final.stat().st_size)
-                and sha256_of(final).hexdigest() == spec.sha256):
-            log(f"{spec.name}: {final} already present and verified (sha256 {spec.sha256[:12]}…), skipped")
-            write_config(folder, spec)
-            return final
         raise DownloadError(f"{final} exists but does not match {spec.name}'s sha256 {spec.sha256}: "
                             "delete it and run the same command again")
 
-    n_have = part.stat().st_size if part.exists() else 0
-    if spec.n_bytes is not None:
-        if n_have > spec.n_bytes:  # a .part longer than the file can only be garbage
-            part.unlink()
-            n_have = 0
-        check_disk_space(folder, spec.n_bytes - n_have)
-
-    response = open_url(url, n_have)
-    if response.status == 416:  # the .part is no prefix of the file: start again
+    if spec.n_bytes is not None:  # check the disk before touching the network
+        if part.exists() and part.stat().st_size > spec.n_bytes:
+            part.unlink()  # a .part longer than the file can only be garbage
+        check_disk_space(folder, spec.n_bytes - (part.stat().st_size if part.exists() else 0))
+    response, n_have = open_resumable(url, part, spec.name, log)
+    try:
+        n_expected = expected_bytes(spec, response, n_have, url, log)
+        if spec.n_bytes is None:
+            check_disk_space(folder, n_expected - n_have)
+    except DownloadError:
         response.close()
-        part.unlink(missing_ok=True)
-        n_have = 0
-        response = open_url(url, 0)
-    elif n_have and not resumes_at(response, n_have):  # the server ignored Range
-        log(f"{spec.name}: the server ignored the resume request; starting again from zero")
-        part.unlink(missing_ok=True)
-        n_have = 0
-        if response.status != 200:  # some other range than ours: ask for the whole file
-            response.close()
-            response = open_url(url, 0)
-    n_total = response_total_bytes(response, n_have)
-    n_expected = spec.n_bytes if spec.n_bytes is not None else n_total
-    if n_total is not None and n_total != n_expected:
-        response.close()
-        raise DownloadError(f"{url} is {n_total:,} bytes but {spec.name} must be {n_expected:,} bytes: "
-                            "not the pinned file (check HF_ENDPOINT); nothing was downloaded")
-    if n_expected is None:
-        response.close()
-        raise DownloadError(f"{url} did not say how long the file is (no Content-Length) and no "
-                            f"size is pinned for {spec.name}; try again later")
-    if spec.n_bytes is None:
-        log(f"{spec.name}: no size is pinned; using the server's Content-Length, {n_expected:,} bytes "
-            "(the sha256 is still checked)")
-        check_disk_space(folder, n_expected - n_have)
+        raise
     if n_have:
         log(f"{spec.name}: resuming {part.name} at {n_have:,} of {n_expected:,} bytes")
     hasher = sha256_of(part) if n_have else hashlib.sha256()

@@ -213,6 +213,18 @@ def test_hash_mismatch_deletes_the_partial_file(server, monkeypatch, capsys):
     assert not files.final.exists() and not files.part.exists()
 
 
+def test_resumed_garbage_fails_the_hash_and_is_deleted(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    files.part.parent.mkdir(parents=True)
+    files.part.write_bytes(b"\xff" * 1000)  # not the file's first 1000 bytes
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and server.requests[0]["range"] == "bytes=1000-"
+    assert "was deleted" in error_line(err)  # the bytes already held were hashed too
+    assert not files.final.exists() and not files.part.exists()
+    assert run_cli(capsys, "toy")[0] == 0  # and the next run starts clean
+    assert files.final.read_bytes() == PAYLOAD
+
+
 def test_size_mismatch_is_refused_before_downloading(server, monkeypatch, capsys):
     files = register(monkeypatch, n_bytes=len(PAYLOAD) + 1)
     status, _, err = run_cli(capsys, "toy")
