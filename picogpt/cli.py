@@ -26,6 +26,14 @@ def cmd_info(args):
     print(f"bytes       {model.nbytes:,} as float32 ({model.nbytes / 2**20:,.1f} MiB)")
 
 
+def cmd_download(args):
+    from .download import download, spec_for
+
+    specs = [spec_for(name) for name in args.models]  # reject a bad name before any download
+    for spec in specs:
+        download(spec.name, progress=not args.quiet)
+
+
 # ---------------------------------------------------------------------------------------------
 # generate and speculate: Algorithms 1 and 2 on GPT-2 text
 # ---------------------------------------------------------------------------------------------
@@ -180,6 +188,13 @@ def build_parser():
     info = commands.add_parser("info", help="print a model's config, parameter count and bytes")
     info.add_argument("model", help="model name (gpt2, gpt2-xl, tiny-draft, ...) or path")
     info.set_defaults(run=cmd_info)
+
+    download = commands.add_parser(
+        "download", help="download GPT-2 checkpoints at pinned revisions, sha256-verified")
+    download.add_argument("models", nargs="+", metavar="NAME",
+                          help="gpt2, gpt2-medium, gpt2-large or gpt2-xl")
+    download.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    download.set_defaults(run=cmd_download)
 
     generate = commands.add_parser("generate", help="autoregressive sampling (Algorithm 1), streamed")
     generate.add_argument("--model", default=None, help="model name or path (default: the course target)")

@@ -8,40 +8,37 @@ from itertools import product
 
 import numpy as np
 
+import helpers
 from picogpt.checkpoint import write_safetensors
-from picogpt.model import GPT2, GPT2Config, expected_shapes, params_from_tensors
+from picogpt.model import GPT2, GPT2Config, params_from_tensors
 from picogpt.sampling import distribution
 
 
 # ---------------------------------------------------------------------------------------------
-# Tiny random GPT-2s
+# Tiny random GPT-2s (tensors from tests/helpers.py)
 # ---------------------------------------------------------------------------------------------
 
-def random_tensors(config, seed, scale=0.3):
-    """Random checkpoint tensors for `config`: LayerNorm weights near 1, everything else
-    N(0, scale), so that the logits are peaked enough for draft and target to differ."""
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for name, shape in expected_shapes(config).items():
+def peaked_tensors(config, seed):
+    """helpers.random_tensors with LayerNorm gains of 1 (not ~N(0, 0.3)): peaked next-token
+    distributions, so that two seeds give a draft and target that clearly differ."""
+    tensors = helpers.random_tensors(config, seed)
+    for name in tensors:
         if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
-            tensors[name] = (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-        else:
-            tensors[name] = (scale * rng.standard_normal(shape)).astype(np.float32)
+            tensors[name] = np.ones_like(tensors[name])
     return tensors
 
 
-def random_gpt2(seed, n_vocab=8, n_ctx=32, n_embd=16, n_head=2, n_layer=1, scale=0.3, name=None):
+def random_gpt2(seed, n_vocab=8, n_ctx=32, n_embd=16, n_head=2, n_layer=1):
+    """A one-layer random GPT-2 named random-<seed>."""
     config = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_ctx=n_ctx, n_vocab=n_vocab)
-    return GPT2(params_from_tensors(random_tensors(config, seed, scale), config), config,
-                name or f"random-{seed}")
+    return GPT2(params_from_tensors(peaked_tensors(config, seed), config), config, f"random-{seed}")
 
 
 def write_random_checkpoint(folder, seed, **sizes):
     """A model folder (model.safetensors + config.json) that `picogpt.load(folder)` reads."""
-    model = random_gpt2(seed, **sizes)
-    c = model.config
+    c = random_gpt2(seed, **sizes).config
     folder.mkdir(parents=True, exist_ok=True)
-    write_safetensors(folder / "model.safetensors", random_tensors(c, seed, sizes.get("scale", 0.3)))
+    write_safetensors(folder / "model.safetensors", peaked_tensors(c, seed))
     (folder / "config.json").write_text(json.dumps(dict(
         n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, n_positions=c.n_ctx, vocab_size=c.n_vocab)))
     return folder
