@@ -45,7 +45,7 @@ def check_number(answer, expected, how, solution, mistakes=(), rel_tol=0.01):
     """Right when within rel_tol of `expected`: then show the worked `solution`. Wrong: the hint
     of a known mistake, given as (the value that mistake gives, what went wrong), else `how`."""
     if not_answered(answer):
-        return Check(False, "no answer yet: replace the placeholder None with your number.")
+        return Check(False, "replace the placeholder None with your number, then run the cell again.")
     value = as_number(answer)
     if value is None:
         return Check(False, f"expected a number, got {answer!r}.")
@@ -142,7 +142,7 @@ def check_top_k(my_top_k, ks=(1, 5, 50)):
     from .sampling import distribution
 
     if not_answered(my_top_k):
-        return Check(False, "no answer yet: write a function my_top_k(logits, k) and pass it in.")
+        return Check(False, "write your function my_top_k(logits, k), then pass it in instead of None.")
     if not callable(my_top_k):
         return Check(False, f"expected a function my_top_k(logits, k), got {type(my_top_k).__name__}.")
     for logits in trial_logits():

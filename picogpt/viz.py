@@ -28,7 +28,7 @@ def new_ax(ax, figsize):
 
 
 def plot_top_tokens(probs, tok, k=20, ax=None, title="Next-token distribution", label="probability",
-                    reference=None, reference_label="before"):
+                    reference=None, reference_label="before", ylabel="probability"):
     """Bar chart of the k most probable tokens. With `reference` (another distribution over the
     same vocabulary) the bars show *its* top k, drawn behind, so a reshaping is easy to see."""
     ax = new_ax(ax, (10, 3.5))
@@ -38,18 +38,36 @@ def plot_top_tokens(probs, tok, k=20, ax=None, title="Next-token distribution", 
         ax.bar(x, np.asarray(reference)[ids], color="lightgray", label=reference_label)
     ax.bar(x, np.asarray(probs)[ids], width=0.6 if reference is not None else 0.8, label=label)
     ax.set_xticks(x, [token_label(tok, i) for i in ids], rotation=60, ha="right")
-    ax.set(xlabel="token (␣ = space)", ylabel="probability", title=title)
+    ax.set(xlabel="token (␣ = space)", ylabel=ylabel, title=title)
     ax.legend()
     return ax
 
 
-def plot_seconds_vs_position(positions, series_s, ax=None, title="Time per token", marker="o"):
-    """One line per entry of `series_s` {label: seconds at each position}, drawn in milliseconds."""
+def plot_seconds(x, series_s, ax=None, title="Time per token", xlabel="token position",
+                 ylabel="time per token (ms)", marker="o"):
+    """One line per entry of `series_s` {label: seconds at each x}, drawn in milliseconds."""
     ax = new_ax(ax, (7, 3.5))
     for label, seconds in series_s.items():
-        ax.plot(positions, 1e3 * np.asarray(seconds), marker=marker, label=label)
-    ax.set(xlabel="token position", ylabel="time per token (ms)", title=title)
+        ax.plot(x, 1e3 * np.asarray(seconds), marker=marker, label=label)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.set_ylim(bottom=0)
+    ax.legend()
+    return ax
+
+
+def plot_grouped_bars(groups, series, ax=None, title="", ylabel="time (ms)", log=False):
+    """Bars side by side: one group per entry of `groups`, one bar per entry of `series`
+    {label: one value per group}, each bar annotated with its value."""
+    ax = new_ax(ax, (7, 3.5))
+    x = np.arange(len(groups))
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series.items()):
+        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=label)
+        ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    ax.set_xticks(x, groups)
+    ax.set(ylabel=ylabel, title=title)
+    if log:
+        ax.set_yscale("log")
     ax.legend()
     return ax
 

@@ -48,8 +48,12 @@ def test_plot_top_tokens_against_a_reference_uses_the_reference_order():
 
 
 def test_time_and_attention_plots_are_labelled():
-    ax = viz.plot_seconds_vs_position([1, 2, 3], {"with cache": [0.001, 0.001, 0.001]})
+    ax = viz.plot_seconds([1, 2, 3], {"with cache": [0.001, 0.001, 0.001]})
     assert_labelled(ax)
     assert "ms" in ax.get_ylabel()
+    assert ax.get_lines()[0].get_ydata().tolist() == [1.0, 1.0, 1.0]  # seconds drawn as ms
+    ax = viz.plot_grouped_bars(["p", "q"], {"measured": [1, 2], "floor": [0.5, 1]}, title="t")
+    assert ax.get_ylabel() and ax.get_title() and ax.get_legend() is not None
+    assert [p.get_height() for p in ax.patches] == [1, 2, 0.5, 1]
     ax = viz.plot_attention(np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None], ["a", "b", "c"])
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
