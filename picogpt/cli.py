@@ -21,6 +21,14 @@ def cmd_info(args):
     print(f"bytes       {model.nbytes:,} as float32 ({model.nbytes / 2**20:,.1f} MiB)")
 
 
+def cmd_download(args):
+    from .download import download, spec_for
+
+    specs = [spec_for(name) for name in args.models]  # reject a bad name before any download
+    for spec in specs:
+        download(spec.name, progress=not args.quiet)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m picogpt", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -28,6 +36,13 @@ def build_parser():
     info = commands.add_parser("info", help="print a model's config, parameter count and bytes")
     info.add_argument("model", help="model name (gpt2, gpt2-xl, tiny-draft, ...) or path")
     info.set_defaults(run=cmd_info)
+
+    download = commands.add_parser(
+        "download", help="download GPT-2 checkpoints at pinned revisions, sha256-verified")
+    download.add_argument("models", nargs="+", metavar="NAME",
+                          help="gpt2, gpt2-medium, gpt2-large or gpt2-xl")
+    download.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    download.set_defaults(run=cmd_download)
 
     return parser
 
