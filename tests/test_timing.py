@@ -5,19 +5,15 @@ import time
 import numpy as np
 import pytest
 
+from helpers import random_gpt2
 from picogpt.errors import PicoGPTError
 from picogpt.hardware import measure_bandwidth_gbs, measure_matmul_gflops
-from picogpt.model import GPT2, GPT2Config, expected_shapes, params_from_tensors
 from picogpt.timing import median_seconds, time_per_token_s
 
 
 @pytest.fixture(scope="module")
 def small_model():
-    config = GPT2Config(n_layer=2, n_head=2, n_embd=16, n_ctx=32, n_vocab=50)
-    rng = np.random.default_rng(0)
-    tensors = {name: (0.1 * rng.standard_normal(shape)).astype(np.float32)
-               for name, shape in expected_shapes(config).items()}
-    return GPT2(params_from_tensors(tensors, config), config, "small-random")
+    return random_gpt2(n_layer=2, n_head=2, n_embd=16, n_ctx=32, n_vocab=50)
 
 
 class CountingModel:
