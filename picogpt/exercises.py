@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .sampling import distribution
+
 
 @dataclass(frozen=True)
 class Check:
@@ -139,8 +141,6 @@ def trial_logits(seed=0, n_vocab=1000):
 def check_top_k(my_top_k, ks=(1, 5, 50)):
     """Does my_top_k(logits, k) return the top-k distribution: softmax over the k largest logits,
     probability 0 elsewhere? Tried against picogpt.sampling.distribution on a few logit vectors."""
-    from .sampling import distribution
-
     if not_answered(my_top_k):
         return Check(False, "write your function my_top_k(logits, k), then pass it in instead of None.")
     if not callable(my_top_k):

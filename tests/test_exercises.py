@@ -5,7 +5,7 @@ import pytest
 
 from picogpt.exercises import (
     Check, block_params, check_arithmetic_intensity, check_block_params, check_kv_cache_bytes,
-    check_kv_cache_saving, check_min_time_per_token_ms, check_number, kv_cache_bytes,
+    check_kv_cache_saving, check_min_time_per_token_ms, check_number, check_top_k, kv_cache_bytes,
     positions_processed)
 from picogpt.model import GPT2Config, expected_shapes
 
@@ -109,9 +109,6 @@ def reference_top_k(logits, k):
 
 
 def test_check_top_k_accepts_a_right_function_and_explains_wrong_ones():
-    pytest.importorskip("picogpt.sampling")
-    from picogpt.exercises import check_top_k
-
     assert check_top_k(reference_top_k)
     not_renormalised = check_top_k(lambda logits, k: reference_top_k(logits, k) * 0.5)
     assert not not_renormalised and "sum to" in not_renormalised.message
