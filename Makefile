@@ -22,7 +22,7 @@ unit: $(STAMP)
 
 notebooks: $(STAMP)
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-	  $(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
+	  PICOGPT_COURSE_MODELS=tiny $(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
 	else echo "no notebooks yet"; fi
 
 ## make browser-test: run the course in JupyterLab in headless Chromium and use its widgets
