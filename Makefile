@@ -28,7 +28,7 @@ notebooks: $(STAMP)
 ## make browser-test: run the course in JupyterLab in headless Chromium and use its widgets
 ## (installs Debian's chromium with apt-get and the `browser` extra; screenshots: browser-test-out/)
 browser-test: $(BROWSER_STAMP) $(CHROMIUM)
-	timeout -k 30 900 $(BIN)/python tools/browser_test.py
+	PICOGPT_COURSE_MODELS=tiny timeout -k 30 900 $(BIN)/python tools/browser_test.py
 
 $(BROWSER_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,browser]'

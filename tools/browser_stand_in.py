@@ -84,7 +84,8 @@ def write_stand_in(folder, kind="good"):
     wiring = WIRED if kind == "good" else UNWIRED
     other = ("import ipywidgets as widgets\nwidgets.IntSlider(value=3, description='k')"
              if kind == "good" else
-             f"from IPython.display import display\ndisplay({json.dumps(ORPHAN_VIEW)}, raw=True)")
+             f"import ipywidgets\nfrom IPython.display import display\n"
+             f"display({json.dumps(ORPHAN_VIEW)}, raw=True)")
     notebooks = {
         "01-intro.ipynb": notebook("print('hello')"),
         "02-widgets.ipynb": notebook(other),

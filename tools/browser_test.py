@@ -51,6 +51,8 @@ CHROMIUM_ARGS = [
 EXPLORER = "04-theorem-1.ipynb"
 MC_BUTTON = "Run Monte-Carlo"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+# code that shows widgets: ipywidgets itself, interact, or a picogpt.viz explorer
+WIDGET_CODE = re.compile(r"ipywidgets|\binteract(?:ive)?\(|_explorer\(")
 # what ipywidgets / jupyterlab_widgets write where a widget could not be drawn
 WIDGET_ERRORS = ("Error displaying widget", "Error rendering widget", "Error creating widget",
                  "Could not create a view")
@@ -220,11 +222,11 @@ class LabServer:
 
 
 def uses_widgets(notebook_path):
-    """A notebook whose code mentions widgets or picogpt.viz, or that has stored widget outputs."""
+    """A notebook whose code uses ipywidgets (or a viz `…_explorer(`), or has stored widget outputs."""
     nb = json.loads(notebook_path.read_text())
     for cell in nb.get("cells", []):
         source = "".join(cell.get("source", []))
-        if cell.get("cell_type") == "code" and re.search(r"widget|picogpt\.viz|\bviz\b", source):
+        if cell.get("cell_type") == "code" and re.search(WIDGET_CODE, source):
             return True
         for output in cell.get("outputs", []):
             if WIDGET_VIEW_MIME in output.get("data", {}):
@@ -438,56 +440,54 @@ def changed_outputs(before, after):
 
 
 def readout_text(scope):
-    texts = scope.locator(".widget-html").all_text_contents()
-    return next((t.strip() for t in texts if "P(accept)" in t), None)
+    """The text of the ipywidgets HTML in scope that contains `P(accept)`."""
+    texts = scope.locator(".widget-html .widget-html-content").all_text_contents()
+    return next((" ".join(t.split()) for t in texts if "P(accept)" in t), None)
+
+
+def slider_value(slider):
+    """What the slider's own readout shows (e.g. '2.15'), else its aria value."""
+    readout = slider.locator(".widget-readout")
+    text = readout.first.text_content() if readout.count() else None
+    return (text or slider.locator(".noUi-handle").first.get_attribute("aria-valuenow") or "").strip()
 
 
 def move_slider(page, slider):
-    """Nudge one slider by a step with the keyboard; drag its handle if the value did not move."""
+    """Nudge one slider a few steps with the keyboard; drag its handle if the value did not move."""
     handle = slider.locator(".noUi-handle").first
     handle.scroll_into_view_if_needed(timeout=10_000)
-    value_before = handle.get_attribute("aria-valuenow")
-    at_max = value_before == handle.get_attribute("aria-valuemax")
+    value_before = slider_value(slider)
+    at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
     handle.focus(timeout=10_000)
     for _ in range(3):
         handle.press("ArrowLeft" if at_max else "ArrowRight", timeout=10_000)
     page.wait_for_timeout(300)
-    if handle.get_attribute("aria-valuenow") != value_before:
-        return "keyboard", value_before, handle.get_attribute("aria-valuenow")
+    if slider_value(slider) != value_before:
+        return "keyboard", value_before, slider_value(slider)
     box = handle.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.mouse.down()
     page.mouse.move(box["x"] + (-40 if at_max else 40), box["y"] + box["height"] / 2, steps=8)
     page.mouse.up()
     page.wait_for_timeout(300)
-    return "drag", value_before, handle.get_attribute("aria-valuenow")
+    return "drag", value_before, slider_value(slider)
 
 
-def explorer_scope(page, has):
-    """The top-level cell output that holds the widget matching `has`."""
-    scope = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS}").filter(has=has)
-    if scope.count() == 0:
-        return None
-    return scope.first
+def check_slider_updates(page, name, scope, tag, shots):
+    """Moving a slider changes the P(accept) readout and redraws the figure.
 
-
-def check_slider_updates(page, name, shots):
-    """Moving a slider changes the P(accept) readout and redraws the figure."""
-    html = page.locator(".widget-html", has_text="P(accept)")
-    scope = explorer_scope(page, html)
-    if scope is None:
-        raise CheckFailed(f"{name}: no ipywidgets HTML readout containing 'P(accept)' on the page")
+    Sliders are tried in page order (some, like the number of trials, move neither); returns
+    the indices of the Outputs the figure was redrawn in."""
     sliders = scope.locator(".widget-slider")
     if sliders.count() == 0:
-        raise CheckFailed(f"{name}: no .widget-slider next to the P(accept) readout")
+        raise CheckFailed(f"{name}: {tag} has no .widget-slider next to its P(accept) readout")
     images_before = output_images(scope)
     if not any(images_before):
-        raise CheckFailed(f"{name}: no figure (img inside an ipywidgets Output) next to the readout")
+        raise CheckFailed(f"{name}: {tag} shows no figure (img inside an ipywidgets Output)")
     readout_before = readout_text(scope)
-    shots.take(scope, "04-explorer-before-slider")
+    shots.take(scope, f"{tag}-before-slider")
     tried = []
     for i in range(sliders.count()):
-        wait_s = INTERACTION_S if i == 0 else SECOND_SLIDER_S
         slider = sliders.nth(i)
         label = (slider.locator(".widget-label").first.text_content() or f"slider {i + 1}").strip()
         how, v0, v1 = move_slider(page, slider)
@@ -497,30 +497,29 @@ def check_slider_updates(page, name, shots):
         try:
             wait_for(lambda: readout_text(scope) != readout_before
                      and changed_outputs(images_before, output_images(scope)),
-                     wait_s, "")
+                     INTERACTION_S if i == 0 else SECOND_SLIDER_S, "")
         except CheckFailed:
             tried.append(f"{label!r} {v0} -> {v1} ({how}): readout {readout_text(scope)!r}, "
                          f"changed outputs {changed_outputs(images_before, output_images(scope))}")
             continue
         figure_outputs = changed_outputs(images_before, output_images(scope))
-        shots.take(scope, "04-explorer-after-slider")
-        print(f"  slider {label!r} {v0} -> {v1} ({how}): {readout_before!r} -> "
+        shots.take(scope, f"{tag}-after-slider")
+        print(f"  {tag}: slider {label!r} {v0} -> {v1} ({how}): {readout_before!r} -> "
               f"{readout_text(scope)!r}; figure redrawn in Output #{figure_outputs[0] + 1}")
-        return scope, figure_outputs
-    shots.take(scope, "04-explorer-slider-failed")
-    raise CheckFailed(f"{name}: no slider changed both the P(accept) readout and the figure: "
-                      + "; ".join(tried))
+        return figure_outputs
+    shots.take(scope, f"{tag}-slider-FAILED")
+    raise CheckFailed(f"{name}: {tag}: no slider changed both the P(accept) readout and the "
+                      f"figure: {'; '.join(tried)}")
 
 
-def check_monte_carlo(page, name, shots, figure_outputs):
+def check_monte_carlo(page, name, scope, tag, shots, figure_outputs):
     """Pressing `Run Monte-Carlo` draws (or redraws) a histogram in an Output of its own."""
-    button = page.locator("button.jupyter-button", has_text=re.compile(rf"^\s*{MC_BUTTON}\s*$"))
+    button = scope.locator("button.jupyter-button", has_text=re.compile(rf"^\s*{MC_BUTTON}\s*$"))
     if button.count() == 0:
-        raise CheckFailed(f"{name}: no button.jupyter-button labelled {MC_BUTTON!r}")
-    scope = explorer_scope(page, button)
+        raise CheckFailed(f"{name}: {tag} has no button.jupyter-button labelled {MC_BUTTON!r}")
     images_before = output_images(scope)
     button.first.scroll_into_view_if_needed(timeout=10_000)
-    shots.take(scope, "04-explorer-before-monte-carlo")
+    shots.take(scope, f"{tag}-before-monte-carlo")
     button.first.click(timeout=10_000)
 
     def histogram_outputs():
@@ -529,14 +528,28 @@ def check_monte_carlo(page, name, shots, figure_outputs):
     try:
         drawn = wait_for(histogram_outputs, INTERACTION_S, "")
     except CheckFailed:
-        shots.take(scope, "04-explorer-monte-carlo-failed")
-        raise CheckFailed(f"{name}: pressing {MC_BUTTON!r} drew no new image in an Output other "
-                          f"than the figure's (outputs before: {[len(i) for i in images_before]}, "
-                          f"after: {[len(i) for i in output_images(scope)]}); "
+        shots.take(scope, f"{tag}-monte-carlo-FAILED")
+        raise CheckFailed(f"{name}: {tag}: pressing {MC_BUTTON!r} drew no new image in an Output "
+                          f"other than the figure's (images per Output before: "
+                          f"{[len(i) for i in images_before]}, after: "
+                          f"{[len(i) for i in output_images(scope)]}); "
                           f"{'; '.join(widget_problems(page)) or 'no widget error shown'}")
     page.wait_for_timeout(500)
-    shots.take(scope, "04-explorer-after-monte-carlo")
-    print(f"  {MC_BUTTON!r}: histogram drawn in Output #{drawn[0] + 1}")
+    shots.take(scope, f"{tag}-after-monte-carlo")
+    print(f"  {tag}: {MC_BUTTON!r} drew a histogram in Output #{drawn[0] + 1}")
+
+
+def check_explorers(page, name, shots):
+    """Every explorer on the page (a cell output with a P(accept) readout) answers its controls."""
+    readout = page.locator(".widget-html", has_text="P(accept)")
+    explorers = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS}").filter(has=readout)
+    if explorers.count() == 0:
+        raise CheckFailed(f"{name}: no ipywidgets HTML readout containing 'P(accept)' on the page")
+    for k in range(explorers.count()):
+        tag = f"{Path(name).stem}-explorer{k + 1}"
+        figure_outputs = check_slider_updates(page, name, explorers.nth(k), tag, shots)
+        check_monte_carlo(page, name, explorers.nth(k), tag, shots, figure_outputs)
+    return explorers.count()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -568,6 +581,9 @@ def check_notebook(page, server, name, shots, workspace):
     prompts = wait_until_run(page, name, RUN_ALL_S)
     n_cells = check_all_ran(page, name, prompts)
     n_widgets, n_sliders = check_widgets_drawn(page, name)
+    first_widget = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS} > .jupyter-widgets")
+    if first_widget.count():
+        first_widget.first.scroll_into_view_if_needed(timeout=10_000)
     shots.take(page, f"{Path(name).stem}-after-run-all")
     return (f"{n_cells} code cells ran ({how}) in {time.monotonic() - t0:.0f} s; "
             f"{n_widgets} widget outputs drawn, {n_sliders} sliders")
@@ -575,11 +591,9 @@ def check_notebook(page, server, name, shots, workspace):
 
 def check_explorer(page, server, shots):
     summary = check_notebook(page, server, EXPLORER, shots, "explorer")
-    if page.locator(".jp-NotebookPanel .widget-slider").count() == 0:
-        raise CheckFailed(f"{EXPLORER}: no .widget-slider on the page")
-    _, figure_outputs = check_slider_updates(page, EXPLORER, shots)
-    check_monte_carlo(page, EXPLORER, shots, figure_outputs)
-    return summary + "; slider redraws figure and P(accept); Monte-Carlo draws a histogram"
+    n_explorers = check_explorers(page, EXPLORER, shots)
+    return (summary + f"; in each of {n_explorers} explorers a slider redraws the figure and "
+            f"P(accept), and {MC_BUTTON} draws a histogram")
 
 
 # ---------------------------------------------------------------------------------------------
