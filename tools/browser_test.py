@@ -42,12 +42,14 @@ from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-# headless, and no outside connections: no sync, no component updates, no background fetches
+# headless, and no outside connections: no sync, no component updates, no background fetches,
+# and no host name resolves (the page talks to 127.0.0.1 only)
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-quic",
+    "--disable-quic", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
+LOCAL_URLS = ("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "about:")
 EXPLORER = "04-theorem-1.ipynb"
 MC_BUTTON = "Run Monte-Carlo"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -75,6 +77,10 @@ CELL_OUTPUTS = ".jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-outp
 
 class CheckFailed(Exception):
     """A check on the page failed; the message says what a person would have seen."""
+
+
+class RunTimedOut(Exception):
+    """The whole run passed its cap (TOTAL_S): stop every check, clean up, fail."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -631,6 +637,8 @@ def run_checks(root_dir, notebooks, server, shots, results):
                 console = []
                 page.on("console", lambda m, c=console: m.type == "error" and c.append(m.text))
                 page.on("pageerror", lambda e, c=console: c.append(f"uncaught: {e}"))
+                page.on("request", lambda r, c=console: r.url.startswith(LOCAL_URLS)
+                        or c.append(f"request to outside the machine (blocked): {r.url}"))
                 t0 = time.monotonic()
                 try:
                     detail = check(page)
@@ -651,7 +659,7 @@ def run_checks(root_dir, notebooks, server, shots, results):
 
 
 def on_timeout(signum, frame):
-    raise CheckFailed(f"the whole browser test ran past its {TOTAL_S} s cap")
+    raise RunTimedOut(f"the whole browser test ran past its {TOTAL_S} s cap")
 
 
 def on_terminate(signum, frame):
@@ -699,7 +707,7 @@ def main(argv=None):
         print(f"JupyterLab up at http://127.0.0.1:{server.port}/lab "
               f"after {time.monotonic() - t_start:.0f} s")
         run_checks(root_dir, notebooks, server, Shots(args.out), results)
-    except CheckFailed as exc:
+    except (CheckFailed, RunTimedOut) as exc:
         results.append(("browser test", False, str(exc)))
         print(f"FAIL  {exc}")
     finally:
