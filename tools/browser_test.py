@@ -9,8 +9,9 @@ checks, with the ipywidgets 8 DOM classes named in the widget contract:
 
 1. landing: the page `make lab` opens (JupyterLab rooted at notebooks/) lists every notebook;
 2. 04-theorem-1.ipynb: Run > Run All Cells finishes, every widget the kernel sent is drawn,
-   moving a slider redraws the figure and changes the `P(accept)` readout, and pressing
-   `Run Monte-Carlo` draws a histogram into a second Output;
+   and in every explorer on the page (a cell output with a `P(accept)` readout) moving a slider
+   redraws the figure and changes the readout, and pressing `Run Monte-Carlo` draws a
+   histogram into a second Output;
 3. every other notebook that uses widgets: runs to the end, every widget is drawn, none failed.
 
 The server serves a temporary copy of notebooks/ (nothing is written back) with its settings,
@@ -348,6 +349,13 @@ def open_notebook(page, server, name, workspace):
              f"{name}: the kernel did not start and become idle after opening")
 
 
+def execution_started(page):
+    """True once a cell is queued or running, or every non-empty code cell has a number."""
+    prompts = page.evaluate(PROMPTS_JS)
+    return (any("*" in prompt for prompt, _ in prompts)
+            or all(re.search(r"\[\d+\]", prompt) for prompt, has_source in prompts if has_source))
+
+
 def run_all_cells(page):
     """Run > Run All Cells through the menu bar; the app's command if the menu does not answer."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -355,11 +363,12 @@ def run_all_cells(page):
         page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Run\s*$")).click(timeout=15_000)
         label = page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
         page.locator(".lm-Menu-item:visible").filter(has=label).click(timeout=15_000)
+        wait_for(lambda: execution_started(page), 20, "")
         return "menu Run > Run All Cells"
-    except PlaywrightTimeout:
+    except (PlaywrightTimeout, CheckFailed):
         page.keyboard.press("Escape")
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        return "command notebook:run-all-cells (menu did not answer)"
+        return "command notebook:run-all-cells (the menu did not start the run)"
 
 
 def wait_until_run(page, name, timeout_s):
@@ -605,6 +614,14 @@ def check_explorer(page, server, shots):
 # ---------------------------------------------------------------------------------------------
 
 
+def require_playwright():
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        raise CheckFailed("Playwright is not installed in this Python: pip install -e '.[browser]' "
+                          "(make browser-test does this)") from None
+
+
 def launch_chromium(playwright):
     if not Path(CHROMIUM).exists():
         raise CheckFailed(f"{CHROMIUM} not found — install it: apt-get install -y chromium "
@@ -635,7 +652,8 @@ def run_checks(root_dir, notebooks, server, shots, results):
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.set_default_timeout(60_000)
                 console = []
-                page.on("console", lambda m, c=console: m.type == "error" and c.append(m.text))
+                page.on("console", lambda m, c=console: m.type == "error"
+                        and c.append(f"console error: {m.text}"))
                 page.on("pageerror", lambda e, c=console: c.append(f"uncaught: {e}"))
                 page.on("request", lambda r, c=console: r.url.startswith(LOCAL_URLS)
                         or c.append(f"request to outside the machine (blocked): {r.url}"))
@@ -650,7 +668,7 @@ def run_checks(root_dir, notebooks, server, shots, results):
                     results.append((name, False, message))
                     print(f"FAIL  {name}: {message}")
                 for line in console[:10]:
-                    print(f"  browser console error: {line[:300]}")
+                    print(f"  browser: {line[:300]}")
                 print(f"  ({time.monotonic() - t0:.0f} s)")
                 page.close()
                 server.end_sessions()
@@ -697,11 +715,12 @@ def main(argv=None):
         else:
             root_dir.mkdir()
         notebooks = sorted(p.name for p in root_dir.glob("*.ipynb"))
-        print(f"serving {len(notebooks)} notebooks from a copy of "
-              f"{f'the {args.stand_in} stand-in' if args.stand_in else args.notebooks}: {', '.join(notebooks) or '-'}")
+        source = f"the {args.stand_in} stand-in" if args.stand_in else args.notebooks
+        print(f"serving a copy of {source}: {', '.join(notebooks) or 'no notebooks'}")
         if not notebooks:
             print("no notebooks yet: nothing to check in a browser")
             return 0
+        require_playwright()
         server = LabServer(root_dir, state_dir)
         server.start()
         print(f"JupyterLab up at http://127.0.0.1:{server.port}/lab "
@@ -710,6 +729,9 @@ def main(argv=None):
     except (CheckFailed, RunTimedOut) as exc:
         results.append(("browser test", False, str(exc)))
         print(f"FAIL  {exc}")
+    except Exception as exc:  # the browser or the server died under us: still clean up, still fail
+        results.append(("browser test", False, f"{type(exc).__name__}: {exc}"))
+        print(f"FAIL  {type(exc).__name__}: {exc}")
     finally:
         signal.alarm(0)
         if server is not None:
