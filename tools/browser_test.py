@@ -257,7 +257,7 @@ class Shots:
     def __init__(self, out_dir):
         self.out_dir, self.paths = out_dir, []
         out_dir.mkdir(parents=True, exist_ok=True)
-        for old in out_dir.glob("*.png"):
+        for old in out_dir.glob("[0-9][0-9]-*.png"):  # this tool's names only: last run's shots
             old.unlink()
 
     def take(self, target, name):
