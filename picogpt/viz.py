@@ -1,0 +1,399 @@
+"""Pictures and widgets for the course: Theorem 1, the speculative loop and the speedup, made visible.
+
+Every picture is computed by a pure function (tested headless in tests/test_viz.py) and drawn
+by a `plot_…(ax, …)` function into a matplotlib Axes the caller owns, with labelled axes, units
+and a legend. The Theorem 1 explorer of notebook 04 only wires sliders to `explorer_update` and
+a button to `monte_carlo_update`, two pure functions a test can call without a browser.
+
+Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
+token, (f)+ = max(0, f) / Σ max(0, f).
+"""
+
+import base64
+import functools
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import PicoGPTError
+from .rejection import residual
+from .sampling import distribution
+from .theory import acceptance_rate
+
+try:
+    from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties, findfont
+    from matplotlib.ft2font import FT2Font
+except ImportError:  # pragma: no cover - the dev extra installs it
+    raise PicoGPTError("picogpt.viz needs matplotlib and ipywidgets: pip install -e '.[dev]'") from None
+
+COLOURS = {"p": "tab:blue", "q": "tab:orange", "overlap": "tab:green", "excess": "tab:red", "empirical": "tab:purple"}
+TOY_VOCAB = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat")
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributions: hand-shaped toys, and the real models' next-token distributions
+# ---------------------------------------------------------------------------------------------
+
+def bump(centre, width, n_vocab):
+    """A discretised bell curve over tokens 0..n_vocab-1: softmax(-(i - centre)² / (2 width²))."""
+    if not width > 0:
+        raise PicoGPTError(f"a toy distribution's width must be positive, got {width}")
+    logits = -((np.arange(n_vocab) - centre) ** 2) / (2 * width**2)  # [n_vocab]
+    return distribution(logits)
+
+
+def toy_distributions(centre_p=2.0, width_p=1.5, centre_q=4.0, width_q=1.0, n_vocab=len(TOY_VOCAB)):
+    """(p, q): a draft and a target over a toy vocabulary, shaped by four slider values.
+    Moving the centres apart makes the models disagree; P(accept) = Σ min(p, q) falls."""
+    return bump(centre_p, width_p, n_vocab), bump(centre_q, width_q, n_vocab)
+
+
+def prompt_logits(model, ids):
+    """Next-token logits after every prefix of the prompt, one forward pass: [n_seq, n_vocab]."""
+    return np.asarray(model(ids), np.float64)
+
+
+def distributions_at(logits_p, logits_q, position, temperature_p=1.0, temperature_q=1.0, top_k=None, top_p=None):
+    """(p, q) for the token after prompt position `position` (0-based), at the given temperatures."""
+    n_seq = len(logits_p)
+    if not 0 <= position < n_seq or len(logits_q) != n_seq:
+        raise PicoGPTError(f"position {position} is outside the prompt's {n_seq} positions (0..{n_seq - 1})")
+    p = distribution(logits_p[position], temperature_p, top_k, top_p)
+    q = distribution(logits_q[position], temperature_q, top_k, top_p)
+    return p, q
+
+
+@functools.lru_cache(maxsize=None)
+def drawable_codepoints():
+    """The characters matplotlib's default font (DejaVu Sans) can draw."""
+    return frozenset(FT2Font(findfont(FontProperties(family="DejaVu Sans"))).get_charmap())
+
+
+def token_label(tokenizer, token):
+    """A token as a readable plot label: spaces as '␣', newlines as '\\n', bytes that are only part
+    of a UTF-8 character as '\\xe3', and characters the plot font cannot draw (CJK, emoji) as '\\u3060'."""
+    text = tokenizer.decode_single_token_bytes(int(token)).decode("utf-8", errors="backslashreplace")
+    text = text.replace(" ", "␣").replace("\n", "\\n")
+    drawable = drawable_codepoints()
+    return "".join(c if ord(c) in drawable else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def top_tokens(p, q, n_show):
+    """The n_show tokens where either model puts the most mass (all tokens, in order, if few)."""
+    if len(p) <= n_show:
+        return np.arange(len(p))
+    return np.argsort(-np.maximum(p, q), kind="stable")[:n_show]
+
+
+# ---------------------------------------------------------------------------------------------
+# Theorem 1 in numbers: what one accept/resample step does to each token's probability
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Theorem1Panel:
+    p: np.ndarray  # draft distribution [n_vocab]
+    q: np.ndarray  # target distribution [n_vocab]
+    overlap: np.ndarray  # min(p, q): P(draft x̃ = x and accept it) [n_vocab]
+    excess: np.ndarray  # max(0, q - p): P(reject, then resample x) [n_vocab]
+    residual: np.ndarray  # (q - p)+ = excess / Σ excess: what a rejection resamples from [n_vocab]
+    p_accept: float  # Σ min(p, q)
+    identity_error: float  # max |min(p, q) + max(0, q - p) - q|: zero up to rounding
+
+
+def check_pair(p, q):
+    """p and q as float64 probability vectors over the same vocabulary, or a readable error."""
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    if p.ndim != 1 or p.shape != q.shape:
+        raise PicoGPTError(f"p and q must be 1-D distributions over the same vocabulary, got shapes {p.shape} and {q.shape}")
+    for name, d in (("p", p), ("q", q)):
+        if np.any(d < 0) or abs(d.sum() - 1) > 1e-6:
+            raise PicoGPTError(f"{name} is not a probability distribution (sum {d.sum():.6f}, min {d.min():.3g})")
+    return p, q
+
+
+def theorem1_panel(p, q):
+    """Everything the proof of Theorem 1 adds up, for one pair of distributions."""
+    p, q = check_pair(p, q)
+    overlap, excess = np.minimum(p, q), np.maximum(0.0, q - p)
+    return Theorem1Panel(p=p, q=q, overlap=overlap, excess=excess, residual=residual(p, q),
+                         p_accept=acceptance_rate(p, q),
+                         identity_error=float(np.max(np.abs(overlap + excess - q))))
+
+
+def readout(panel):
+    """The sentence the explorer shows above its figure."""
+    return (f"P(accept) = Σ min(p, q) = {panel.p_accept:.3f} &nbsp;·&nbsp; "
+            f"P(reject) = Σ max(0, q − p) = {1 - panel.p_accept:.3f}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Monte-Carlo: run the accept/resample step n times and compare what comes out with q
+# ---------------------------------------------------------------------------------------------
+
+def tv_distance(a, b):
+    """Total-variation distance ½ Σ |a - b|: the largest difference in probability any event can get."""
+    return 0.5 * float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).sum())
+
+
+def lump(d, shown):
+    """A distribution over the tokens `shown` plus one last bucket holding all the others."""
+    d = np.asarray(d, np.float64)
+    return np.append(d[shown], 1.0 - d[shown].sum())  # [len(shown) + 1]
+
+
+def accept_or_resample_many(p, q, n, rng):
+    """n independent accept/resample steps at once: draft x̃ ~ p, accept if r < min(1, q(x̃)/p(x̃)),
+    else draw from (q - p)+. Returns (tokens [n], accepted [n] bool)."""
+    drafted = rng.choice(len(p), size=n, p=p)  # x̃ ~ p
+    r = rng.random(n)  # r ~ U[0, 1]
+    accepted = r < np.minimum(1.0, q[drafted] / p[drafted])
+    tokens = drafted.copy()
+    tokens[~accepted] = rng.choice(len(q), size=int((~accepted).sum()), p=residual(p, q))
+    return tokens, accepted
+
+
+@dataclass(frozen=True)
+class MonteCarlo:
+    counts: np.ndarray  # how often each token came out [n_vocab]
+    n_accepted: int  # trials that kept the drafted token
+    tv: float  # TV(empirical, q)
+
+    @property
+    def n(self):
+        return int(self.counts.sum())
+
+    @property
+    def empirical(self):
+        return self.counts / self.n
+
+
+def monte_carlo(p, q, n, seed=0):
+    """n accept/resample trials: the empirical distribution of the output token, and its TV to q."""
+    p, q = check_pair(p, q)
+    if int(n) < 1:
+        raise PicoGPTError(f"the number of Monte-Carlo trials n must be at least 1, got {n}")
+    tokens, accepted = accept_or_resample_many(p, q, int(n), np.random.default_rng(seed))
+    counts = np.bincount(tokens, minlength=len(q))
+    return MonteCarlo(counts=counts, n_accepted=int(accepted.sum()), tv=tv_distance(counts / n, q))
+
+
+def tv_by_n(p, q, ns, seed=0):
+    """TV(empirical, q) after the first n trials of one long run, for each n in ns."""
+    p, q = check_pair(p, q)
+    tokens, _ = accept_or_resample_many(p, q, int(max(ns)), np.random.default_rng(seed))
+    return np.array([tv_distance(np.bincount(tokens[:n], minlength=len(q)) / n, q) for n in ns])
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots: each draws into an Axes the caller owns
+# ---------------------------------------------------------------------------------------------
+
+def _token_axis(ax, labels, shown, n_vocab, masses):
+    """Token labels on the x axis (labels[i] names token shown[i]); when only the top tokens are
+    shown, say how much of each distribution in `masses` ({name: [n_vocab]}) the others hold."""
+    ax.set_xticks(np.arange(len(shown)), list(labels)[: len(shown)], rotation=45, ha="right")
+    rest = n_vocab - len(shown)
+    held = ", ".join(f"{name} {1 - d[shown].sum():.2f}" for name, d in masses.items())
+    ax.set_xlabel("next token" + (f"\n(top {len(shown)}; the other {rest:,} tokens hold {held})" if rest else ""))
+
+
+def plot_overlap(ax, panel, labels, shown=None):
+    """p and q side by side, with min(p, q) — the mass that survives the accept test — hatched."""
+    shown = np.arange(len(panel.p)) if shown is None else shown
+    x = np.arange(len(shown))
+    ax.bar(x - 0.2, panel.p[shown], 0.4, color=COLOURS["p"], alpha=0.6, label="p (draft)")
+    ax.bar(x + 0.2, panel.q[shown], 0.4, color=COLOURS["q"], alpha=0.6, label="q (target)")
+    ax.bar(x, panel.overlap[shown], 0.8, fill=False, hatch="//", edgecolor=COLOURS["overlap"],
+           label=f"min(p, q): Σ = P(accept) = {panel.p_accept:.3f}")
+    _token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
+    ax.set_ylabel("probability")
+    ax.set_title("Accept x̃ ~ p with probability min(1, q/p)")
+    ax.legend(fontsize="small")
+
+
+def plot_residual(ax, panel, labels, shown=None, highlight=None):
+    """max(0, q − p), the mass the accept test leaves missing, and (q − p)+, that mass normalised:
+    what a rejection resamples from. `highlight` (a position in `shown`) marks a resampled token."""
+    shown = np.arange(len(panel.p)) if shown is None else shown
+    x = np.arange(len(shown))
+    ax.bar(x - 0.2, panel.excess[shown], 0.4, color=COLOURS["excess"], alpha=0.6,
+           label=f"max(0, q − p): Σ = P(reject) = {1 - panel.p_accept:.3f}")
+    ax.bar(x + 0.2, panel.residual[shown], 0.4, fill=False, edgecolor=COLOURS["excess"], hatch="..",
+           label="(q − p)+ = max(0, q − p) / Σ")
+    if highlight is not None:
+        ax.annotate("resampled", (highlight + 0.2, panel.residual[shown][highlight]), xytext=(0, 12),
+                    textcoords="offset points", ha="center", arrowprops=dict(arrowstyle="->"))
+    _token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
+    ax.set_ylabel("probability")
+    ax.set_title("Reject: resample from (q − p)+")
+    ax.legend(fontsize="small")
+
+
+def plot_identity(ax, panel, labels, shown=None):
+    """Theorem 1 in one picture: accepted mass min(p, q) stacked with resampled mass max(0, q − p)
+    is exactly q."""
+    shown = np.arange(len(panel.p)) if shown is None else shown
+    x = np.arange(len(shown))
+    ax.bar(x, panel.overlap[shown], 0.6, color=COLOURS["overlap"], alpha=0.7, label="min(p, q): accepted")
+    ax.bar(x, panel.excess[shown], 0.6, bottom=panel.overlap[shown], color=COLOURS["excess"], alpha=0.7,
+           label="max(0, q − p): resampled")
+    ax.scatter(x, panel.q[shown], marker="_", s=400, color="black", zorder=3, label="q (target)")
+    _token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
+    ax.set_ylabel("P(output token)")
+    ax.set_title("min(p, q) + max(0, q − p) = q")
+    ax.legend(fontsize="small")
+
+
+def theorem1_figure(panel, labels, shown=None):
+    """The three panels side by side, as a Figure (for the explorer and the static notebook view)."""
+    fig = Figure(figsize=(14, 4), layout="constrained")
+    axes = fig.subplots(1, 3, sharey=True)
+    plot_overlap(axes[0], panel, labels, shown)
+    plot_residual(axes[1], panel, labels, shown)
+    plot_identity(axes[2], panel, labels, shown)
+    shown = np.arange(len(panel.p)) if shown is None else shown
+    tallest = max(panel.p[shown].max(), panel.q[shown].max(), panel.residual[shown].max())
+    axes[0].set_ylim(0, 1.4 * tallest)  # shared: room for the legends above the bars
+    return fig
+
+
+def plot_histogram(ax, mc, q, labels, shown=None):
+    """What n accept/resample trials produced, next to q."""
+    shown = np.arange(len(q)) if shown is None else shown
+    x = np.arange(len(shown))
+    ax.bar(x, mc.empirical[shown], 0.6, color=COLOURS["empirical"], alpha=0.6,
+           label=f"empirical, {mc.n:,} trials")
+    ax.scatter(x, np.asarray(q)[shown], marker="_", s=400, color="black", zorder=3, label="q (target)")
+    _token_axis(ax, labels, shown, len(q), {"empirical": mc.empirical, "q": np.asarray(q)})
+    ax.set_ylabel("fraction of output tokens")
+    ax.set_ylim(0, 1.4 * max(mc.empirical[shown].max(), np.asarray(q)[shown].max()))
+    ax.set_title(f"Output of accept/resample: TV(empirical, q) = {mc.tv:.4f}")
+    ax.legend(fontsize="small")
+
+
+def plot_tv_curve(ax, ns, tvs):
+    """TV(empirical, q) against the number of trials, log-log, with a 1/√n guide."""
+    ns, tvs = np.asarray(ns, np.float64), np.asarray(tvs, np.float64)
+    ax.loglog(ns, tvs, "o-", color=COLOURS["empirical"], label="TV(empirical, q)")
+    ax.loglog(ns, tvs[0] * np.sqrt(ns[0] / ns), "--", color="grey", label="∝ 1/√n (sampling noise)")
+    ax.set_xlabel("number of trials n")
+    ax.set_ylabel("total-variation distance")
+    ax.set_title("The output of accept/resample converges to q")
+    ax.legend()
+
+
+def figure_png(fig, dpi=80):
+    """A figure as PNG bytes (what the widget shows, whatever matplotlib backend is active)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# The Theorem 1 explorer (notebook 04): pure updates, then the widgets that call them
+# ---------------------------------------------------------------------------------------------
+
+def png_output(png, text):
+    """An output record (nbformat display_data) showing a PNG, with a text fallback."""
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": text}}
+
+
+def text_output(text):
+    return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
+
+
+def explorer_update(p, q, labels, shown=None):
+    """What the explorer shows for one slider setting: (readout HTML, figure outputs, panel)."""
+    panel = theorem1_panel(p, q)
+    fig = theorem1_figure(panel, labels, shown)
+    return readout(panel), (png_output(figure_png(fig), f"Theorem 1 panels, P(accept) = {panel.p_accept:.3f}"),), panel
+
+
+def monte_carlo_update(p, q, n, seed, labels, shown=None):
+    """What the explorer shows after `Run Monte-Carlo`: (histogram outputs, MonteCarlo)."""
+    mc = monte_carlo(p, q, n, seed)
+    fig = Figure(figsize=(7, 3.6), layout="constrained")
+    plot_histogram(fig.subplots(), mc, q, labels, shown)
+    summary = (f"n = {mc.n:,} trials: {mc.n_accepted / mc.n:.1%} accepted the drafted token, "
+               f"the rest resampled from (q − p)+; TV(empirical, q) = {mc.tv:.4f}")
+    if shown is not None and len(shown) < len(q):
+        summary += (f"\nover the {len(shown)} tokens shown plus one bucket for all others: TV = "
+                    f"{tv_distance(lump(mc.empirical, shown), lump(q, shown)):.4f} (over all {len(q):,} "
+                    "tokens TV only gets small once n is much larger than the vocabulary)")
+    return (text_output(summary), png_output(figure_png(fig), summary)), mc
+
+
+def _slider(description, value, low, high, step=0.05):
+    import ipywidgets as w
+    return w.FloatSlider(value=value, min=low, max=high, step=step, description=description,
+                         continuous_update=False, readout_format=".2f", style={"description_width": "initial"})
+
+
+def toy_controls():
+    """Sliders for toy_distributions, and the function from their values to (p, q, labels, shown)."""
+    sliders = {"centre_p": _slider("p (draft) centre", 2.0, 0, 7), "width_p": _slider("p (draft) width", 1.5, 0.3, 4),
+               "centre_q": _slider("q (target) centre", 4.0, 0, 7), "width_q": _slider("q (target) width", 1.0, 0.3, 4)}
+
+    def distributions(**values):
+        p, q = toy_distributions(**values)
+        return p, q, list(TOY_VOCAB), None
+
+    return sliders, distributions
+
+
+def model_controls(draft, target, ids, tokenizer, n_show=10):
+    """Sliders for a prompt position and the two temperatures; the logits are computed once here,
+    so moving a slider runs no forward pass."""
+    import ipywidgets as w
+    logits_p, logits_q = prompt_logits(draft, ids), prompt_logits(target, ids)
+    sliders = {"position": w.IntSlider(value=len(ids) - 1, min=0, max=len(ids) - 1, description="prompt position",
+                                       continuous_update=False, style={"description_width": "initial"}),
+               "temperature_p": _slider("temperature of p (draft)", 1.0, 0, 2),
+               "temperature_q": _slider("temperature of q (target)", 1.0, 0, 2)}
+
+    def distributions(position, temperature_p, temperature_q):
+        p, q = distributions_at(logits_p, logits_q, position, temperature_p, temperature_q)
+        shown = top_tokens(p, q, n_show)
+        return p, q, [token_label(tokenizer, t) for t in shown], shown
+
+    return sliders, distributions
+
+
+def theorem1_explorer(draft=None, target=None, ids=None, tokenizer=None, n_show=10, seed=0):
+    """The interactive Theorem 1 explorer: toy distributions by default, or the real models' next-token
+    distributions after each position of the prompt `ids`. Returns an ipywidgets.VBox."""
+    import ipywidgets as w
+    if draft is None:
+        sliders, distributions = toy_controls()
+    else:
+        sliders, distributions = model_controls(draft, target, ids, tokenizer, n_show)
+    readout_html = w.HTML(description="Theorem 1", style={"description_width": "initial"})
+    figure_out = w.Output(layout={"min_height": "300px"})
+    n_trials = w.Dropdown(options=[("100", 100), ("1,000", 1000), ("10,000", 10_000), ("100,000", 100_000)],
+                          value=10_000, description="trials n")
+    run_button = w.Button(description="Run Monte-Carlo", tooltip="draft x̃ ~ p, accept or resample, n times",
+                          button_style="primary")
+    histogram_out = w.Output(layout={"min_height": "300px"})
+    rng = np.random.default_rng(seed)
+    current = {}
+
+    def redraw(_change=None):
+        current["p"], current["q"], current["labels"], current["shown"] = distributions(
+            **{name: s.value for name, s in sliders.items()})
+        readout_html.value, figure_out.outputs, _ = explorer_update(
+            current["p"], current["q"], current["labels"], current["shown"])
+        histogram_out.outputs = (text_output("Press “Run Monte-Carlo” to push n drafted tokens through accept/resample."),)
+
+    def run_monte_carlo(_button=None):
+        histogram_out.outputs, _ = monte_carlo_update(
+            current["p"], current["q"], n_trials.value, int(rng.integers(2**32)), current["labels"], current["shown"])
+
+    for s in sliders.values():
+        s.observe(redraw, names="value")
+    run_button.on_click(run_monte_carlo)
+    redraw()
+    return w.VBox([w.HBox(list(sliders.values())[:2]), w.HBox(list(sliders.values())[2:]), readout_html,
+                   figure_out, w.HBox([n_trials, run_button]), histogram_out])
