@@ -11,6 +11,8 @@ whole cache.
 
 import numpy as np
 
+from .errors import PicoGPTError
+
 
 class KVCache:
     def __init__(self, n_layer, n_head, head_dim, n_ctx, capacity=64):
@@ -56,5 +58,6 @@ class KVCache:
     def truncate(self, n):
         """Roll back to the first n positions (the rejected draft tokens are forgotten)."""
         if not 0 <= n <= self.length:
-            raise ValueError(f"cannot truncate a cache of {self.length} positions to {n}")
+            raise PicoGPTError(f"cannot truncate a cache of {self.length} positions to {n} "
+                               f"(expected 0 <= n <= {self.length})")
         self.length = n

@@ -186,8 +186,12 @@ def infer_config(tensors, path):
         n_ctx = tensors["wpe.weight"].shape[0]
     except KeyError as e:
         raise CheckpointError(f"{path}: tensor {e} is missing (is this a GPT-2 checkpoint?)") from None
+    if n_embd % 64:
+        raise CheckpointError(f"{path}: no config.json beside it, and n_embd={n_embd} is not a "
+                              "multiple of GPT-2's head size 64, so n_head cannot be inferred: "
+                              "put the model's config.json next to the checkpoint")
     n_layer = len({name.split(".")[1] for name in tensors if name.startswith("h.")})
-    return GPT2Config(n_layer=n_layer, n_head=max(1, n_embd // 64), n_embd=n_embd,
+    return GPT2Config(n_layer=n_layer, n_head=n_embd // 64, n_embd=n_embd,
                       n_ctx=n_ctx, n_vocab=n_vocab)
 
 
@@ -196,6 +200,12 @@ def params_from_tensors(tensors, config, path="checkpoint"):
     params["h"][3]["attn"]["c_attn"]["weight"]."""
     if config.n_embd % config.n_head:
         raise CheckpointError(f"{path}: n_embd={config.n_embd} is not divisible by n_head={config.n_head}")
+    layers = {int(part) for part in (name.split(".")[1] for name in tensors if name.startswith("h."))
+              if part.isdigit()}
+    extra_layers = sorted(layer for layer in layers if layer >= config.n_layer)
+    if extra_layers:
+        raise CheckpointError(f"{path}: holds layer h.{extra_layers[0]} but the config says "
+                              f"n_layer={config.n_layer}; config.json does not match the weights")
     params = {"h": [{} for _ in range(config.n_layer)]}
     for name, shape in expected_shapes(config).items():
         if name not in tensors:
