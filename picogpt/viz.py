@@ -1,8 +1,8 @@
 """Pictures and widgets for the course: Theorem 1, the speculative loop and the speedup, made visible.
 
 Every picture is computed by a pure function (tested headless in tests/test_viz.py) and drawn
-by a `plot_…(ax, …)` function into a matplotlib Axes the caller owns, with labelled axes, units
-and a legend. The Theorem 1 explorer of notebook 04 only wires sliders to `explorer_update` and
+by a `plot_…(…, ax=None)` function, with labelled axes, units and a legend, on the Axes you pass
+(to build a grid of panels) or on a new figure; it returns the Axes. The Theorem 1 explorer of notebook 04 only wires sliders to `explorer_update` and
 a button to `monte_carlo_update`, two pure functions a test can call without a browser.
 
 Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
@@ -22,6 +22,7 @@ from .sampling import distribution
 from .theory import acceptance_rate
 
 try:
+    import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
     from matplotlib.font_manager import FontProperties, findfont
     from matplotlib.ft2font import FT2Font
@@ -30,6 +31,7 @@ except ImportError:  # pragma: no cover - the dev extra installs it
 
 COLOURS = {"p": "tab:blue", "q": "tab:orange", "overlap": "tab:green", "excess": "tab:red", "empirical": "tab:purple"}
 TOY_VOCAB = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat")
+VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,20 +73,28 @@ def drawable_codepoints():
     return frozenset(FT2Font(findfont(FontProperties(family="DejaVu Sans"))).get_charmap())
 
 
-def token_label(tokenizer, token):
-    """A token as a readable plot label: spaces as '␣', newlines as '\\n', bytes that are only part
-    of a UTF-8 character as '\\xe3', and characters the plot font cannot draw (CJK, emoji) as '\\u3060'."""
-    text = tokenizer.decode_single_token_bytes(int(token)).decode("utf-8", errors="backslashreplace")
-    text = text.replace(" ", "␣").replace("\n", "\\n")
+def token_label(tok, token_id):
+    """A token's text with its whitespace made visible (' Paris' -> '␣Paris'), and whatever a plot
+    cannot draw escaped: a byte that is only part of a UTF-8 character as '\\xe3', a character
+    missing from the plot font (CJK, emoji) as '\\u3060'."""
+    text = tok.decode_single_token_bytes(int(token_id)).decode("utf-8", errors="backslashreplace")
     drawable = drawable_codepoints()
-    return "".join(c if ord(c) in drawable else c.encode("unicode_escape").decode("ascii") for c in text)
+    return "".join(c if ord(c) in drawable else c.encode("unicode_escape").decode("ascii")
+                   for c in text.translate(VISIBLE_WHITESPACE))
 
 
-def top_tokens(p, q, n_show):
-    """The n_show tokens where either model puts the most mass (all tokens, in order, if few)."""
+def top_tokens(probs, k):
+    """Ids of the k most probable tokens, most probable first (ties: the lower id first)."""
+    return np.argsort(-np.asarray(probs), kind="stable")[:k]
+
+
+def shown_tokens(p, q, n_show, include=()):
+    """The tokens a plot of p and q shows: all of a small vocabulary in order, else the n_show
+    with the most mass under either model, plus any token in `include` (e.g. the drafted one)."""
     if len(p) <= n_show:
         return np.arange(len(p))
-    return np.argsort(-np.maximum(p, q), kind="stable")[:n_show]
+    top = list(top_tokens(np.maximum(p, q), n_show))
+    return np.array(top + [int(t) for t in include if int(t) not in top])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,98 +200,113 @@ def tv_by_n(p, q, ns, seed=0):
 # Plots: each draws into an Axes the caller owns
 # ---------------------------------------------------------------------------------------------
 
-def _token_axis(ax, labels, shown, n_vocab, masses):
-    """Token labels on the x axis (labels[i] names token shown[i]); when only the top tokens are
+def new_ax(ax, figsize):
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def all_tokens(shown, n_vocab):
+    return np.arange(n_vocab) if shown is None else np.asarray(shown)
+
+
+def token_axis(ax, labels, shown, n_vocab, masses):
+    """Token labels on the x axis (labels[i] names token shown[i]); when only some tokens are
     shown, say how much of each distribution in `masses` ({name: [n_vocab]}) the others hold."""
     ax.set_xticks(np.arange(len(shown)), list(labels)[: len(shown)], rotation=45, ha="right")
     rest = n_vocab - len(shown)
     held = ", ".join(f"{name} {1 - d[shown].sum():.2f}" for name, d in masses.items())
-    ax.set_xlabel("next token" + (f"\n(top {len(shown)}; the other {rest:,} tokens hold {held})" if rest else ""))
+    ax.set_xlabel("next token (␣ = space)" + (f"\n(the other {rest:,} tokens hold {held})" if rest else ""))
 
 
-def plot_overlap(ax, panel, labels, shown=None):
+def plot_overlap(panel, labels, shown=None, ax=None):
     """p and q side by side, with min(p, q) — the mass that survives the accept test — hatched."""
-    shown = np.arange(len(panel.p)) if shown is None else shown
+    ax = new_ax(ax, (6, 3.6))
+    shown = all_tokens(shown, len(panel.p))
     x = np.arange(len(shown))
     ax.bar(x - 0.2, panel.p[shown], 0.4, color=COLOURS["p"], alpha=0.6, label="p (draft)")
     ax.bar(x + 0.2, panel.q[shown], 0.4, color=COLOURS["q"], alpha=0.6, label="q (target)")
     ax.bar(x, panel.overlap[shown], 0.8, fill=False, hatch="//", edgecolor=COLOURS["overlap"],
            label=f"min(p, q): Σ = P(accept) = {panel.p_accept:.3f}")
-    _token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
-    ax.set_ylabel("probability")
-    ax.set_title("Accept x̃ ~ p with probability min(1, q/p)")
+    token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
+    ax.set(ylabel="probability", title="Accept x̃ ~ p with probability min(1, q/p)")
     ax.legend(fontsize="small")
+    return ax
 
 
-def plot_residual(ax, panel, labels, shown=None, highlight=None):
+def plot_residual(panel, labels, shown=None, highlight=None, ax=None):
     """max(0, q − p), the mass the accept test leaves missing, and (q − p)+, that mass normalised:
-    what a rejection resamples from. `highlight` (a position in `shown`) marks a resampled token."""
-    shown = np.arange(len(panel.p)) if shown is None else shown
+    what a rejection resamples from. `highlight` (an index into `shown`) marks the resampled token."""
+    ax = new_ax(ax, (6, 3.6))
+    shown = all_tokens(shown, len(panel.p))
     x = np.arange(len(shown))
     ax.bar(x - 0.2, panel.excess[shown], 0.4, color=COLOURS["excess"], alpha=0.6,
            label=f"max(0, q − p): Σ = P(reject) = {1 - panel.p_accept:.3f}")
     ax.bar(x + 0.2, panel.residual[shown], 0.4, fill=False, edgecolor=COLOURS["excess"], hatch="..",
            label="(q − p)+ = max(0, q − p) / Σ")
     if highlight is not None:
-        ax.annotate("resampled", (highlight + 0.2, panel.residual[shown][highlight]), xytext=(0, 12),
+        ax.annotate("resampled", (highlight + 0.2, panel.residual[shown][highlight]), xytext=(0, 14),
                     textcoords="offset points", ha="center", arrowprops=dict(arrowstyle="->"))
-    _token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
-    ax.set_ylabel("probability")
-    ax.set_title("Reject: resample from (q − p)+")
+    token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
+    ax.set(ylabel="probability", title="Reject: resample from (q − p)+")
     ax.legend(fontsize="small")
+    return ax
 
 
-def plot_identity(ax, panel, labels, shown=None):
-    """Theorem 1 in one picture: accepted mass min(p, q) stacked with resampled mass max(0, q − p)
-    is exactly q."""
-    shown = np.arange(len(panel.p)) if shown is None else shown
+def plot_identity(panel, labels, shown=None, ax=None):
+    """Theorem 1 in one picture: the accepted mass min(p, q) stacked with the resampled mass
+    max(0, q − p) is exactly q."""
+    ax = new_ax(ax, (6, 3.6))
+    shown = all_tokens(shown, len(panel.p))
     x = np.arange(len(shown))
     ax.bar(x, panel.overlap[shown], 0.6, color=COLOURS["overlap"], alpha=0.7, label="min(p, q): accepted")
     ax.bar(x, panel.excess[shown], 0.6, bottom=panel.overlap[shown], color=COLOURS["excess"], alpha=0.7,
            label="max(0, q − p): resampled")
     ax.scatter(x, panel.q[shown], marker="_", s=400, color="black", zorder=3, label="q (target)")
-    _token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
-    ax.set_ylabel("P(output token)")
-    ax.set_title("min(p, q) + max(0, q − p) = q")
+    token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
+    ax.set(ylabel="P(output token)", title="min(p, q) + max(0, q − p) = q")
     ax.legend(fontsize="small")
+    return ax
 
 
 def theorem1_figure(panel, labels, shown=None):
-    """The three panels side by side, as a Figure (for the explorer and the static notebook view)."""
+    """The three panels side by side, as a Figure outside pyplot (the explorer renders it to PNG)."""
     fig = Figure(figsize=(14, 4), layout="constrained")
     axes = fig.subplots(1, 3, sharey=True)
-    plot_overlap(axes[0], panel, labels, shown)
-    plot_residual(axes[1], panel, labels, shown)
-    plot_identity(axes[2], panel, labels, shown)
-    shown = np.arange(len(panel.p)) if shown is None else shown
+    plot_overlap(panel, labels, shown, ax=axes[0])
+    plot_residual(panel, labels, shown, ax=axes[1])
+    plot_identity(panel, labels, shown, ax=axes[2])
+    shown = all_tokens(shown, len(panel.p))
     tallest = max(panel.p[shown].max(), panel.q[shown].max(), panel.residual[shown].max())
     axes[0].set_ylim(0, 1.4 * tallest)  # shared: room for the legends above the bars
     return fig
 
 
-def plot_histogram(ax, mc, q, labels, shown=None):
+def plot_histogram(mc, q, labels, shown=None, ax=None):
     """What n accept/resample trials produced, next to q."""
-    shown = np.arange(len(q)) if shown is None else shown
+    ax = new_ax(ax, (7, 3.6))
+    q = np.asarray(q)
+    shown = all_tokens(shown, len(q))
     x = np.arange(len(shown))
-    ax.bar(x, mc.empirical[shown], 0.6, color=COLOURS["empirical"], alpha=0.6,
-           label=f"empirical, {mc.n:,} trials")
-    ax.scatter(x, np.asarray(q)[shown], marker="_", s=400, color="black", zorder=3, label="q (target)")
-    _token_axis(ax, labels, shown, len(q), {"empirical": mc.empirical, "q": np.asarray(q)})
-    ax.set_ylabel("fraction of output tokens")
-    ax.set_ylim(0, 1.4 * max(mc.empirical[shown].max(), np.asarray(q)[shown].max()))
-    ax.set_title(f"Output of accept/resample: TV(empirical, q) = {mc.tv:.4f}")
+    ax.bar(x, mc.empirical[shown], 0.6, color=COLOURS["empirical"], alpha=0.6, label=f"empirical, {mc.n:,} trials")
+    ax.scatter(x, q[shown], marker="_", s=400, color="black", zorder=3, label="q (target)")
+    token_axis(ax, labels, shown, len(q), {"empirical": mc.empirical, "q": q})
+    ax.set_ylim(0, 1.4 * max(mc.empirical[shown].max(), q[shown].max()))
+    ax.set(ylabel="fraction of output tokens", title=f"Output of accept/resample: TV(empirical, q) = {mc.tv:.4f}")
     ax.legend(fontsize="small")
+    return ax
 
 
-def plot_tv_curve(ax, ns, tvs):
+def plot_tv_curve(ns, tvs, ax=None):
     """TV(empirical, q) against the number of trials, log-log, with a 1/√n guide."""
+    ax = new_ax(ax, (6, 3.6))
     ns, tvs = np.asarray(ns, np.float64), np.asarray(tvs, np.float64)
     ax.loglog(ns, tvs, "o-", color=COLOURS["empirical"], label="TV(empirical, q)")
     ax.loglog(ns, tvs[0] * np.sqrt(ns[0] / ns), "--", color="grey", label="∝ 1/√n (sampling noise)")
-    ax.set_xlabel("number of trials n")
-    ax.set_ylabel("total-variation distance")
-    ax.set_title("The output of accept/resample converges to q")
+    ax.set(xlabel="number of trials n", ylabel="total-variation distance",
+           title="The output of accept/resample converges to q")
     ax.legend()
+    return ax
 
 
 def figure_png(fig, dpi=80):
@@ -316,7 +341,7 @@ def monte_carlo_update(p, q, n, seed, labels, shown=None):
     """What the explorer shows after `Run Monte-Carlo`: (histogram outputs, MonteCarlo)."""
     mc = monte_carlo(p, q, n, seed)
     fig = Figure(figsize=(7, 3.6), layout="constrained")
-    plot_histogram(fig.subplots(), mc, q, labels, shown)
+    plot_histogram(mc, q, labels, shown, ax=fig.subplots())
     summary = (f"n = {mc.n:,} trials: {mc.n_accepted / mc.n:.1%} accepted the drafted token, "
                f"the rest resampled from (q − p)+; TV(empirical, q) = {mc.tv:.4f}")
     if shown is not None and len(shown) < len(q):
@@ -356,7 +381,7 @@ def model_controls(draft, target, ids, tokenizer, n_show=10):
 
     def distributions(position, temperature_p, temperature_q):
         p, q = distributions_at(logits_p, logits_q, position, temperature_p, temperature_q)
-        shown = top_tokens(p, q, n_show)
+        shown = shown_tokens(p, q, n_show)
         return p, q, [token_label(tokenizer, t) for t in shown], shown
 
     return sliders, distributions

@@ -1,4 +1,4 @@
-"""The pictures and widgets of the course, tested headless: the numbers behind each figure, the
+"""The Theorem 1 pictures and widget (notebook 04), tested headless: the numbers behind each figure, the
 labels on each axis, and the Theorem 1 explorer driven without a browser."""
 
 import base64
@@ -7,6 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
@@ -69,15 +70,19 @@ def test_distributions_at_reads_the_chosen_position_at_each_temperature():
 def test_token_labels_are_drawable():
     tok = picogpt.tokenizer()
     assert viz.token_label(tok, tok.encode(" the")[0]) == "␣the"
-    assert viz.token_label(tok, tok.encode("\n")[0]) == "\\n"
-    emoji = viz.token_label(tok, tok.encode(" 🙂")[-1])
-    assert all(ord(c) in viz.drawable_codepoints() for c in emoji), emoji
+    assert viz.token_label(tok, tok.encode("\n")[0]) == "↵"
+    assert viz.token_label(tok, tok.encode(" 🙂")[-1]) == "␣\\U0001f642"  # not in the plot font
+    partial = viz.token_label(tok, tok.encode("你好")[0])  # the first bytes of a UTF-8 character
+    assert partial.startswith("\\x") and all(ord(c) in viz.drawable_codepoints() for c in partial), partial
+    japanese = viz.token_label(tok, tok.encode("の")[0])
+    assert japanese == "\\u306e", japanese
 
 
-def test_top_tokens_picks_the_largest_mass_of_either_model():
+def test_shown_tokens_picks_the_largest_mass_of_either_model_and_the_ones_asked_for():
     p, q = np.array([0.6, 0.1, 0.1, 0.2]), np.array([0.1, 0.1, 0.7, 0.1])
-    assert list(viz.top_tokens(p, q, 2)) == [2, 0]
-    assert list(viz.top_tokens(p, q, 10)) == [0, 1, 2, 3]
+    assert list(viz.shown_tokens(p, q, 2)) == [2, 0]
+    assert list(viz.shown_tokens(p, q, 2, include=[1, 0])) == [2, 0, 1]
+    assert list(viz.shown_tokens(p, q, 10)) == [0, 1, 2, 3]
 
 
 # ---- Theorem 1 panel ---------------------------------------------------------------------------
@@ -145,6 +150,12 @@ def labelled(ax):
     return ax.get_xlabel() and ax.get_ylabel() and ax.get_title() and ax.get_legend() is not None
 
 
+def test_plots_make_their_own_figure_when_given_no_axes():
+    ax = viz.plot_identity(viz.theorem1_panel(*viz.toy_distributions()), viz.TOY_VOCAB)
+    assert labelled(ax)
+    plt.close(ax.figure)
+
+
 def test_theorem1_figure_has_three_labelled_panels():
     panel = viz.theorem1_panel(*viz.toy_distributions())
     fig = viz.theorem1_figure(panel, viz.TOY_VOCAB)
@@ -157,20 +168,17 @@ def test_theorem1_figure_has_three_labelled_panels():
 def test_plots_of_a_large_vocabulary_say_what_the_hidden_tokens_hold():
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(1000)), rng.dirichlet(np.ones(1000))
-    shown = viz.top_tokens(p, q, 5)
-    ax = Figure().subplots()
-    viz.plot_overlap(ax, viz.theorem1_panel(p, q), [str(t) for t in shown], shown)
+    shown = viz.shown_tokens(p, q, 5)
+    ax = viz.plot_overlap(viz.theorem1_panel(p, q), [str(t) for t in shown], shown, ax=Figure().subplots())
     assert "the other 995 tokens hold" in ax.get_xlabel()
     assert len(ax.get_xticklabels()) == 5
 
 
 def test_histogram_and_tv_curve_are_labelled():
     p, q = viz.toy_distributions()
-    ax = Figure().subplots()
-    viz.plot_histogram(ax, viz.monte_carlo(p, q, 500), q, viz.TOY_VOCAB)
+    ax = viz.plot_histogram(viz.monte_carlo(p, q, 500), q, viz.TOY_VOCAB, ax=Figure().subplots())
     assert labelled(ax) and "TV" in ax.get_title()
-    ax = Figure().subplots()
-    viz.plot_tv_curve(ax, [10, 100, 1000], [0.3, 0.1, 0.03])
+    ax = viz.plot_tv_curve([10, 100, 1000], [0.3, 0.1, 0.03])
     assert labelled(ax) and ax.get_xscale() == "log"
 
 
