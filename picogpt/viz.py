@@ -309,6 +309,115 @@ def plot_tv_curve(ns, tvs, ax=None):
     return ax
 
 
+# ---------------------------------------------------------------------------------------------
+# Algorithm 2, one loop at a time (notebook 03): the speculative sampler's trace as a table
+# ---------------------------------------------------------------------------------------------
+
+def loop_rows(loop, tok):
+    """One row per drafted token of a LoopTrace: (t, x̃_t, p(x̃_t), q(x̃_t), min(1, q/p), r or None,
+    decision). t counts from 1, as in the paper."""
+    rows = []
+    for i, (x, p_x, q_x) in enumerate(zip(loop.drafted, loop.p_drafted, loop.q_drafted)):
+        r = loop.r[i] if i < len(loop.r) else None
+        decision = ("accepted" if i < loop.n_accepted else
+                    "rejected" if r is not None else "not judged (after a rejection)")
+        rows.append((i + 1, token_label(tok, x), p_x, q_x, min(1.0, q_x / p_x), r, decision))
+    return rows
+
+
+def loop_table(loop, tok):
+    """The loop as a text table, then what it emitted: the accepted drafts and the new token."""
+    rows = loop_rows(loop, tok)
+    width = max(8, *(len(row[1]) for row in rows))
+    lines = [f"{'t':>2}  {'x̃_t':<{width}}  {'p(x̃_t)':>8}  {'q(x̃_t)':>8}  {'min(1, q/p)':>11}  {'r':>6}  decision"]
+    for t, label, p_x, q_x, ratio, r, decision in rows:
+        r_text = f"{r:6.3f}" if r is not None else f"{'–':>6}"
+        lines.append(f"{t:>2}  {label:<{width}}  {p_x:8.4f}  {q_x:8.4f}  {ratio:11.3f}  {r_text}  {decision}")
+    new = token_label(tok, loop.new_token)
+    lines.append(f"→ resampled x̃_{loop.n_accepted + 1} from (q − p)+: {new}" if loop.resampled else
+                 f"→ all K = {loop.K} accepted: extra token from q_{loop.K + 1}: {new}")
+    lines.append(f"→ this loop emitted {len(loop.tokens)} token(s): " + " ".join(token_label(tok, x) for x in loop.tokens))
+    return "\n".join(lines)
+
+
+def rejection_view(loop, tok, n_show=10):
+    """For a loop that ended in a rejection (kept with keep_distributions=True): the Theorem 1 panel
+    at the rejected position, the tokens to show (the drafted and the resampled one included),
+    their labels, and the index of the resampled token among them."""
+    if not loop.resampled or loop.p is None:
+        raise PicoGPTError("rejection_view needs a loop that ended in a rejection, traced with "
+                           "speculative_sampling(..., keep_distributions=True)")
+    t = loop.n_accepted  # 0-based: the first rejected draft
+    panel = theorem1_panel(loop.p[t], loop.q[t])
+    shown = shown_tokens(panel.p, panel.q, n_show, include=(loop.drafted[t], loop.new_token))
+    labels = [token_label(tok, x) for x in shown]
+    return panel, shown, labels, list(shown).index(loop.new_token)
+
+
+def tokens_per_loop_counts(loops, K):
+    """How many loops emitted 1, 2, ..., K + 1 tokens: [K + 1]."""
+    return np.bincount([len(loop.tokens) for loop in loops], minlength=K + 2)[1: K + 2]
+
+
+def tokens_per_loop_pmf(alpha, K):
+    """P(a loop emits n tokens), n = 1..K+1, if each draft is accepted independently with
+    probability alpha: alpha^(n-1) (1 - alpha) for n <= K, and alpha^K for n = K + 1. [K + 1]"""
+    n = np.arange(1, K + 2)
+    return np.where(n <= K, alpha ** (n - 1) * (1 - alpha), alpha**K)
+
+
+def plot_tokens_per_loop(loops, K, alpha=None, ax=None):
+    """Histogram of the tokens each loop emitted, with the independent-acceptance prediction."""
+    ax = new_ax(ax, (6, 3.6))
+    counts = tokens_per_loop_counts(loops, K)
+    n = np.arange(1, K + 2)
+    ax.bar(n, counts / counts.sum(), 0.6, color=COLOURS["q"], alpha=0.7,
+           label=f"measured, {counts.sum()} loops (mean {np.dot(n, counts) / counts.sum():.2f})")
+    if alpha is not None:
+        ax.plot(n, tokens_per_loop_pmf(alpha, K), "o--", color="black",
+                label=f"independent acceptance, α = {alpha:.2f} (mean {np.dot(n, tokens_per_loop_pmf(alpha, K)):.2f})")
+    ax.set_xticks(n)
+    ax.set(xlabel="tokens emitted by one loop (= per target call)", ylabel="fraction of loops",
+           title=f"Tokens per loop of speculative sampling, K = {K}")
+    ax.legend(fontsize="small")
+    return ax
+
+
+# ---------------------------------------------------------------------------------------------
+# Speedup (notebook 05)
+# ---------------------------------------------------------------------------------------------
+
+def plot_loop_cost(costs, ax=None):
+    """What one loop costs against what its best case replaces, in milliseconds, for each K:
+    K t_draft + t_score(K) (one loop) vs (K + 1) t_target (K + 1 autoregressive steps)."""
+    ax = new_ax(ax, (6, 3.6))
+    Ks = np.array(sorted(costs.t_score_s))
+    t_score = np.array([costs.t_score_s[K] for K in Ks])
+    ax.plot(Ks, 1e3 * t_score, "o-", label="t_score(K): one target call on K + 1 positions")
+    ax.plot(Ks, 1e3 * (Ks * costs.t_draft_s + t_score), "s-", label="one loop: K t_draft + t_score(K)")
+    ax.plot(Ks, 1e3 * (Ks + 1) * costs.t_target_s, "--", color="grey", label="(K + 1) t_target: K + 1 target steps")
+    ax.axhline(1e3 * costs.t_target_s, color="black", lw=0.8, label=f"t_target = {1e3 * costs.t_target_s:.1f} ms")
+    ax.set_xticks(Ks)
+    ax.set(xlabel="K (tokens drafted per loop)", ylabel="time (ms)", title="What a loop costs")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_speedup(Ks, measured, predicted, ax=None):
+    """Measured speedup (one value per K) against each prediction ({label: one value per K})."""
+    ax = new_ax(ax, (7, 4))
+    for (label, values), style in zip(predicted.items(), ("s--", "^:", "v:", "d:")):
+        ax.plot(Ks, values, style, label=f"predicted: {label}")
+    ax.plot(Ks, measured, "o-", color="black", lw=2, label="measured (median wall time)")
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set_xticks(Ks)
+    ax.set(xlabel="K (tokens drafted per loop)", ylabel="speedup over autoregressive (×)",
+           title="Speculative sampling: predicted vs measured speedup")
+    ax.legend(fontsize="small")
+    return ax
+
+
 def figure_png(fig, dpi=80):
     """A figure as PNG bytes (what the widget shows, whatever matplotlib backend is active)."""
     buffer = io.BytesIO()
