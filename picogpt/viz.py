@@ -340,6 +340,18 @@ def loop_table(loop, tok):
     return "\n".join(lines)
 
 
+def marked_text(loops, tok, N=None):
+    """The generated text, marked with where each token came from: plain = a draft the target
+    accepted, [x] = resampled from (q − p)+ after a rejection, {x} = the extra token from q_{K+1}
+    after all K drafts were accepted. N cuts it to the first N tokens, as the sampler does."""
+    pieces = []
+    for loop in loops:
+        pieces += [tok.decode([x]) for x in loop.drafted[: loop.n_accepted]]
+        new = tok.decode([loop.new_token])
+        pieces.append(f"[{new}]" if loop.resampled else f"{{{new}}}")
+    return "".join(pieces[:N])
+
+
 def rejection_view(loop, tok, n_show=10):
     """For a loop that ended in a rejection (kept with keep_distributions=True): the Theorem 1 panel
     at the rejected position, the tokens to show (the drafted and the resampled one included),
@@ -439,10 +451,12 @@ def text_output(text):
     return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
 
 
-def explorer_update(p, q, labels, shown=None):
+def explorer_update(p, q, labels, shown=None, title=None):
     """What the explorer shows for one slider setting: (readout HTML, figure outputs, panel)."""
     panel = theorem1_panel(p, q)
     fig = theorem1_figure(panel, labels, shown)
+    if title:
+        fig.suptitle(title)
     return readout(panel), (png_output(figure_png(fig), f"Theorem 1 panels, P(accept) = {panel.p_accept:.3f}"),), panel
 
 
@@ -466,19 +480,29 @@ def _slider(description, value, low, high, step=0.05):
                          continuous_update=False, readout_format=".2f", style={"description_width": "initial"})
 
 
+@dataclass(frozen=True)
+class ExplorerPair:
+    """What the explorer plots for one slider setting."""
+    p: np.ndarray  # draft distribution [n_vocab]
+    q: np.ndarray  # target distribution [n_vocab]
+    labels: list  # labels of the tokens shown
+    shown: np.ndarray = None  # the tokens shown (None: all, in order)
+    title: str = None
+
+
 def toy_controls():
-    """Sliders for toy_distributions, and the function from their values to (p, q, labels, shown)."""
+    """Sliders for toy_distributions, and the function from their values to an ExplorerPair."""
     sliders = {"centre_p": _slider("p (draft) centre", 2.0, 0, 7), "width_p": _slider("p (draft) width", 1.5, 0.3, 4),
                "centre_q": _slider("q (target) centre", 4.0, 0, 7), "width_q": _slider("q (target) width", 1.0, 0.3, 4)}
 
-    def distributions(**values):
+    def pair(**values):
         p, q = toy_distributions(**values)
-        return p, q, list(TOY_VOCAB), None
+        return ExplorerPair(p, q, list(TOY_VOCAB), title="a toy vocabulary of 8 words")
 
-    return sliders, distributions
+    return sliders, pair
 
 
-def model_controls(draft, target, ids, tokenizer, n_show=10):
+def model_controls(draft, target, ids, tok, n_show=10):
     """Sliders for a prompt position and the two temperatures; the logits are computed once here,
     so moving a slider runs no forward pass."""
     import ipywidgets as w
@@ -488,22 +512,25 @@ def model_controls(draft, target, ids, tokenizer, n_show=10):
                "temperature_p": _slider("temperature of p (draft)", 1.0, 0, 2),
                "temperature_q": _slider("temperature of q (target)", 1.0, 0, 2)}
 
-    def distributions(position, temperature_p, temperature_q):
+    def pair(position, temperature_p, temperature_q):
         p, q = distributions_at(logits_p, logits_q, position, temperature_p, temperature_q)
         shown = shown_tokens(p, q, n_show)
-        return p, q, [token_label(tokenizer, t) for t in shown], shown
+        context = tok.decode([int(t) for t in ids[: position + 1]])
+        return ExplorerPair(p, q, [token_label(tok, t) for t in shown], shown,
+                            title=f"next token after {context!r}: p = {draft.name} at T = {temperature_p:.2f}, "
+                                  f"q = {target.name} at T = {temperature_q:.2f}")
 
-    return sliders, distributions
+    return sliders, pair
 
 
-def theorem1_explorer(draft=None, target=None, ids=None, tokenizer=None, n_show=10, seed=0):
+def theorem1_explorer(draft=None, target=None, ids=None, tok=None, n_show=10, seed=0):
     """The interactive Theorem 1 explorer: toy distributions by default, or the real models' next-token
     distributions after each position of the prompt `ids`. Returns an ipywidgets.VBox."""
     import ipywidgets as w
     if draft is None:
-        sliders, distributions = toy_controls()
+        sliders, make_pair = toy_controls()
     else:
-        sliders, distributions = model_controls(draft, target, ids, tokenizer, n_show)
+        sliders, make_pair = model_controls(draft, target, ids, tok, n_show)
     readout_html = w.HTML(description="Theorem 1", style={"description_width": "initial"})
     figure_out = w.Output(layout={"min_height": "300px"})
     n_trials = w.Dropdown(options=[("100", 100), ("1,000", 1000), ("10,000", 10_000), ("100,000", 100_000)],
@@ -515,15 +542,14 @@ def theorem1_explorer(draft=None, target=None, ids=None, tokenizer=None, n_show=
     current = {}
 
     def redraw(_change=None):
-        current["p"], current["q"], current["labels"], current["shown"] = distributions(
-            **{name: s.value for name, s in sliders.items()})
-        readout_html.value, figure_out.outputs, _ = explorer_update(
-            current["p"], current["q"], current["labels"], current["shown"])
+        current["pair"] = pair = make_pair(**{name: s.value for name, s in sliders.items()})
+        readout_html.value, figure_out.outputs, _ = explorer_update(pair.p, pair.q, pair.labels, pair.shown, pair.title)
         histogram_out.outputs = (text_output("Press “Run Monte-Carlo” to push n drafted tokens through accept/resample."),)
 
     def run_monte_carlo(_button=None):
-        histogram_out.outputs, _ = monte_carlo_update(
-            current["p"], current["q"], n_trials.value, int(rng.integers(2**32)), current["labels"], current["shown"])
+        pair = current["pair"]
+        histogram_out.outputs, _ = monte_carlo_update(pair.p, pair.q, n_trials.value, int(rng.integers(2**32)),
+                                                      pair.labels, pair.shown)
 
     for s in sliders.values():
         s.observe(redraw, names="value")

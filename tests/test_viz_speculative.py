@@ -47,6 +47,12 @@ def test_loop_table_when_every_draft_passes():
     assert "emitted 4 token(s)" in text and "rejected" not in text
 
 
+def test_marked_text_shows_where_each_token_came_from():
+    loops = [trace(1, True, (0.1, 0.9)), trace(3, False, (0.1,) * 3)]
+    assert viz.marked_text(loops, TOK) == " And[ said] And the LORD{ said}"
+    assert viz.marked_text(loops, TOK, N=3) == " And[ said] And"
+
+
 def test_rejection_view_points_at_the_resampled_token():
     p = np.full(20, 0.05)
     q = np.zeros(20)

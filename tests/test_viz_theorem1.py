@@ -26,6 +26,7 @@ class FixedLogitsModel:
     def __init__(self, seed, n_vocab=50257, scale=3.0):
         self.row = np.random.default_rng(seed).standard_normal(n_vocab).astype(np.float32) * scale
         self.calls = 0
+        self.name = f"fixed-{seed}"
 
     def __call__(self, ids):
         self.calls += 1
