@@ -334,7 +334,7 @@ def loop_table(loop, tok):
         r_text = f"{r:6.3f}" if r is not None else f"{'–':>6}"
         lines.append(f"{t:>2}  {label:<{width}}  {p_x:8.4f}  {q_x:8.4f}  {ratio:11.3f}  {r_text}  {decision}")
     new = token_label(tok, loop.new_token)
-    lines.append(f"→ resampled x̃_{loop.n_accepted + 1} from (q − p)+: {new}" if loop.resampled else
+    lines.append(f"→ x̃_{loop.n_accepted + 1} rejected; in its place, from (q − p)+: {new}" if loop.resampled else
                  f"→ all K = {loop.K} accepted: extra token from q_{loop.K + 1}: {new}")
     lines.append(f"→ this loop emitted {len(loop.tokens)} token(s): " + " ".join(token_label(tok, x) for x in loop.tokens))
     return "\n".join(lines)

@@ -37,7 +37,7 @@ def test_loop_table_after_a_rejection():
     assert [row[-1] for row in rows] == ["accepted", "rejected", "not judged (after a rejection)"]
     assert rows[1][4] == pytest.approx(0.25)  # min(1, q/p) = 0.1 / 0.4
     text = viz.loop_table(loop, TOK)
-    assert "␣LORD" in text and "resampled x̃_2 from (q − p)+: ␣said" in text
+    assert "␣LORD" in text and "x̃_2 rejected; in its place, from (q − p)+: ␣said" in text
     assert "emitted 2 token(s): ␣And ␣said" in text
 
 
