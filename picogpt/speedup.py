@@ -10,7 +10,9 @@ sampling (Algorithm 1) over that of speculative sampling (Algorithm 2), same pro
 same seeds, medians.
 """
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -19,6 +21,8 @@ from .errors import PicoGPTError
 from .sampling import autoregressive_sampling, distribution
 from .speculative import speculative_sampling
 from .timing import median_seconds
+
+BENCH_JSON = Path(__file__).resolve().parent.parent / "benchmarks" / "bench.json"  # `python -m picogpt bench`
 
 
 def cached_call_s(model, ids, n_new, repeats=5):
@@ -118,3 +122,23 @@ def pooled_alpha(measured):
     depend on K: each decision compares one drafted token's p and q)."""
     decisions = sum(m.n_decisions for m in measured.values())
     return sum(m.n_accepted for m in measured.values()) / decisions if decisions else float("nan")
+
+
+def bench_costs(path=BENCH_JSON, pair=("gpt2", "gpt2-xl")):
+    """GPT-2 small's and XL's costs as `python -m picogpt bench` measured and committed them:
+    (Costs, a line saying when, where and on which weights), or (None, why there are none)."""
+    path = Path(path)
+    if not path.exists():
+        return None, (f"{path.name} not found: the costs of {pair[0]} drafting for {pair[1]} are not "
+                      "measured yet (run: python -m picogpt bench)")
+    try:
+        results = json.loads(path.read_text())
+        predicted = results["predicted"]
+        costs = Costs(t_draft_s=float(predicted["t_draft_s"]), t_target_s=float(predicted["t_target_s"]),
+                      t_score_s={int(K): float(s) for K, s in predicted["t_score_s"].items()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return None, f"{path} holds no {pair[0]} -> {pair[1]} costs ({type(e).__name__}: {e})"
+    models = results.get("models", {})
+    weights = ", ".join(f"{label}: {models.get(label, {}).get('source', 'unknown')}" for label in pair)
+    machine = results.get("machine", {}).get("cpu", "an unrecorded machine")
+    return costs, f"measured {results.get('date_utc', '(undated)')} on {machine} (weights {weights})"

@@ -1,6 +1,8 @@
 """Notebook 05's measurements: the costs the speedup formulas need, the predictions made from
 them, and the measured speedup of speculative over autoregressive sampling."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,22 @@ def test_theory_and_measurement_agree_on_tokens_per_loop_for_identical_models():
     _, measured = speedup.measure_speedups(model, model, PROMPT, N=8, Ks=[3], seeds=(0,))
     assert measured[3].tokens_per_loop == theory.expected_tokens_per_loop(1.0, 3)
     assert np.isfinite(measured[3].speedup)
+
+
+def test_bench_costs_reads_the_committed_benchmark(tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({
+        "date_utc": "2026-01-01T00:00:00+00:00", "machine": {"cpu": "Test CPU"},
+        "models": {"gpt2": {"source": "random weights"}, "gpt2-xl": {"source": "random weights"}},
+        "predicted": {"t_draft_s": 0.01, "t_target_s": 0.1, "t_score_s": {"1": 0.11, "4": 0.13}}}))
+    costs, note = speedup.bench_costs(path)
+    assert costs.t_score_s == {1: 0.11, 4: 0.13} and costs.c == pytest.approx(0.1)
+    assert "Test CPU" in note and "gpt2-xl: random weights" in note
+
+
+def test_bench_costs_says_when_there_are_none(tmp_path):
+    costs, note = speedup.bench_costs(tmp_path / "bench.json")
+    assert costs is None and "not measured yet" in note
+    (tmp_path / "bench.json").write_text(json.dumps({"models": {}}))
+    costs, note = speedup.bench_costs(tmp_path / "bench.json")
+    assert costs is None and "predicted" in note
