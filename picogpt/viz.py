@@ -1,9 +1,10 @@
 """Pictures and widgets for the course: Theorem 1, the speculative loop and the speedup, made visible.
 
-Every picture is computed by a pure function (tested headless in tests/test_viz.py) and drawn
+Every picture is computed by a pure function (tested headless in tests/test_viz_*.py) and drawn
 by a `plot_…(…, ax=None)` function, with labelled axes, units and a legend, on the Axes you pass
-(to build a grid of panels) or on a new figure; it returns the Axes. The Theorem 1 explorer of notebook 04 only wires sliders to `explorer_update` and
-a button to `monte_carlo_update`, two pure functions a test can call without a browser.
+(to build a grid of panels) or on a new figure; it returns the Axes. The Theorem 1 explorer of
+notebook 04 only wires sliders to `explorer_update` and a button to `monte_carlo_update`, two
+pure functions a test can call without a browser.
 
 Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
 token, (f)+ = max(0, f) / Σ max(0, f).
