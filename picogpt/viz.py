@@ -217,7 +217,8 @@ def token_axis(ax, labels, shown, n_vocab, masses):
     ax.set_xticks(np.arange(len(shown)), list(labels)[: len(shown)], rotation=45, ha="right")
     rest = n_vocab - len(shown)
     held = ", ".join(f"{name} {1 - d[shown].sum():.2f}" for name, d in masses.items())
-    ax.set_xlabel("next token (␣ = space)" + (f"\n(the other {rest:,} tokens hold {held})" if rest else ""))
+    space_note = " (␣ = space)" if any("␣" in label for label in labels) else ""
+    ax.set_xlabel(f"next token{space_note}" + (f"\n(the other {rest:,} tokens hold {held})" if rest else ""))
 
 
 def plot_overlap(panel, labels, shown=None, ax=None):
