@@ -391,11 +391,13 @@ def check_all_ran(page, name, prompts):
     """Run All stops at the first error: every non-empty code cell must carry a number."""
     for index, (prompt, has_source) in enumerate(prompts):
         if has_source and not re.search(r"\[\d+\]", prompt):
-            error = page.locator(".jp-NotebookPanel .jp-CodeCell").nth(max(index - 1, 0)) \
-                .locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-            detail = error.last.text_content()[-800:] if error.count() else "(no error output)"
-            raise CheckFailed(f"{name}: code cell {index + 1} did not run (prompt {prompt!r}); "
-                              f"the cell before it printed:\n{detail}")
+            if index == 0:
+                raise CheckFailed(f"{name}: code cell 1 did not run (prompt {prompt!r})")
+            stderr = page.locator(".jp-NotebookPanel .jp-CodeCell").nth(index - 1).locator(
+                ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+            error = stderr.last.text_content()[-800:] if stderr.count() else "(no error output)"
+            raise CheckFailed(f"{name}: Run All stopped at code cell {index}, cells from "
+                              f"{index + 1} on did not run; code cell {index} printed:\n{error}")
     return sum(1 for _, has_source in prompts if has_source)
 
 
@@ -640,7 +642,8 @@ def run_checks(root_dir, notebooks, server, shots, results):
     if EXPLORER in notebooks:
         checks.append((EXPLORER, lambda page: check_explorer(page, server, shots)))
     else:
-        print(f"SKIP  {EXPLORER}: not in the served notebooks yet — explorer checks skipped")
+        results.append((EXPLORER, False, "missing: the course's Theorem 1 explorer notebook"))
+        print(f"FAIL  {EXPLORER}: missing from the served notebooks (the widget contract's explorer)")
     for i, name in enumerate(widget_notebooks):
         checks.append((name, lambda page, name=name, i=i:
                        check_notebook(page, server, name, shots, f"nb{i}")))
@@ -718,8 +721,7 @@ def main(argv=None):
         source = f"the {args.stand_in} stand-in" if args.stand_in else args.notebooks
         print(f"serving a copy of {source}: {', '.join(notebooks) or 'no notebooks'}")
         if not notebooks:
-            print("no notebooks yet: nothing to check in a browser")
-            return 0
+            raise CheckFailed(f"no notebooks to serve in {source}")
         require_playwright()
         server = LabServer(root_dir, state_dir)
         server.start()
