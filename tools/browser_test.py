@@ -490,6 +490,16 @@ def move_slider(page, slider):
     return "drag", value_before, slider_value(slider)
 
 
+def settle(scope, calm_polls=3, timeout_s=INTERACTION_S):
+    """Wait until the readout and the images stop changing (calm_polls polls in a row)."""
+    last, calm, deadline = None, 0, time.monotonic() + timeout_s
+    while calm < calm_polls and time.monotonic() < deadline:
+        now = (readout_text(scope), output_images(scope))
+        calm = calm + 1 if now == last else 0
+        last = now
+        time.sleep(0.5)
+
+
 def check_slider_updates(page, name, scope, tag, shots):
     """Moving a slider changes the P(accept) readout and redraws the figure.
 
@@ -520,6 +530,7 @@ def check_slider_updates(page, name, scope, tag, shots):
                          f"changed outputs {changed_outputs(images_before, output_images(scope))}")
             continue
         figure_outputs = changed_outputs(images_before, output_images(scope))
+        settle(scope)  # each key press is a change: let the last one's redraw land
         shots.take(scope, f"{tag}-after-slider")
         print(f"  {tag}: slider {label!r} {v0} -> {v1} ({how}): {readout_before!r} -> "
               f"{readout_text(scope)!r}; figure redrawn in Output #{figure_outputs[0] + 1}")
