@@ -391,11 +391,13 @@ def check_all_ran(page, name, prompts):
     """Run All stops at the first error: every non-empty code cell must carry a number."""
     for index, (prompt, has_source) in enumerate(prompts):
         if has_source and not re.search(r"\[\d+\]", prompt):
-            error = page.locator(".jp-NotebookPanel .jp-CodeCell").nth(max(index - 1, 0)) \
-                .locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-            detail = error.last.text_content()[-800:] if error.count() else "(no error output)"
-            raise CheckFailed(f"{name}: code cell {index + 1} did not run (prompt {prompt!r}); "
-                              f"the cell before it printed:\n{detail}")
+            if index == 0:
+                raise CheckFailed(f"{name}: code cell 1 did not run (prompt {prompt!r})")
+            stderr = page.locator(".jp-NotebookPanel .jp-CodeCell").nth(index - 1).locator(
+                ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+            error = stderr.last.text_content()[-800:] if stderr.count() else "(no error output)"
+            raise CheckFailed(f"{name}: Run All stopped at code cell {index}, cells from "
+                              f"{index + 1} on did not run; code cell {index} printed:\n{error}")
     return sum(1 for _, has_source in prompts if has_source)
 
 
@@ -488,6 +490,16 @@ def move_slider(page, slider):
     return "drag", value_before, slider_value(slider)
 
 
+def settle(scope, calm_polls=3, timeout_s=INTERACTION_S):
+    """Wait until the readout and the images stop changing (calm_polls polls in a row)."""
+    last, calm, deadline = None, 0, time.monotonic() + timeout_s
+    while calm < calm_polls and time.monotonic() < deadline:
+        now = (readout_text(scope), output_images(scope))
+        calm = calm + 1 if now == last else 0
+        last = now
+        time.sleep(0.5)
+
+
 def check_slider_updates(page, name, scope, tag, shots):
     """Moving a slider changes the P(accept) readout and redraws the figure.
 
@@ -518,6 +530,7 @@ def check_slider_updates(page, name, scope, tag, shots):
                          f"changed outputs {changed_outputs(images_before, output_images(scope))}")
             continue
         figure_outputs = changed_outputs(images_before, output_images(scope))
+        settle(scope)  # each key press is a change: let the last one's redraw land
         shots.take(scope, f"{tag}-after-slider")
         print(f"  {tag}: slider {label!r} {v0} -> {v1} ({how}): {readout_before!r} -> "
               f"{readout_text(scope)!r}; figure redrawn in Output #{figure_outputs[0] + 1}")
@@ -640,7 +653,8 @@ def run_checks(root_dir, notebooks, server, shots, results):
     if EXPLORER in notebooks:
         checks.append((EXPLORER, lambda page: check_explorer(page, server, shots)))
     else:
-        print(f"SKIP  {EXPLORER}: not in the served notebooks yet — explorer checks skipped")
+        results.append((EXPLORER, False, "missing: the course's Theorem 1 explorer notebook"))
+        print(f"FAIL  {EXPLORER}: missing from the served notebooks (the widget contract's explorer)")
     for i, name in enumerate(widget_notebooks):
         checks.append((name, lambda page, name=name, i=i:
                        check_notebook(page, server, name, shots, f"nb{i}")))
@@ -718,8 +732,7 @@ def main(argv=None):
         source = f"the {args.stand_in} stand-in" if args.stand_in else args.notebooks
         print(f"serving a copy of {source}: {', '.join(notebooks) or 'no notebooks'}")
         if not notebooks:
-            print("no notebooks yet: nothing to check in a browser")
-            return 0
+            raise CheckFailed(f"no notebooks to serve in {source}")
         require_playwright()
         server = LabServer(root_dir, state_dir)
         server.start()
