@@ -15,6 +15,7 @@ import numpy as np
 
 from .checkpoint import read_safetensors
 from .errors import CheckpointError, PicoGPTError
+from .fast import prepare as prepare_fast
 from .kv_cache import KVCache
 
 
@@ -226,10 +227,16 @@ def params_from_tensors(tensors, config, path="checkpoint"):
 # ---------------------------------------------------------------------------------------------
 
 class GPT2:
-    """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes."""
+    """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes.
+
+    Both run `gpt2` on the fast path's parameters (picogpt/fast.py: the same forward pass with
+    the linear weights stored transposed, made by `prepare` on the first call); `model.plain(...)`
+    runs it on the checkpoint's own arrays. Treat `params` as read-only once the model has run.
+    """
 
     def __init__(self, params, config, name="gpt2"):
         self.params, self.config, self.name = params, config, name
+        self.fast_params = None
 
     def __repr__(self):
         c = self.config
@@ -276,7 +283,18 @@ class GPT2:
                                f"{self.config.n_ctx} tokens; shorten the prompt or generate fewer")
         return ids.astype(np.int64)
 
+    def prepare(self):
+        """Make the fast path's transposed weights now (GPT-2 XL: seconds; see fast.py)."""
+        if self.fast_params is None:
+            self.fast_params = prepare_fast(self.params)
+        return self
+
     def __call__(self, ids, cache=None):
+        ids = self.check_ids(ids, len(cache) if cache is not None else 0)
+        return gpt2(ids, self.prepare().fast_params, self.config, cache)
+
+    def plain(self, ids, cache=None):
+        """The same logits from the checkpoint's arrays as they are: the reference path."""
         ids = self.check_ids(ids, len(cache) if cache is not None else 0)
         return gpt2(ids, self.params, self.config, cache)
 

@@ -1,0 +1,156 @@
+"""The fast path: model.py's forward pass, unchanged, with weights laid out for decoding.
+
+Decoding a token reads every weight once and does two flops per weight, so on a CPU it is
+bound by memory bandwidth, not arithmetic. Scoring K+1 positions in one call (speculative
+sampling, Algorithm 2) should then cost about as much as decoding one, *if* the matrix product
+streams each weight once for all rows. NumPy's BLAS (OpenBLAS) does that for one row (a
+matrix-vector product, GEMV) but not for a few: its matrix-matrix product first copies ("packs")
+the weights into cache-sized panels, and for 2-9 rows that copy costs more than the arithmetic.
+Measured at GPT-2 XL shapes on one core: `x @ W` with 5 rows takes ~3.5x as long as with 1 row.
+
+What we do instead (see `python -m picogpt bench` and benchmarks/README.md for the numbers):
+- keep each linear layer's weight transposed, [n_out, n_in] (the layout of PyTorch's nn.Linear),
+  in one contiguous array, made once by `prepare`;
+- multiply few rows by it in blocks of up to 16 output rows, `[16, n_in] @ [n_in, n_rows]`:
+  each block is small enough for OpenBLAS's copy-free small-matrix kernel, reads its 16 * n_in
+  weights once for all rows, and the blocks are shared out among the CPU cores;
+- one row stays a single GEMV (OpenBLAS threads it itself); many rows (a long prompt) go to the
+  ordinary GEMM, which is compute-bound there and packs for good reason.
+
+The forward pass itself is `model.gpt2`, called with prepared parameters: `x @ weight` on a
+`TransposedWeight` runs `TransposedWeight.__rmatmul__`. So the fast path computes the same
+functions in the same order; only the summation order inside each dot product differs (~1e-6).
+"""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+MAX_BLOCK_ROWS = 16  # output rows per block
+SMALL_GEMM = 1_000_000  # n_out * n_in * n_rows of one block: OpenBLAS multiplies it unpacked
+MAX_STREAMED_ROWS = 16  # above this many input rows, the ordinary GEMM is faster
+MIN_PARALLEL_WEIGHTS = 1 << 20  # smaller matrices are not worth sharing between threads
+
+
+def n_threads():
+    """CPU cores this process may use (the `bench` compares PyTorch at the same count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+_pool = None
+
+
+def pool():
+    """One thread per core, created on first use; NumPy releases the GIL inside matmul."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=n_threads(), thread_name_prefix="picogpt")
+    return _pool
+
+
+def parallel(function, n_items, n_workers=None):
+    """Call function(start, stop) on n_workers contiguous slices of range(n_items), in parallel."""
+    n_workers = max(1, min(n_workers or n_threads(), n_items))
+    bounds = np.linspace(0, n_items, n_workers + 1).astype(int)
+    futures = [pool().submit(function, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
+    function(bounds[0], bounds[1])  # the calling thread takes the first slice
+    for future in futures:
+        future.result()
+
+
+def rows_per_block(n_in, n_rows):
+    """Output rows per block: at most 16, and small enough to stay on the unpacked kernel."""
+    return int(np.clip(SMALL_GEMM // (n_in * n_rows), 1, MAX_BLOCK_ROWS))
+
+
+def matmul_transposed(x, weight_t):
+    """x @ weight_t.T, streaming weight_t [n_out, n_in] once: [n_rows, n_in] -> [n_rows, n_out]."""
+    n_rows = x.shape[0]
+    n_out, n_in = weight_t.shape
+    if n_rows == 1:
+        return (weight_t @ x[0])[None]  # GEMV: [n_out, n_in] @ [n_in] -> [1, n_out]
+    if n_rows > MAX_STREAMED_ROWS:
+        return x @ weight_t.T  # GEMM for long prompts
+    x_t = np.ascontiguousarray(x.T)  # [n_in, n_rows]
+    block = rows_per_block(n_in, n_rows)
+    n_blocks = n_out // block
+    out = np.empty((n_out, n_rows), np.float32)  # the result, transposed: [n_out, n_rows]
+    blocks_in = weight_t[: n_blocks * block].reshape(n_blocks, block, n_in)
+    blocks_out = out[: n_blocks * block].reshape(n_blocks, block, n_rows)
+
+    def multiply(start, stop):  # [n, block, n_in] @ [n_in, n_rows] -> [n, block, n_rows]
+        np.matmul(blocks_in[start:stop], x_t, out=blocks_out[start:stop])
+
+    if weight_t.size >= MIN_PARALLEL_WEIGHTS:
+        parallel(multiply, n_blocks)
+    else:
+        multiply(0, n_blocks)
+    if n_blocks * block < n_out:  # the last n_out % block rows
+        np.matmul(weight_t[n_blocks * block:], x_t, out=out[n_blocks * block:])
+    return np.ascontiguousarray(out.T)  # [n_rows, n_out]
+
+
+def transpose(weight, out=None):
+    """A C-contiguous copy of weight.T, made in bands of 64 rows (cache-friendly)."""
+    n_in, n_out = weight.shape
+    out = np.empty((n_out, n_in), np.float32) if out is None else out
+    for start in range(0, n_in, 64):
+        out[:, start:start + 64] = weight[start:start + 64].T
+    return out
+
+
+class TransposedWeight:
+    """A linear layer's weight, used as `x @ weight` for weight [n_in, n_out] like any array,
+    but stored transposed, `.t` [n_out, n_in], and multiplied by `matmul_transposed`."""
+
+    __array_ufunc__ = None  # tells NumPy that `x @ self` is ours: Python calls __rmatmul__
+
+    def __init__(self, weight_t):
+        self.t = weight_t
+
+    @property
+    def shape(self):
+        return self.t.shape[::-1]
+
+    def __rmatmul__(self, x):
+        return matmul_transposed(x, self.t)
+
+
+class TiedEmbedding:
+    """GPT-2's token embedding wte [n_vocab, n_embd]: `wte[ids]` looks rows up, and `wte.T`,
+    the LM head [n_embd, n_vocab], is already stored transposed, so it needs no copy."""
+
+    def __init__(self, wte):
+        self.wte = wte
+        self.T = TransposedWeight(wte)
+
+    def __getitem__(self, ids):
+        return self.wte[ids]
+
+
+LINEARS = (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))
+
+
+def prepare(params):
+    """Parameters for the fast path: the same nested dict, with every linear weight a
+    TransposedWeight (a transposed copy, made on all cores) and wte a TiedEmbedding."""
+    weights = [block[group][name]["weight"] for block in params["h"] for group, name in LINEARS]
+    transposed = [None] * len(weights)
+
+    def transpose_some(start, stop):
+        for i in range(start, stop):
+            transposed[i] = TransposedWeight(transpose(weights[i]))
+
+    parallel(transpose_some, len(weights))
+    prepared = {**params, "wte": {"weight": TiedEmbedding(params["wte"]["weight"])}, "h": []}
+    transposed = iter(transposed)
+    for block in params["h"]:
+        prepared["h"].append({**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])})
+        for group, name in LINEARS:
+            layer = prepared["h"][-1][group]
+            layer[name] = {"weight": next(transposed), "bias": block[group][name]["bias"]}
+    return prepared

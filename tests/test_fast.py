@@ -1,0 +1,88 @@
+"""The fast path computes what the plain path computes: the same matrix products (one row, a few
+streamed rows, many rows; with and without threads; sizes that do not divide into blocks), and
+the same logits, full and cached, to ~1e-5 relative."""
+
+import numpy as np
+import pytest
+
+from helpers import random_gpt2
+from picogpt.fast import (MAX_STREAMED_ROWS, SMALL_GEMM, TiedEmbedding, TransposedWeight,
+                          matmul_transposed, prepare, rows_per_block, transpose)
+
+RELATIVE = 1e-5
+
+
+def relative_diff(got, reference):
+    return float(np.abs(got - reference).max() / max(1e-30, np.abs(reference).max()))
+
+
+@pytest.mark.parametrize("n_in, n_out", [(32, 97), (1024, 1030)])  # 1024 x 1030 runs on threads
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 5, 9, MAX_STREAMED_ROWS, MAX_STREAMED_ROWS + 1, 40])
+def test_matmul_transposed_is_x_at_w(n_in, n_out, n_rows):
+    rng = np.random.default_rng(n_rows)
+    weight = rng.standard_normal((n_in, n_out)).astype(np.float32)
+    x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
+    got = x @ TransposedWeight(transpose(weight))
+    reference = x.astype(np.float64) @ weight.astype(np.float64)
+    assert got.shape == (n_rows, n_out) and got.dtype == np.float32 and got.flags.c_contiguous
+    assert relative_diff(got, reference) < RELATIVE
+
+
+def test_matmul_transposed_of_a_non_contiguous_input():
+    rng = np.random.default_rng(0)
+    weight_t = rng.standard_normal((50, 40)).astype(np.float32)
+    x = rng.standard_normal((40, 6)).astype(np.float32).T  # [6, 40], Fortran-ordered
+    np.testing.assert_allclose(matmul_transposed(x, weight_t), x @ weight_t.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (63, 5), (64, 64), (130, 7)])
+def test_transpose_copies_exactly(shape):
+    weight = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    weight_t = transpose(weight)
+    assert weight_t.flags.c_contiguous and np.array_equal(weight_t, weight.T)
+
+
+@pytest.mark.parametrize("n_in", [1, 64, 1600, 6400])
+@pytest.mark.parametrize("n_rows", [2, 5, 9, 16])
+def test_blocks_stay_small(n_in, n_rows):
+    block = rows_per_block(n_in, n_rows)
+    assert 1 <= block <= 16
+    assert block == 1 or block * n_in * n_rows <= SMALL_GEMM
+
+
+def test_prepare_keeps_shapes_and_leaves_the_checkpoint_arrays_alone():
+    model = random_gpt2(n_layer=2, n_head=2, n_embd=32, n_vocab=97)
+    params = model.params
+    prepared = prepare(params)
+    for block, fast_block in zip(params["h"], prepared["h"]):
+        for group, name in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")):
+            weight, fast = block[group][name]["weight"], fast_block[group][name]["weight"]
+            assert isinstance(weight, np.ndarray) and isinstance(fast, TransposedWeight)
+            assert fast.shape == weight.shape and np.array_equal(fast.t, weight.T)
+    wte = prepared["wte"]["weight"]
+    assert isinstance(wte, TiedEmbedding) and wte.T.t is params["wte"]["weight"]  # no copy
+    assert np.array_equal(wte[np.array([3, 1, 3])], params["wte"]["weight"][[3, 1, 3]])
+
+
+@pytest.fixture(scope="module")
+def model():  # c_fc is 256 x 1024 = 2^18 weights; n_vocab 1030 is not a multiple of 16
+    return random_gpt2(n_layer=2, n_head=4, n_embd=256, n_ctx=128, n_vocab=1030, seed=3)
+
+
+def test_fast_full_forward_equals_plain(model):
+    ids = np.random.default_rng(4).integers(0, 1030, size=40)
+    for n in (1, 2, 5, 9, 17, 40):
+        assert relative_diff(model(ids[:n]), model.plain(ids[:n])) < RELATIVE, f"{n} positions"
+
+
+def test_fast_cached_decoding_and_scoring_equal_plain(model):
+    ids = np.random.default_rng(5).integers(0, 1030, size=60)
+    fast_cache, plain_cache = model.new_cache(), model.new_cache()
+    start = 0
+    for n_new in (20, 1, 1, 5, 9, 1, 3, 2, 17):  # prompt, decode steps, K+1 scoring calls
+        chunk = ids[start:start + n_new]
+        got, reference = model(chunk, fast_cache), model.plain(chunk, plain_cache)
+        assert got.shape == (n_new, 1030)
+        assert relative_diff(got, reference) < RELATIVE, f"{n_new} positions after {start}"
+        start += n_new
+    assert len(fast_cache) == len(plain_cache) == start
