@@ -11,11 +11,12 @@ Measured at GPT-2 XL shapes on one core: `x @ W` with 5 rows takes ~3.5x as long
 What we do instead (see `python -m picogpt bench` and benchmarks/README.md for the numbers):
 - keep each linear layer's weight transposed, [n_out, n_in] (the layout of PyTorch's nn.Linear),
   in one contiguous array, made once by `prepare`;
-- multiply few rows by it in blocks of up to 16 output rows, `[16, n_in] @ [n_in, n_rows]`:
+- multiply 1..16 rows by it in blocks of up to 16 output rows, `[16, n_in] @ [n_in, n_rows]`:
   each block is small enough for OpenBLAS's copy-free small-matrix kernel, reads its 16 * n_in
-  weights once for all rows, and the blocks are shared out among the CPU cores;
-- one row stays a single GEMV (OpenBLAS threads it itself); many rows (a long prompt) go to the
-  ordinary GEMM, which is compute-bound there and packs for good reason.
+  weights once for all rows, and the blocks are shared out among the CPU cores by our own
+  threads. (One row too: OpenBLAS's threaded GEMV is as fast on an idle machine, but its
+  threads spin-wait for each other, and on a busy one it measured 3x slower than this.)
+- many rows (a long prompt) go to the ordinary GEMM, which is compute-bound there.
 
 The forward pass itself is `model.gpt2`, called with prepared parameters: `x @ weight` on a
 `TransposedWeight` runs `TransposedWeight.__rmatmul__`. So the fast path computes the same
@@ -71,18 +72,20 @@ def matmul_transposed(x, weight_t):
     """x @ weight_t.T, streaming weight_t [n_out, n_in] once: [n_rows, n_in] -> [n_rows, n_out]."""
     n_rows = x.shape[0]
     n_out, n_in = weight_t.shape
-    if n_rows == 1:
-        return (weight_t @ x[0])[None]  # GEMV: [n_out, n_in] @ [n_in] -> [1, n_out]
     if n_rows > MAX_STREAMED_ROWS:
         return x @ weight_t.T  # GEMM for long prompts
-    x_t = np.ascontiguousarray(x.T)  # [n_in, n_rows]
-    block = rows_per_block(n_in, n_rows)
+    # x as columns [n_in, n_columns], one row padded with a zero column: a single column would
+    # go to OpenBLAS's GEMV, which would start threads of its own inside ours.
+    x_t = np.zeros((n_in, max(2, n_rows)), np.float32)
+    x_t[:, :n_rows] = x.T
+    n_columns = x_t.shape[1]
+    block = rows_per_block(n_in, n_columns)
     n_blocks = n_out // block
-    out = np.empty((n_out, n_rows), np.float32)  # the result, transposed: [n_out, n_rows]
+    out = np.empty((n_out, n_columns), np.float32)  # the result, transposed
     blocks_in = weight_t[: n_blocks * block].reshape(n_blocks, block, n_in)
-    blocks_out = out[: n_blocks * block].reshape(n_blocks, block, n_rows)
+    blocks_out = out[: n_blocks * block].reshape(n_blocks, block, n_columns)
 
-    def multiply(start, stop):  # [n, block, n_in] @ [n_in, n_rows] -> [n, block, n_rows]
+    def multiply(start, stop):  # [n, block, n_in] @ [n_in, n_columns] -> [n, block, n_columns]
         np.matmul(blocks_in[start:stop], x_t, out=blocks_out[start:stop])
 
     if weight_t.size >= MIN_PARALLEL_WEIGHTS:
@@ -91,7 +94,7 @@ def matmul_transposed(x, weight_t):
         multiply(0, n_blocks)
     if n_blocks * block < n_out:  # the last n_out % block rows
         np.matmul(weight_t[n_blocks * block:], x_t, out=out[n_blocks * block:])
-    return np.ascontiguousarray(out.T)  # [n_rows, n_out]
+    return np.ascontiguousarray(out[:, :n_rows].T)  # [n_rows, n_out]
 
 
 def transpose(weight, out=None):
