@@ -20,6 +20,7 @@ and benchmarks/bench.png.
 
 import ctypes
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -115,8 +116,8 @@ def library_versions():
     versions = {"python": platform.python_version(), "numpy": np.__version__}
     for name in ("torch", "transformers"):
         try:
-            versions[name] = __import__(name).__version__
-        except ImportError:
+            versions[name] = importlib.metadata.version(name)  # without importing it
+        except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     return versions
 
@@ -124,7 +125,8 @@ def library_versions():
 def machine_info():
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "threads_used": fast.n_threads(),
             "memory_gb": memory_total_gb(), "os": platform.platform(), "blas": blas_info(),
-            "versions": library_versions()}
+            "versions": library_versions(),
+            "torch_env": {key: os.environ.get(key) for key in TORCH_ENV}}
 
 
 def load_average():
@@ -173,9 +175,10 @@ def hf_config(name):
             "n_ctx": GPT2_CTX, "vocab_size": GPT2_VOCAB, "layer_norm_epsilon": 1e-5}
 
 
-def random_checkpoint(name, folder=None):
+def random_checkpoint(name, folder=None, config=None):
     """weights/random-<name>/model.safetensors: random F32 weights with the bare Hugging Face
-    names and exact shapes of the published checkpoint `name`, + config.json. Made once."""
+    names and exact shapes of the published checkpoint `name` (or of the Hugging Face `config`
+    dict given), + config.json. Made once, then reused."""
     from .model import config_from_json
 
     folder = Path(folder or weights_dir() / f"random-{name}")
@@ -183,11 +186,11 @@ def random_checkpoint(name, folder=None):
     if path.exists() and (folder / "config.json").exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(hf_config(name), indent=2))
+    (folder / "config.json").write_text(json.dumps(config or hf_config(name), indent=2))
     shapes = expected_shapes(config_from_json(folder / "config.json"))
-    print(f"writing random-weight {name} ({4 * sum(map(np.prod, shapes.values())) / 1e9:.1f} GB) "
-          f"to {folder} (once)", file=sys.stderr, flush=True)
-    write_safetensors(path, {n: RandomTensor(n, s) for n, s in shapes.items()},
+    n_bytes = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
+    print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {folder} (once)", file=sys.stderr, flush=True)
+    write_safetensors(path, {n: RandomTensor(n, shape) for n, shape in shapes.items()},
                       metadata={"picogpt": f"random weights with the shapes of {name}"})
     return path
 
@@ -228,7 +231,7 @@ def timed(function, *args):
 
 
 def summary(times_s):
-    return {"median_s": float(np.median(times_s)), "runs_s": [round(t, 6) for t in times_s]}
+    return {"median_s": float(np.median(times_s)), "runs_s": [round(t, 9) for t in times_s]}
 
 
 def interleaved(tasks, n_runs, n_warmup):
@@ -287,7 +290,17 @@ class NumpyEngine:
         self.cache.truncate(n)
 
 
+TORCH_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def torch_available():
+    """Whether the `bench` extra is installed. Before torch is first imported, its OpenMP threads
+    are told to sleep, not spin, while they wait (TORCH_ENV), as picogpt's threads do: on a
+    machine that other programs share, spinning made transformers ~20x slower (GPT-2 small,
+    2 threads: 916 ms a token against 47 ms passive and 43 ms with one thread)."""
+    for key, value in TORCH_ENV.items():
+        if "torch" not in sys.modules:
+            os.environ.setdefault(key, value)
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -552,6 +565,8 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), me
     """Measure everything; returns the results dict that save() writes as JSON."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     s = settings(quick, **overrides)
+    if s["with_torch"]:
+        torch_available()  # import it now, with TORCH_ENV, before anything else starts threads
     models, notes = resolve_models(names)
     results = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "command": "python -m picogpt bench" + (" --quick" if quick else ""),

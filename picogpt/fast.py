@@ -76,8 +76,9 @@ def matmul_transposed(x, weight_t):
         return x @ weight_t.T  # GEMM for long prompts
     # x as columns [n_in, n_columns], one row padded with a zero column: a single column would
     # go to OpenBLAS's GEMV, which would start threads of its own inside ours.
-    x_t = np.zeros((n_in, max(2, n_rows)), np.float32)
+    x_t = np.empty((n_in, max(2, n_rows)), np.float32)
     x_t[:, :n_rows] = x.T
+    x_t[:, n_rows:] = 0
     n_columns = x_t.shape[1]
     block = rows_per_block(n_in, n_columns)
     n_blocks = n_out // block
