@@ -30,8 +30,8 @@ def _bf16_to_f32(raw):
     return (raw.astype(np.uint32) << 16).view(np.float32)
 
 
-def read_header(path):
-    """Parse and validate the header. Returns ({name: (dtype, shape, begin, end)}, data_start)."""
+def read_raw_header(path):
+    """The header as parsed JSON (its __metadata__ included) and where the tensor data starts."""
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -49,8 +49,20 @@ def read_header(path):
             raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: header is not a JSON object")
+    return header, 8 + n_header
+
+
+def read_metadata(path):
+    """The header's __metadata__ ({str: str}; {} if it has none)."""
+    metadata = read_raw_header(path)[0].get("__metadata__")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def read_header(path):
+    """Parse and validate the header. Returns ({name: (dtype, shape, begin, end)}, data_start)."""
+    header, data_start = read_raw_header(path)
     header.pop("__metadata__", None)
-    data_start, n_data = 8 + n_header, size - 8 - n_header
+    n_data = Path(path).stat().st_size - data_start
     entries = {}
     for name, info in header.items():
         entries[name] = _check_entry(path, name, info, n_data)

@@ -10,7 +10,8 @@ Measured at GPT-2 XL shapes on one core: `x @ W` with 5 rows takes ~3.5x as long
 
 What we do instead (see `python -m picogpt bench` and benchmarks/README.md for the numbers):
 - keep each linear layer's weight transposed, [n_out, n_in] (the layout of PyTorch's nn.Linear),
-  in one contiguous array, made once by `prepare`;
+  in one contiguous array, made once by `prepare` (for big models: once per checkpoint, kept
+  in a file beside it, see `transposed_weights`);
 - multiply 1..16 rows by it in blocks of up to 16 output rows, `[16, n_in] @ [n_in, n_rows]`:
   each block is small enough for OpenBLAS's copy-free small-matrix kernel, reads its 16 * n_in
   weights once for all rows, and the blocks are shared out among the CPU cores by our own
@@ -24,9 +25,15 @@ functions in the same order; only the summation order inside each dot product di
 """
 
 import os
+import shutil
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
+
+from .checkpoint import read_metadata, read_safetensors, write_safetensors
+from .errors import CheckpointError
 
 MAX_BLOCK_ROWS = 16  # output rows per block
 SMALL_GEMM = 1_000_000  # n_out * n_in * n_rows of one block: OpenBLAS multiplies it unpacked
@@ -137,24 +144,97 @@ class TiedEmbedding:
 
 
 LINEARS = (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))
+CACHE_MIN_BYTES = 256 * 2**20  # smaller models are transposed in memory in well under a second
+LAYOUT = "picogpt-fast-1"  # written into the cache file; change it when the layout changes
 
 
-def prepare(params):
-    """Parameters for the fast path: the same nested dict, with every linear weight a
-    TransposedWeight (a transposed copy, made on all cores) and wte a TiedEmbedding."""
-    weights = [block[group][name]["weight"] for block in params["h"] for group, name in LINEARS]
+def linear_weights(params):
+    """{checkpoint name: weight [n_in, n_out]} of every linear layer, in order."""
+    return {f"h.{i}.{group}.{name}.weight": block[group][name]["weight"]
+            for i, block in enumerate(params["h"]) for group, name in LINEARS}
+
+
+def transpose_all(weights):
+    """Transposed copies of a list of weights, made on all cores."""
     transposed = [None] * len(weights)
 
     def transpose_some(start, stop):
         for i in range(start, stop):
-            transposed[i] = TransposedWeight(transpose(weights[i]))
+            transposed[i] = transpose(weights[i])
 
     parallel(transpose_some, len(weights))
+    return transposed
+
+
+# ---- the transposed copy on disk, beside the checkpoint ---------------------------------------
+# Transposing GPT-2 XL's 5.9 GB of linear weights takes seconds (a strided copy, ~2 GB/s per
+# core, plus the fresh memory), in every process that loads it. So for big models it is done
+# once and written beside the checkpoint; later loads memory-map it: ready at once, and every
+# process (each notebook kernel) shares the same pages of the OS page cache.
+
+def cache_path(checkpoint):
+    return Path(checkpoint).with_name(Path(checkpoint).stem + ".picogpt-fast.safetensors")
+
+
+def stamp(checkpoint):
+    """What the cache was made from: it is remade when the checkpoint changes."""
+    stat = Path(checkpoint).stat()
+    return {"layout": LAYOUT, "source_bytes": str(stat.st_size), "source_mtime_ns": str(stat.st_mtime_ns)}
+
+
+def read_cache(path, expected_stamp, names):
+    """The cached transposed weights (memory-mapped), or None if missing, stale or unreadable."""
+    try:
+        if not path.exists() or read_metadata(path) != expected_stamp:
+            return None
+        tensors = read_safetensors(path)
+        return [tensors[name] for name in names]
+    except (CheckpointError, KeyError, OSError):
+        return None
+
+
+def write_cache(path, names, transposed, cache_stamp):
+    """Write the cache if the disk has room; returns whether it did."""
+    n_bytes = sum(t.nbytes for t in transposed)
+    try:
+        if shutil.disk_usage(path.parent).free < n_bytes + 2**30:
+            print(f"picogpt: not enough free disk for {path.name} ({n_bytes / 1e9:.1f} GB): the fast "
+                  "layout is made in memory on every load instead", file=sys.stderr)
+            return False
+        print(f"picogpt: writing the fast layout once, {path} ({n_bytes / 1e9:.1f} GB)", file=sys.stderr)
+        write_safetensors(path, dict(zip(names, transposed)), metadata=cache_stamp)
+        return True
+    except OSError as e:
+        print(f"picogpt: could not write {path} ({e}): the fast layout stays in memory", file=sys.stderr)
+        return False
+
+
+def transposed_weights(params, checkpoint=None):
+    """The transposed linear weights: from the cache file for a big model loaded from
+    `checkpoint` (making the file first if needed), else copied in memory."""
+    weights = linear_weights(params)
+    names = list(weights)
+    if checkpoint is None or sum(w.nbytes for w in weights.values()) < CACHE_MIN_BYTES:
+        return transpose_all(list(weights.values()))
+    path, cache_stamp = cache_path(checkpoint), stamp(checkpoint)
+    cached = read_cache(path, cache_stamp, names)
+    if cached is None:
+        transposed = transpose_all(list(weights.values()))
+        if not write_cache(path, names, transposed, cache_stamp):
+            return transposed
+        del transposed  # use the file instead: its pages are shared with other processes
+        cached = read_cache(path, cache_stamp, names)
+    return cached if cached is not None else transpose_all(list(weights.values()))
+
+
+def prepare(params, checkpoint=None):
+    """Parameters for the fast path: the same nested dict, with every linear weight a
+    TransposedWeight and wte a TiedEmbedding (see transposed_weights for where they come from)."""
+    transposed = iter(transposed_weights(params, checkpoint))
     prepared = {**params, "wte": {"weight": TiedEmbedding(params["wte"]["weight"])}, "h": []}
-    transposed = iter(transposed)
     for block in params["h"]:
         prepared["h"].append({**block, "attn": dict(block["attn"]), "mlp": dict(block["mlp"])})
         for group, name in LINEARS:
             layer = prepared["h"][-1][group]
-            layer[name] = {"weight": next(transposed), "bias": block[group][name]["bias"]}
+            layer[name] = {"weight": TransposedWeight(next(transposed)), "bias": block[group][name]["bias"]}
     return prepared

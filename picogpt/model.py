@@ -234,8 +234,9 @@ class GPT2:
     runs it on the checkpoint's own arrays. Treat `params` as read-only once the model has run.
     """
 
-    def __init__(self, params, config, name="gpt2"):
+    def __init__(self, params, config, name="gpt2", checkpoint=None):
         self.params, self.config, self.name = params, config, name
+        self.checkpoint = checkpoint  # the file params were read from, if any
         self.fast_params = None
 
     def __repr__(self):
@@ -284,9 +285,10 @@ class GPT2:
         return ids.astype(np.int64)
 
     def prepare(self):
-        """Make the fast path's transposed weights now (GPT-2 XL: seconds; see fast.py)."""
+        """Get the fast path's transposed weights now rather than on the first call (fast.py:
+        GPT-2 small and bigger keep them in a file beside the checkpoint, made once)."""
         if self.fast_params is None:
-            self.fast_params = prepare_fast(self.params)
+            self.fast_params = prepare_fast(self.params, self.checkpoint)
         return self
 
     def __call__(self, ids, cache=None):
@@ -307,4 +309,4 @@ def load_checkpoint(path, name=None):
     tensors = strip_names(read_safetensors(path))
     config_path = path.with_name("config.json")
     config = config_from_json(config_path) if config_path.exists() else infer_config(tensors, path)
-    return GPT2(params_from_tensors(tensors, config, path), config, name or path.parent.name)
+    return GPT2(params_from_tensors(tensors, config, path), config, name or path.parent.name, path)

@@ -1,13 +1,21 @@
 """The fast path computes what the plain path computes: the same matrix products (one row, a few
 streamed rows, many rows; with and without threads; sizes that do not divide into blocks), and
-the same logits, full and cached, to ~1e-5 relative."""
+the same logits, full and cached, to ~1e-5 relative. Big models keep the transposed weights in a
+file beside the checkpoint: made once, remade when stale or broken, skipped when it cannot be
+written."""
+
+import os
+from collections import namedtuple
 
 import numpy as np
 import pytest
 
-from helpers import random_gpt2
+from helpers import random_gpt2, random_tensors
+from picogpt import fast
+from picogpt.checkpoint import read_metadata, write_safetensors
 from picogpt.fast import (MAX_STREAMED_ROWS, SMALL_GEMM, TiedEmbedding, TransposedWeight,
                           matmul_transposed, prepare, rows_per_block, transpose)
+from picogpt.model import load_checkpoint
 
 RELATIVE = 1e-5
 
@@ -86,3 +94,82 @@ def test_fast_cached_decoding_and_scoring_equal_plain(model):
         assert relative_diff(got, reference) < RELATIVE, f"{n_new} positions after {start}"
         start += n_new
     assert len(fast_cache) == len(plain_cache) == start
+
+
+# ---- the transposed copy kept on disk beside big checkpoints ----------------------------------
+
+
+@pytest.fixture
+def checkpoint(tmp_path, model):
+    """The module's random model, written as a checkpoint with its config.json."""
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, random_tensors(model.config, seed=3))
+    (tmp_path / "config.json").write_text(
+        '{"n_layer": 2, "n_head": 4, "n_embd": 256, "n_positions": 128, "vocab_size": 1030}')
+    return path
+
+
+def transposes_counted(monkeypatch):
+    calls = []
+    real = fast.transpose_all
+    monkeypatch.setattr(fast, "transpose_all", lambda weights: calls.append(1) or real(weights))
+    return calls
+
+
+def test_big_models_keep_the_transposed_copy_beside_the_checkpoint(checkpoint, monkeypatch):
+    monkeypatch.setattr(fast, "CACHE_MIN_BYTES", 0)
+    calls = transposes_counted(monkeypatch)
+    ids = np.arange(7)
+    first = load_checkpoint(checkpoint)
+    logits = first(ids)
+    cache = fast.cache_path(checkpoint)
+    assert cache.name == "model.picogpt-fast.safetensors" and len(calls) == 1
+    assert read_metadata(cache) == fast.stamp(checkpoint)
+    weight = first.fast_params["h"][1]["mlp"]["c_fc"]["weight"].t
+    assert not weight.flags.writeable  # served memory-mapped from the file
+    assert np.array_equal(weight, first.params["h"][1]["mlp"]["c_fc"]["weight"].T)
+
+    second = load_checkpoint(checkpoint)  # a later load: read, not transposed again
+    assert np.array_equal(second(ids), logits) and len(calls) == 1
+    assert relative_diff(logits, second.plain(ids)) < RELATIVE
+
+
+def test_a_stale_or_broken_cache_is_remade(checkpoint, monkeypatch):
+    monkeypatch.setattr(fast, "CACHE_MIN_BYTES", 0)
+    calls = transposes_counted(monkeypatch)
+    load_checkpoint(checkpoint).prepare()
+    cache = fast.cache_path(checkpoint)
+    stat = checkpoint.stat()
+    os.utime(checkpoint, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # as if downloaded again
+    load_checkpoint(checkpoint).prepare()
+    assert len(calls) == 2 and read_metadata(cache) == fast.stamp(checkpoint)
+    cache.write_bytes(cache.read_bytes()[:1000])  # truncated
+    model = load_checkpoint(checkpoint)
+    ids = np.arange(5)
+    assert relative_diff(model(ids), model.plain(ids)) < RELATIVE and len(calls) == 3
+
+
+def test_without_disk_space_or_write_access_the_copy_stays_in_memory(checkpoint, monkeypatch, capsys):
+    monkeypatch.setattr(fast, "CACHE_MIN_BYTES", 0)
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(fast.shutil, "disk_usage", lambda path: Usage(10**9, 10**9, 1000))
+    model = load_checkpoint(checkpoint)
+    ids = np.arange(5)
+    assert relative_diff(model(ids), model.plain(ids)) < RELATIVE
+    assert not fast.cache_path(checkpoint).exists() and "not enough free disk" in capsys.readouterr().err
+
+    monkeypatch.undo()
+    monkeypatch.setattr(fast, "CACHE_MIN_BYTES", 0)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only folder")
+
+    monkeypatch.setattr(fast, "write_safetensors", refuse)
+    model = load_checkpoint(checkpoint)
+    assert relative_diff(model(ids), model.plain(ids)) < RELATIVE
+    assert not fast.cache_path(checkpoint).exists() and "could not write" in capsys.readouterr().err
+
+
+def test_small_models_are_transposed_in_memory(checkpoint):
+    load_checkpoint(checkpoint).prepare()  # 2.6 MB of linear weights: under CACHE_MIN_BYTES
+    assert not fast.cache_path(checkpoint).exists()
