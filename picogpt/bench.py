@@ -251,19 +251,25 @@ def interleaved(tasks, n_runs, n_warmup):
 # The bandwidth ceiling
 # ---------------------------------------------------------------------------------------------
 
-def bandwidth_ceiling(n_bytes, n_runs, n_warmup=1):
-    """GB/s of one-row float32 matrix-vector products over n_bytes of [6400, 1600] matrices
-    (GPT-2 XL's MLP shape), all cores, two ways: OpenBLAS's threaded GEMV (`W @ x`) and
-    picogpt's streamed blocks (fast.py). The faster is the practical limit of decoding."""
+def ceiling_matrices(n_bytes):
+    """n_bytes of [6400, 1600] float32 matrices (GPT-2 XL's MLP shape; fewer rows if n_bytes is
+    tiny) and a vector to multiply them by. Kept for the whole run: allocated once."""
     rows = 6400 if n_bytes >= 6400 * 1600 * 4 else max(1, n_bytes // (1600 * 4))
     n_matrices = max(1, round(n_bytes / (rows * 1600 * 4)))
-    matrices = [np.full((rows, 1600), 0.5, np.float32) for _ in range(n_matrices)]
-    x = np.ones(1600, np.float32)
+    return [np.full((rows, 1600), 0.5, np.float32) for _ in range(n_matrices)], np.ones(1600, np.float32)
+
+
+def ceiling_tasks(matrices, x):
+    """One-row products over every matrix, two ways: OpenBLAS's threaded GEMV (`W @ x`) and
+    picogpt's streamed blocks (fast.py)."""
+    return {"openblas_gemv": (lambda: [m @ x for m in matrices], lambda: None),
+            "picogpt_streamed": (lambda: [fast.matmul_transposed(x[None], m) for m in matrices], lambda: None)}
+
+
+def describe_ceiling(times, matrices):
+    """GB/s of each way; the faster is the practical limit of decoding one token."""
     total = sum(m.nbytes for m in matrices)
-    tasks = {"openblas_gemv": (lambda: [m @ x for m in matrices], lambda: None),
-             "picogpt_streamed": (lambda: [fast.matmul_transposed(x[None], m) for m in matrices], lambda: None)}
-    ways = {name: {"gb_per_s": total / np.median(runs) / 1e9, **summary(runs)}
-            for name, runs in interleaved(tasks, n_runs, n_warmup).items()}
+    ways = {name: {"gb_per_s": total / np.median(runs) / 1e9, **summary(runs)} for name, runs in times.items()}
     best = max(ways, key=lambda name: ways[name]["gb_per_s"])
     return {"bytes": total, "gb_per_s": ways[best]["gb_per_s"], "best": best, "ways": ways}
 
@@ -384,39 +390,47 @@ def prompt_ids(n_tokens, n_vocab):
 
 
 def time_to_ready(path, n_prompt):
-    """Load (memory-map), prepare (the fast path's transposed copies), first token (prompt
-    prefill); then the plain path's first token from a fresh mapping of the same file."""
+    """Time to a ready model and to the first token (prompt prefill), three ways:
+    - picogpt as used: load (memory-map the checkpoint) + prepare (for models of GPT-2 small's
+      size and up: memory-map the transposed copy beside it; made first if missing, timed apart);
+    - the same preparation in memory, as if that file could not be written;
+    - the plain path: load + first token straight from the mapped checkpoint."""
+    cache, built_s = fast.cache_path(path), None
+    probe = load_checkpoint(path)
+    if fast.wants_cache_file(probe.params) and not fast.cache_is_fresh(path):
+        built_s, _ = timed(probe.prepare)  # made once per checkpoint
+    del probe
     in_page_cache = page_cache_fraction(path)
+    cache_in_page_cache = page_cache_fraction(cache) if cache.exists() else None
     load_s, model = timed(load_checkpoint, path)
     prompt = prompt_ids(n_prompt, model.config.n_vocab)
     prepare_s, _ = timed(model.prepare)
     first_s, _ = timed(lambda: model(prompt, model.new_cache()))
+    in_memory_s, _ = timed(lambda: fast.prepare(model.params))
     plain_load_s, plain_model = timed(load_checkpoint, path)
     plain_first_s, _ = timed(lambda: plain_model.plain(prompt, plain_model.new_cache()))
     del plain_model
     return model, {
-        "file_in_page_cache": in_page_cache, "prompt_tokens": len(prompt),
-        "load_s": load_s, "prepare_s": prepare_s, "ready_s": load_s + prepare_s,
-        "first_token_s": load_s + prepare_s + first_s,
+        "prompt_tokens": len(prompt), "checkpoint_in_page_cache": in_page_cache,
+        "fast_file": str(cache) if cache.exists() else None, "fast_file_in_page_cache": cache_in_page_cache,
+        "fast_file_made_s": built_s, "load_s": load_s, "prepare_s": prepare_s, "ready_s": load_s + prepare_s,
+        "first_token_s": load_s + prepare_s + first_s, "prepare_in_memory_s": in_memory_s,
         "plain_ready_s": plain_load_s, "plain_first_token_s": plain_load_s + plain_first_s}
 
 
-def decode_and_score(engines, ids, s, context):
+def decode_and_score(engines, ids, s, context, ceiling):
     """Per engine: one new token, and (at the scoring context) K + 1 = score_sizes positions,
-    each in one cached call after `context` positions, rolled back after every call."""
+    each in one cached call after `context` positions, rolled back after every call. The
+    ceiling's products run in the same rounds, so the floor is measured beside the decoding."""
     sizes = (1, *s["score_sizes"]) if context == s["score_context"] else (1,)
     for engine in engines.values():
         engine.start(ids[:context])
-    tasks = {}
+    tasks = {("ceiling", name): task for name, task in ceiling_tasks(*ceiling).items()}
     for label, engine in engines.items():
         for n in sizes:
             tasks[(label, n)] = (lambda e=engine, n=n: e.forward(ids[context:context + n]),
                                  lambda e=engine: e.rollback(context))
-    times = interleaved(tasks, s["n_runs"], s["n_warmup"])
-    results = {label: {} for label in engines}
-    for (label, n), runs in times.items():
-        results[label][n] = summary(runs)
-    return results
+    return interleaved(tasks, s["n_runs"], s["n_warmup"])
 
 
 def describe_engine(per_context, bytes_per_token, ceiling_gb_per_s):
@@ -434,31 +448,40 @@ def describe_engine(per_context, bytes_per_token, ceiling_gb_per_s):
     return out
 
 
-def bench_model(label, path, source, s, ceiling, log):
-    log(f"{label}: loading {path}")
-    model, ready = time_to_ready(path, s["prompt_tokens"])
-    ids = np.random.default_rng(0).integers(0, model.config.n_vocab, size=max(s["contexts"]) + 16)
-    engines = {"picogpt": NumpyEngine(model)}
+def make_engines(model, s):
+    engines, note = {"picogpt": NumpyEngine(model)}, None
     if s["with_plain"]:
         engines["picogpt-plain"] = NumpyEngine(model, plain=True)
-    torch_note = None
     if s["with_torch"]:
         if torch_available():
             engines["torch"] = TorchEngine(model)
         else:
-            torch_note = "torch/transformers not installed: pip install 'picogpt[bench]' torch==2.13.0"
-    bytes_per_token = weight_bytes_per_token(model)
-    per_engine = {name: {} for name in engines}
+            note = ("torch/transformers not installed: pip install -e '.[bench]' torch==2.13.0 "
+                    "--extra-index-url https://download.pytorch.org/whl/cpu")
+    return engines, note
+
+
+def bench_model(label, path, source, s, ceiling, log):
+    log(f"{label}: loading {path}")
+    model, ready = time_to_ready(path, s["prompt_tokens"])
+    ids = np.random.default_rng(0).integers(0, model.config.n_vocab, size=max(s["contexts"]) + 16)
+    engines, torch_note = make_engines(model, s)
+    per_engine, ceiling_times = {name: {} for name in engines}, {}
     for context in s["contexts"]:
-        log(f"{label}: decode and score at context {context} ({', '.join(engines)})")
-        for name, sizes in decode_and_score(engines, ids, s, context).items():
-            per_engine[name][context] = sizes
+        log(f"{label}: decode and score at context {context} ({', '.join(engines)}, ceiling)")
+        for (name, n), runs in decode_and_score(engines, ids, s, context, ceiling).items():
+            if name == "ceiling":
+                ceiling_times.setdefault(n, []).extend(runs)
+            else:
+                per_engine[name].setdefault(context, {})[n] = summary(runs)
+    beside = describe_ceiling(ceiling_times, ceiling[0])
+    bytes_per_token = weight_bytes_per_token(model)
     c = model.config
     result = {"source": source, "path": str(path), "config": {k: getattr(c, k) for k in
               ("n_layer", "n_head", "n_embd", "n_ctx", "n_vocab")}, "n_params": model.n_params,
-              "weight_bytes_per_token": bytes_per_token, "ready": ready,
-              "floor_s": bytes_per_token / 1e9 / ceiling["gb_per_s"],
-              "engines": {name: describe_engine(per_engine[name], bytes_per_token, ceiling["gb_per_s"])
+              "weight_bytes_per_token": bytes_per_token, "ready": ready, "ceiling": beside,
+              "floor_s": bytes_per_token / 1e9 / beside["gb_per_s"],
+              "engines": {name: describe_engine(per_engine[name], bytes_per_token, beside["gb_per_s"])
                           for name in engines}}
     if torch_note:
         result["torch_skipped"] = torch_note
@@ -574,7 +597,9 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), me
                "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()},
                "notes": notes}
     log(f"bandwidth ceiling over {s['ceiling_bytes'] / 1e9:.2f} GB")
-    results["ceiling"] = ceiling = bandwidth_ceiling(s["ceiling_bytes"], s["n_runs"], s["n_warmup"])
+    ceiling = ceiling_matrices(s["ceiling_bytes"])
+    results["ceiling"] = describe_ceiling(interleaved(ceiling_tasks(*ceiling), s["n_runs"], s["n_warmup"]),
+                                          ceiling[0])
     loaded, results["models"] = {}, {}
     for label, (path, source) in models.items():
         model, results["models"][label] = bench_model(label, path, source, s, ceiling, log)
@@ -652,7 +677,9 @@ def plot(results, path):
                 values.append(decode[min(decode)]["gb_per_s"])
                 colors.append(color)
     ax_bw.bar(range(len(values)), values, color=colors)
-    ax_bw.axhline(results["ceiling"]["gb_per_s"], color="k", ls="--", lw=1, label="GEMV ceiling")
+    ceilings = [m["ceiling"]["gb_per_s"] for m in results["models"].values()
+                for engine in ("picogpt", "picogpt-plain", "torch") if engine in m["engines"]]
+    ax_bw.plot(range(len(ceilings)), ceilings, "k_", ms=20, label="ceiling, measured beside it")
     ax_bw.set_xticks(range(len(values)), names, fontsize=6)
     ax_bw.set(ylabel="weight GB/s while decoding", title="Decode bandwidth (context 128)")
     ax_bw.legend(fontsize=7)
@@ -674,32 +701,34 @@ def plot(results, path):
 
 def table(results):
     """The figures as text lines (what `python -m picogpt bench` prints)."""
-    c = results["ceiling"]
-    lines = [f"machine: {results['machine']['cpu']}, {results['machine']['threads_used']} threads, "
-             f"numpy {results['machine']['versions']['numpy']}, BLAS {results['machine']['blas'].get('name')} "
-             f"({results['machine']['blas'].get('runtime core')}); load average "
+    machine, c = results["machine"], results["ceiling"]
+    lines = [f"machine: {machine['cpu']}, {machine['threads_used']} threads, numpy "
+             f"{machine['versions']['numpy']}, BLAS {machine['blas'].get('name')} "
+             f"({machine['blas'].get('runtime core')}); load average "
              f"{results['load_average_before']} -> {results['load_average_after']}",
-             f"bandwidth ceiling (one-row products over {c['bytes'] / 1e9:.2f} GB): {c['gb_per_s']:.1f} GB/s "
-             f"(" + ", ".join(f"{k} {v['gb_per_s']:.1f}" for k, v in c["ways"].items()) + ")", ""]
+             f"bandwidth ceiling, one-row products over {c['bytes'] / 1e9:.2f} GB: " + ceiling_text(c), ""]
     for label, m in results["models"].items():
         r = m["ready"]
-        lines.append(f"{label} ({m['source']}): {m['weight_bytes_per_token'] / 1e9:.2f} GB/token, "
-                     f"floor {m['floor_s'] * 1e3:.1f} ms; load {r['load_s']:.2f} s + prepare "
-                     f"{r['prepare_s']:.2f} s = ready {r['ready_s']:.2f} s, first token {r['first_token_s']:.2f} s "
-                     f"(plain: first token {r['plain_first_token_s']:.2f} s from the mapped file)")
+        made = f" (fast file made first: {r['fast_file_made_s']:.1f} s)" if r["fast_file_made_s"] else ""
+        lines += [f"{label} ({m['source']}): {m['weight_bytes_per_token'] / 1e9:.2f} GB read per token; "
+                  f"ceiling beside it {ceiling_text(m['ceiling'])}; floor {m['floor_s'] * 1e3:.1f} ms",
+                  f"  ready: load {r['load_s']:.2f} s + prepare {r['prepare_s']:.2f} s = {r['ready_s']:.2f} s{made}; "
+                  f"first token {r['first_token_s']:.2f} s; prepare in memory {r['prepare_in_memory_s']:.2f} s; "
+                  f"plain path first token {r['plain_first_token_s']:.2f} s"]
         for engine, e in m["engines"].items():
             decode = ", ".join(f"ctx {ctx}: {d['median_s'] * 1e3:.1f} ms = {d['gb_per_s']:.1f} GB/s "
                                f"({d['vs_floor']:.2f}x floor)" for ctx, d in e["decode"].items())
-            score = " ".join(f"{n}:{v['ratio_to_decode']:.2f}" for n, v in e["score"].items())
             lines.append(f"  {engine:14s} decode {decode}")
-            if score:
-                lines.append(f"  {'':14s} score K+1 positions / decode: {score}")
+            if e["score"]:
+                score = " ".join(f"{n}:{v['ratio_to_decode']:.2f}" for n, v in e["score"].items())
+                lines.append(f"  {'':14s} K+1 positions: time / decode  {score}")
         if "torch_skipped" in m:
             lines.append(f"  torch skipped: {m['torch_skipped']}")
     if "predicted" in results:
         p = results["predicted"]
-        lines += ["", f"predicted speedup (t_draft {p['t_draft_s'] * 1e3:.1f} ms, t_target "
-                  f"{p['t_target_s'] * 1e3:.1f} ms), K = {', '.join(map(str, KS))}:"]
+        Ks = list(next(iter(p["speedup"].values())))
+        lines += ["", f"predicted speedup, {p['engine']} costs (t_draft {p['t_draft_s'] * 1e3:.1f} ms, "
+                  f"t_target {p['t_target_s'] * 1e3:.1f} ms), K = {', '.join(map(str, Ks))}:"]
         lines += [f"  alpha {alpha}: " + " ".join(f"{v:.2f}" for v in by_K.values())
                   for alpha, by_K in p["speedup"].items()]
     if "speculative" in results:
@@ -708,6 +737,11 @@ def table(results):
                      f"{sp['speculative']['median_s']:.2f} s vs autoregressive {sp['autoregressive']['median_s']:.2f} s "
                      f"= {sp['speedup']:.2f}x (alpha_hat {sp['alpha_hat']:.2f})")
     lines.append("")
-    lines += [f"{'MET ' if g['met'] else 'MISSED'} {g['goal']}: {g['value']:.2f}" for g in results["goals"]]
+    lines += [f"{'MET   ' if g['met'] else 'MISSED'} {g['goal']}: {g['value']:.2f}" for g in results["goals"]]
     lines += [f"note: {n}" for n in results["notes"]]
     return "\n".join(lines)
+
+
+def ceiling_text(ceiling):
+    return f"{ceiling['gb_per_s']:.1f} GB/s (" + ", ".join(
+        f"{name} {way['gb_per_s']:.1f}" for name, way in ceiling["ways"].items()) + ")"

@@ -182,12 +182,25 @@ def stamp(checkpoint):
     return {"layout": LAYOUT, "source_bytes": str(stat.st_size), "source_mtime_ns": str(stat.st_mtime_ns)}
 
 
-def read_cache(path, expected_stamp, names):
+def wants_cache_file(params):
+    return sum(w.nbytes for w in linear_weights(params).values()) >= CACHE_MIN_BYTES
+
+
+def cache_is_fresh(checkpoint):
+    """Whether the cache file beside `checkpoint` exists and was made from it as it is now."""
+    path = cache_path(checkpoint)
+    try:
+        return path.exists() and read_metadata(path) == stamp(checkpoint)
+    except (CheckpointError, OSError):
+        return False
+
+
+def read_cache(checkpoint, names):
     """The cached transposed weights (memory-mapped), or None if missing, stale or unreadable."""
     try:
-        if not path.exists() or read_metadata(path) != expected_stamp:
+        if not cache_is_fresh(checkpoint):
             return None
-        tensors = read_safetensors(path)
+        tensors = read_safetensors(cache_path(checkpoint))
         return [tensors[name] for name in names]
     except (CheckpointError, KeyError, OSError):
         return None
@@ -214,16 +227,15 @@ def transposed_weights(params, checkpoint=None):
     `checkpoint` (making the file first if needed), else copied in memory."""
     weights = linear_weights(params)
     names = list(weights)
-    if checkpoint is None or sum(w.nbytes for w in weights.values()) < CACHE_MIN_BYTES:
+    if checkpoint is None or not wants_cache_file(params):
         return transpose_all(list(weights.values()))
-    path, cache_stamp = cache_path(checkpoint), stamp(checkpoint)
-    cached = read_cache(path, cache_stamp, names)
+    cached = read_cache(checkpoint, names)
     if cached is None:
         transposed = transpose_all(list(weights.values()))
-        if not write_cache(path, names, transposed, cache_stamp):
+        if not write_cache(cache_path(checkpoint), names, transposed, stamp(checkpoint)):
             return transposed
         del transposed  # use the file instead: its pages are shared with other processes
-        cached = read_cache(path, cache_stamp, names)
+        cached = read_cache(checkpoint, names)
     return cached if cached is not None else transpose_all(list(weights.values()))
 
 

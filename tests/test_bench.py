@@ -65,6 +65,11 @@ def test_each_model_has_ready_decode_and_scoring_figures(results, label):
     ready = m["ready"]
     assert ready["ready_s"] == pytest.approx(ready["load_s"] + ready["prepare_s"])
     assert ready["first_token_s"] >= ready["ready_s"] > 0 and ready["prompt_tokens"] == 4
+    assert ready["fast_file"] is None and ready["fast_file_made_s"] is None  # tiny: kept in memory
+    assert ready["prepare_in_memory_s"] > 0 and ready["plain_first_token_s"] > ready["plain_ready_s"] > 0
+    ceiling = m["ceiling"]  # measured again in the same rounds as this model's decoding
+    assert all(len(way["runs_s"]) == 2 * SMALL_RUN["n_runs"] for way in ceiling["ways"].values())
+    assert m["floor_s"] == pytest.approx(m["weight_bytes_per_token"] / 1e9 / ceiling["gb_per_s"])
     assert set(m["engines"]) == {"picogpt", "picogpt-plain"}
     for engine in m["engines"].values():
         assert set(engine["decode"]) == {8, 16}
@@ -113,7 +118,7 @@ def test_goals_are_checked_and_results_saved(results, tmp_path):
     assert saved["models"]["target"]["engines"]["picogpt"]["score"]["5"]["context"] == 8
     assert png_path.stat().st_size > 10_000
     text = bench.table(results)
-    assert "draft" in text and "target" in text and "score K+1" in text
+    assert "draft (file)" in text and "target (file)" in text and "K+1 positions: time / decode" in text
 
 
 def test_unknown_setting_is_refused():
