@@ -45,6 +45,7 @@ BENCH_DIR = REPO / "benchmarks"
 GPT2_VOCAB, GPT2_CTX = 50257, 1024
 ALPHAS = (0.6, 0.7, 0.8, 0.9)
 KS = tuple(range(1, 9))
+PAUSE_S = 0.2  # after each timed call: OpenBLAS's idle threads spin ~0.1 s before they sleep
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def settings(quick=False, **overrides):
     chosen = dict(n_runs=3 if quick else 5, n_warmup=1, contexts=(128,) if quick else (128, 512),
                   score_sizes=(2, 3, 5, 9) if quick else tuple(range(2, 10)), score_context=128,
                   ceiling_bytes=int(0.75e9 if quick else 1.6e9), prompt_tokens=8,
-                  speculative_tokens=64, speculative_K=4, with_torch=True, with_plain=True)
+                  speculative_tokens=64, speculative_K=4, with_torch=True, with_plain=True, pause_s=PAUSE_S)
     unknown = set(overrides) - set(chosen)
     if unknown:
         raise PicoGPTError(f"unknown bench settings: {', '.join(sorted(unknown))}")
@@ -234,14 +235,16 @@ def summary(times_s):
     return {"median_s": float(np.median(times_s)), "runs_s": [round(t, 9) for t in times_s]}
 
 
-def interleaved(tasks, n_runs, n_warmup):
+def interleaved(tasks, n_runs, n_warmup, pause_s=PAUSE_S):
     """Time every task once per round, round after round, so that they share the machine's
-    noise; {name: [seconds per run]} without the warm-up rounds. A task is (run, after)."""
+    noise; {name: [seconds per run]} without the warm-up rounds. A task is (run, after). The
+    pause keeps one library's spinning threads from slowing the next task down."""
     times = {name: [] for name in tasks}
     for round_index in range(n_warmup + n_runs):
         for name, (run, after) in tasks.items():
             seconds, _ = timed(run)
             after()
+            time.sleep(pause_s)
             if round_index >= n_warmup:
                 times[name].append(seconds)
     return times
@@ -430,7 +433,7 @@ def decode_and_score(engines, ids, s, context, ceiling):
         for n in sizes:
             tasks[(label, n)] = (lambda e=engine, n=n: e.forward(ids[context:context + n]),
                                  lambda e=engine: e.rollback(context))
-    return interleaved(tasks, s["n_runs"], s["n_warmup"])
+    return interleaved(tasks, s["n_runs"], s["n_warmup"], s["pause_s"])
 
 
 def describe_engine(per_context, bytes_per_token, ceiling_gb_per_s):
@@ -529,7 +532,7 @@ def measured_speculative(draft, target, s):
     seeds = iter(range(10_000))
     tasks = {"speculative": (lambda: run_speculative(next(seeds)), lambda: None),
              "autoregressive": (lambda: run_autoregressive(next(seeds)), lambda: None)}
-    times = interleaved(tasks, s["n_runs"], s["n_warmup"])
+    times = interleaved(tasks, s["n_runs"], s["n_warmup"], s["pause_s"])
     spec = results["speculative"][s["n_warmup"]:]
     t_spec, t_ar = float(np.median(times["speculative"])), float(np.median(times["autoregressive"]))
     return {"draft": draft.name, "target": target.name, "N": N, "K": K,
@@ -598,7 +601,7 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), me
                "notes": notes}
     log(f"bandwidth ceiling over {s['ceiling_bytes'] / 1e9:.2f} GB")
     ceiling = ceiling_matrices(s["ceiling_bytes"])
-    results["ceiling"] = describe_ceiling(interleaved(ceiling_tasks(*ceiling), s["n_runs"], s["n_warmup"]),
+    results["ceiling"] = describe_ceiling(interleaved(ceiling_tasks(*ceiling), s["n_runs"], s["n_warmup"], s["pause_s"]),
                                           ceiling[0])
     loaded, results["models"] = {}, {}
     for label, (path, source) in models.items():

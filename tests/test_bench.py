@@ -14,7 +14,7 @@ from picogpt.model import expected_shapes, load_checkpoint
 TINY = {"draft": dict(n_layer=1, n_head=2, n_embd=32), "target": dict(n_layer=2, n_head=2, n_embd=64)}
 SMALL_RUN = dict(n_runs=2, n_warmup=1, contexts=(8, 16), score_context=8, score_sizes=(2, 3, 5),
                  ceiling_bytes=2_000_000, prompt_tokens=4, speculative_tokens=6, speculative_K=2,
-                 with_torch=False)
+                 with_torch=False, pause_s=0)
 
 
 def hf_config(n_layer, n_head, n_embd):

@@ -54,7 +54,7 @@ def test_transpose_copies_exactly(shape):
 @pytest.mark.parametrize("n_rows", [2, 5, 9, 16])
 def test_blocks_stay_small(n_in, n_rows):
     block = rows_per_block(n_in, n_rows)
-    assert 1 <= block <= 16
+    assert 1 <= block <= fast.MAX_BLOCK_ROWS
     assert block == 1 or block * n_in * n_rows <= SMALL_GEMM
 
 
