@@ -137,6 +137,14 @@ def load_average():
         return None
 
 
+def read_through(path, chunk_bytes=64 * 2**20):
+    """Read a file once, so that the OS page cache holds it (if memory allows)."""
+    buffer = bytearray(chunk_bytes)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buffer):
+            pass
+
+
 def page_cache_fraction(path):
     """How much of a file is in the OS page cache (via `fincore`, if installed), 0..1."""
     if not shutil.which("fincore"):
@@ -393,7 +401,8 @@ def prompt_ids(n_tokens, n_vocab):
 
 
 def time_to_ready(path, n_prompt):
-    """Time to a ready model and to the first token (prompt prefill), three ways:
+    """Time to a ready model and to the first token (prompt prefill), with the files in the OS
+    page cache (how much of them was there before is recorded), three ways:
     - picogpt as used: load (memory-map the checkpoint) + prepare (for models of GPT-2 small's
       size and up: memory-map the transposed copy beside it; made first if missing, timed apart);
     - the same preparation in memory, as if that file could not be written;
@@ -403,8 +412,10 @@ def time_to_ready(path, n_prompt):
     if fast.wants_cache_file(probe.params) and not fast.cache_is_fresh(path):
         built_s, _ = timed(probe.prepare)  # made once per checkpoint
     del probe
-    in_page_cache = page_cache_fraction(path)
-    cache_in_page_cache = page_cache_fraction(cache) if cache.exists() else None
+    files = [path, *([cache] if cache.exists() else [])]
+    found_in_page_cache = [page_cache_fraction(file) for file in files]
+    for file in files:
+        read_through(file)  # measure warm: a cold start adds reading the files from disk
     load_s, model = timed(load_checkpoint, path)
     prompt = prompt_ids(n_prompt, model.config.n_vocab)
     prepare_s, _ = timed(model.prepare)
@@ -414,8 +425,8 @@ def time_to_ready(path, n_prompt):
     plain_first_s, _ = timed(lambda: plain_model.plain(prompt, plain_model.new_cache()))
     del plain_model
     return model, {
-        "prompt_tokens": len(prompt), "checkpoint_in_page_cache": in_page_cache,
-        "fast_file": str(cache) if cache.exists() else None, "fast_file_in_page_cache": cache_in_page_cache,
+        "prompt_tokens": len(prompt), "fast_file": str(cache) if cache.exists() else None,
+        "found_in_page_cache": dict(zip(map(str, files), found_in_page_cache)), "page_cache": "warm",
         "fast_file_made_s": built_s, "load_s": load_s, "prepare_s": prepare_s, "ready_s": load_s + prepare_s,
         "first_token_s": load_s + prepare_s + first_s, "prepare_in_memory_s": in_memory_s,
         "plain_ready_s": plain_load_s, "plain_first_token_s": plain_load_s + plain_first_s}
@@ -466,6 +477,7 @@ def make_engines(model, s):
 
 def bench_model(label, path, source, s, ceiling, log):
     log(f"{label}: loading {path}")
+    load_at_start = load_average()
     model, ready = time_to_ready(path, s["prompt_tokens"])
     ids = np.random.default_rng(0).integers(0, model.config.n_vocab, size=max(s["contexts"]) + 16)
     engines, torch_note = make_engines(model, s)
@@ -480,7 +492,8 @@ def bench_model(label, path, source, s, ceiling, log):
     beside = describe_ceiling(ceiling_times, ceiling[0])
     bytes_per_token = weight_bytes_per_token(model)
     c = model.config
-    result = {"source": source, "path": str(path), "config": {k: getattr(c, k) for k in
+    result = {"source": source, "path": str(path), "load_average_at_start": load_at_start,
+              "config": {k: getattr(c, k) for k in
               ("n_layer", "n_head", "n_embd", "n_ctx", "n_vocab")}, "n_params": model.n_params,
               "weight_bytes_per_token": bytes_per_token, "ready": ready, "ceiling": beside,
               "floor_s": bytes_per_token / 1e9 / beside["gb_per_s"],
