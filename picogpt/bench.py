@@ -762,3 +762,18 @@ def table(results):
 def ceiling_text(ceiling):
     return f"{ceiling['gb_per_s']:.1f} GB/s (" + ", ".join(
         f"{name} {way['gb_per_s']:.1f}" for name, way in ceiling["ways"].items()) + ")"
+
+
+def markdown(results):
+    """The main figures as a Markdown table (benchmarks/README.md is made from it)."""
+    rows = ["| model | engine | decode ctx 128 | decode ctx 512 | GB/s (ctx 128) | x floor | "
+            "score 2 / 5 / 9 positions, x decode |", "|---|---|---|---|---|---|---|"]
+    for label, m in results["models"].items():
+        for engine, e in m["engines"].items():
+            decode = {ctx: f"{d['median_s'] * 1e3:.0f} ms" for ctx, d in e["decode"].items()}
+            first = e["decode"][min(e["decode"])]
+            score = " / ".join(f"{e['score'][n]['ratio_to_decode']:.2f}" if n in e["score"] else "-"
+                               for n in (2, 5, 9))
+            rows.append(f"| {label} | {engine} | {decode.get(128, '-')} | {decode.get(512, '-')} | "
+                        f"{first['gb_per_s']:.1f} | {first['vs_floor']:.2f} | {score} |")
+    return "\n".join(rows)

@@ -27,6 +27,7 @@ functions in the same order; only the summation order inside each dot product di
 import os
 import shutil
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -53,21 +54,67 @@ _pool = None
 
 
 def pool():
-    """One thread per core, created on first use; NumPy releases the GIL inside matmul."""
+    """Helper threads, one per core, created on first use; NumPy releases the GIL in matmul."""
     global _pool
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=n_threads(), thread_name_prefix="picogpt")
     return _pool
 
 
-def parallel(function, n_items, n_workers=None):
-    """Call function(start, stop) on n_workers contiguous slices of range(n_items), in parallel."""
-    n_workers = max(1, min(n_workers or n_threads(), n_items))
-    bounds = np.linspace(0, n_items, n_workers + 1).astype(int)
-    futures = [pool().submit(function, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
-    function(bounds[0], bounds[1])  # the calling thread takes the first slice
-    for future in futures:
-        future.result()
+class Chunks:
+    """range(n_items) cut into chunks that any thread may take, one at a time."""
+
+    def __init__(self, function, n_items, n_chunks):
+        self.function, self.n_items = function, n_items
+        self.size = -(-n_items // n_chunks)  # ceil
+        self.next, self.running, self.error = 0, 0, None
+        self.lock = threading.Condition()
+
+    def take(self):
+        with self.lock:
+            if self.next >= self.n_items or self.error is not None:
+                return None
+            start, self.next = self.next, self.next + self.size
+            self.running += 1
+            return start
+
+    def done(self, error=None):
+        with self.lock:
+            self.running -= 1
+            self.error = self.error or error
+            self.lock.notify_all()
+
+    def work(self):
+        while (start := self.take()) is not None:
+            try:
+                self.function(start, min(start + self.size, self.n_items))
+            except BaseException as error:  # handed to the calling thread
+                self.done(error)
+                return
+            self.done()
+
+    def wait(self):
+        """Until every chunk taken is finished (helpers that start later find none left)."""
+        with self.lock:
+            self.lock.wait_for(lambda: self.running == 0)
+        if self.error is not None:
+            raise self.error
+
+
+def parallel(function, n_items, chunks_per_thread=4):
+    """Call function(start, stop) on consecutive chunks of range(n_items), on all cores.
+
+    The calling thread works too, and chunks go to whichever thread is free, so on a busy
+    machine, where a helper thread may wait milliseconds for a core, the caller does not wait
+    for it: it takes the helper's share and only waits for chunks already being worked on."""
+    if n_items <= 0:
+        return
+    n_helpers = min(n_threads(), n_items) - 1
+    chunks = Chunks(function, n_items, (n_helpers + 1) * chunks_per_thread)
+    for _ in range(n_helpers):
+        pool().submit(chunks.work)
+    chunks.work()
+    chunks.wait()
 
 
 def rows_per_block(n_in, n_rows):

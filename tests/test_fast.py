@@ -24,6 +24,22 @@ def relative_diff(got, reference):
     return float(np.abs(got - reference).max() / max(1e-30, np.abs(reference).max()))
 
 
+@pytest.mark.parametrize("n_items", [0, 1, 2, 7, 1000])
+def test_parallel_covers_every_item_once(n_items):
+    seen = []
+    fast.parallel(lambda start, stop: seen.extend(range(start, stop)), n_items)
+    assert sorted(seen) == list(range(n_items))
+
+
+def test_parallel_hands_an_error_to_the_caller():
+    def fail_at_500(start, stop):
+        if start <= 500 < stop:
+            raise ZeroDivisionError("chunk with 500")
+
+    with pytest.raises(ZeroDivisionError, match="chunk with 500"):
+        fast.parallel(fail_at_500, 1000)
+
+
 @pytest.mark.parametrize("n_in, n_out", [(32, 97), (1024, 1030)])  # 1024 x 1030 runs on threads
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 5, 9, MAX_STREAMED_ROWS, MAX_STREAMED_ROWS + 1, 40])
 def test_matmul_transposed_is_x_at_w(n_in, n_out, n_rows):
