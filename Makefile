@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BROWSER_STAMP := $(VENV)/.installed-browser
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: test unit notebooks lab weights bench clean
+.PHONY: test unit notebooks browser-test lab weights bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +22,23 @@ unit: $(STAMP)
 
 notebooks: $(STAMP)
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-	  $(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
+	  PICOGPT_COURSE_MODELS=tiny $(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
 	else echo "no notebooks yet"; fi
+
+## make browser-test: run the course in JupyterLab in headless Chromium and use its widgets
+## (installs Debian's chromium with apt-get and the `browser` extra; screenshots: browser-test-out/
+## or $BROWSER_TEST_OUT; the tiny pair unless PICOGPT_COURSE_MODELS=gpt2)
+browser-test: $(BROWSER_STAMP) $(CHROMIUM)
+	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} timeout -k 30 900 $(BIN)/python tools/browser_test.py
+
+$(BROWSER_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,browser]'
+	touch $(BROWSER_STAMP)
+
+$(CHROMIUM):
+	@test "$$(id -u)" = 0 || { echo "$(CHROMIUM) is missing: run  sudo apt-get install -y chromium"; exit 1; }
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
 ## make lab: open the course in JupyterLab (embedded teaching pair unless GPT-2 is downloaded)
 lab: $(STAMP)

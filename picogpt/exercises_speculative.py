@@ -1,0 +1,167 @@
+"""Exercise checkers for notebooks 03-05 (speculative sampling, Theorem 1, speedup).
+
+Same contract as `picogpt.exercises`: each `check_...` is a pure function of the student's answer
+returning a `Check` ("✔ right: ..." with the worked solution, or "✘ not yet: ..." with a hint,
+never the number); its defaults are the numbers the notebook's question asks about.
+"""
+
+import math
+
+import numpy as np
+
+from . import rejection, theory
+from .exercises import Check, check_number, not_answered
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 03: speculative sampling, one loop at a time
+# ---------------------------------------------------------------------------------------------
+
+
+def check_tokens_emitted(answer, K=4, n_accepted=2):
+    """A loop drafts K = 4 tokens; the first n_accepted = 2 are accepted, the next is rejected.
+    How many tokens does the loop emit?"""
+    expected = n_accepted + 1
+    how = ("walk through step 3 of Algorithm 2: what happens to the accepted drafts, what comes "
+           "out at the first rejection, and are the drafts after it ever judged?")
+    solution = (f"the {n_accepted} accepted drafts, then one token resampled from (q − p)+ at the "
+                f"first rejection: {expected}. The {K - n_accepted - 1} draft(s) after the rejection are "
+                "thrown away unjudged (they were drafted after a token that is now gone).")
+    mistakes = [(n_accepted, "a rejection still emits a token: the one resampled from (q − p)+"),
+                (K - 1, "after the first rejection the loop ends: the later drafts are never judged"),
+                (K + 1, "K + 1 tokens come out only when all K drafts are accepted")]
+    return check_number(answer, expected, how, solution, mistakes, rel_tol=1e-9)
+
+
+def check_accept_probability(answer, p_x=0.5, q_x=0.2):
+    """The draft gave its token x̃ probability p(x̃) = 0.5, the target q(x̃) = 0.2. With what
+    probability is x̃ accepted?"""
+    expected = min(1.0, q_x / p_x)
+    how = "Algorithm 2 keeps x̃ when r < min(1, q(x̃)/p(x̃)), with r uniform on [0, 1)."
+    solution = (f"min(1, q/p) = min(1, {q_x}/{p_x}) = {expected:g}: the draft was overconfident in "
+                f"x̃, so it is kept only {expected:.0%} of the time. Had q(x̃) >= p(x̃), it would always be kept.")
+    mistakes = [(p_x / q_x, "that is p/q; the test is min(1, q/p)"),
+                (1.0, "q(x̃) < p(x̃) here, so the ratio q/p is below 1"),
+                (q_x, "that is q(x̃) alone; divide by p(x̃), the chance x̃ was drafted at all")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def check_expected_tokens_per_loop(answer, alpha=0.8, K=4):
+    """Each draft is accepted independently with probability alpha = 0.8. How many tokens does a
+    loop with K = 4 emit on average?"""
+    expected = float(theory.expected_tokens_per_loop(alpha, K))
+    how = ("the loop emits n accepted drafts plus one more token. P(at least the first i drafts "
+           "accepted) = alpha^i; add up the chances that token 1, 2, ..., K + 1 comes out.")
+    solution = (f"1 + alpha + alpha² + ... + alpha^K = (1 − alpha^(K+1)) / (1 − alpha) = {expected:.4f} "
+                "tokens per target call, where autoregressive sampling gets 1.")
+    mistakes = [(alpha * K, "that counts the accepted drafts only; every loop also emits one more token"),
+                (1 + alpha * K, "acceptance stops at the first rejection: draft 2 counts only if draft 1 was accepted"),
+                (alpha * (K + 1), "acceptance stops at the first rejection, and the last token always comes out")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 04: Theorem 1
+# ---------------------------------------------------------------------------------------------
+
+P_EXERCISE = (0.6, 0.3, 0.1)  # draft p over three tokens
+Q_EXERCISE = (0.2, 0.5, 0.3)  # target q
+
+
+def check_p_accept(answer, p=P_EXERCISE, q=Q_EXERCISE):
+    """With p = (0.6, 0.3, 0.1) and q = (0.2, 0.5, 0.3), what is P(accept), the chance that a
+    token drafted from p is kept?"""
+    p, q = np.asarray(p), np.asarray(q)
+    expected = float(np.minimum(p, q).sum())
+    how = "P(accept) = Σ_x p(x) min(1, q(x)/p(x)); simplify each term first."
+    solution = (f"p(x) min(1, q(x)/p(x)) = min(p(x), q(x)), so P(accept) = Σ min(p, q) = "
+                f"{' + '.join(f'{v:g}' for v in np.minimum(p, q))} = {expected:g}.")
+    mistakes = [(1 - expected, "that is P(reject) = Σ max(0, q − p)"),
+                (float(np.minimum(1, q / p).mean()), "average min(1, q/p) weighted by p(x), how often x is drafted")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def check_output_probability(answer, token=2, p=P_EXERCISE, q=Q_EXERCISE):
+    """With the same p and q, what is the probability that one accept/resample step emits
+    token 2 (accepted or resampled)?"""
+    p, q = np.asarray(p), np.asarray(q)
+    overlap, excess = min(p[token], q[token]), max(0.0, q[token] - p[token])
+    expected = float(rejection.output_distribution(p, q)[token])
+    how = ("add two ways to emit the token: drafted and accepted (min(p, q)), or rejected and then "
+           "resampled (P(reject) × (q − p)+ of the token).")
+    solution = (f"accepted: min(p, q) = {overlap:g}; resampled: P(reject) × (q − p)+ = "
+                f"{1 - np.minimum(p, q).sum():g} × {excess / np.maximum(0, q - p).sum():g} = {excess:g}. "
+                f"Together {expected:g} = q({token}), as Theorem 1 says.")
+    mistakes = [(overlap, "that counts only accepted drafts; rejected steps resample and can emit it too"),
+                (excess / np.maximum(0, q - p).sum(), "that is (q − p)+ alone; multiply by P(reject) and add the accepted part"),
+                (p[token], "that is p: the draft's distribution, before the accept/resample step corrects it")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def residual_trials(seed=0):
+    """(p, q) pairs to try a student's residual on: random, one with zeros in p, one almost equal."""
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(10)), rng.dirichlet(np.ones(10))
+    sparse_p = np.array([0.5, 0.5, 0.0, 0.0])
+    near_q = np.array([0.3, 0.3, 0.2, 0.2])
+    return [(np.array(P_EXERCISE), np.array(Q_EXERCISE)), (p, q), (sparse_p, near_q),
+            (near_q, np.array([0.31, 0.29, 0.2, 0.2]))]
+
+
+def check_residual(my_residual):
+    """Does my_residual(p, q) return (q − p)+ = max(0, q − p) / Σ max(0, q − p)?"""
+    if not_answered(my_residual):
+        return Check(False, "write your function my_residual(p, q), then pass it in instead of None.")
+    if not callable(my_residual):
+        return Check(False, f"expected a function my_residual(p, q), got {type(my_residual).__name__}.")
+    for i, (p, q) in enumerate(residual_trials()):
+        expected = rejection.residual(p, q)
+        case = f"on trial pair {i + 1} (p = {np.round(p, 3).tolist()}, q = {np.round(q, 3).tolist()})"
+        try:
+            got = np.asarray(my_residual(p.copy(), q.copy()), np.float64)
+        except Exception as e:  # the student's code: report it, don't crash the notebook
+            return Check(False, f"{case} my_residual raised {type(e).__name__}: {e}")
+        if got.shape != expected.shape:
+            return Check(False, f"{case} it returned shape {got.shape}, expected {expected.shape}.")
+        if np.any(got < -1e-12):
+            return Check(False, f"{case} some probabilities are negative: take max(0, q − p), not q − p.")
+        if not math.isclose(got.sum(), 1.0, rel_tol=1e-9):
+            return Check(False, f"{case} it sums to {got.sum():.6g}: divide by Σ max(0, q − p).")
+        if not np.allclose(got, expected, atol=1e-12):
+            return Check(False, f"{case} the values differ from max(0, q − p) / Σ max(0, q − p) "
+                                "(q − p, not p − q?).")
+    return Check(True, "max(0, q − p), renormalised: where the target wants more than the draft "
+                       "offered, in proportion to the shortfall.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 05: speedup
+# ---------------------------------------------------------------------------------------------
+
+def check_paper_speedup(answer, alpha=0.7, K=4, t_draft_ms=1.8, t_target_ms=14.1):
+    """In the paper's setting (t_draft = 1.8 ms, t_target = 14.1 ms, K = 4), what speedup does the
+    paper's arithmetic predict if each draft is accepted independently with alpha = 0.7?"""
+    tokens = float(theory.expected_tokens_per_loop(alpha, K))
+    expected = tokens / (K * t_draft_ms + t_target_ms) * t_target_ms
+    how = ("tokens per loop = (1 − alpha^(K+1)) / (1 − alpha); a loop costs K t_draft + t_target; "
+           "autoregressive sampling makes one token per t_target.")
+    solution = (f"{tokens:.3f} tokens per loop / ({K} × {t_draft_ms} + {t_target_ms} = "
+                f"{K * t_draft_ms + t_target_ms:.1f} ms) × {t_target_ms} ms = {expected:.2f}x.")
+    mistakes = [(alpha * (K + 1) / (K * t_draft_ms + t_target_ms) * t_target_ms,
+                 "alpha is a per-draft acceptance rate, not the paper's r: tokens per loop is (1 − alpha^(K+1)) / (1 − alpha)"),
+                (tokens, "that is tokens per loop; a loop also costs more than one target step: K drafts + the scoring call"),
+                (tokens / (K * t_draft_ms + t_target_ms), "that is tokens per millisecond; multiply by t_target for the ratio")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def check_best_K(answer, alpha=0.8, c=0.05, K_max=16):
+    """With alpha = 0.8 and a draft step costing c = 0.05 target steps, which K gives the highest
+    speedup by Leviathan et al.'s formula?"""
+    expected = int(theory.best_K(alpha, c, K_max))
+    how = ("compute picogpt.theory.predicted_speedup_leviathan(alpha, K, c) for K = 1 .. 16 and "
+           "take the K with the largest value.")
+    solution = (f"K = {expected}: speedup {theory.predicted_speedup_leviathan(alpha, expected, c):.2f}x. "
+                "Each extra draft adds c to the loop's cost but an ever smaller alpha^K to its tokens; "
+                "the best K is where the two balance. A cheaper draft (smaller c) or a better one (alpha "
+                "nearer 1) pushes it up.")
+    mistakes = [(4, "K = 4 is the paper's choice for Chinchilla, not the best for alpha = 0.8, c = 0.05")]
+    return check_number(answer, expected, how, solution, mistakes, rel_tol=1e-9)

@@ -1,0 +1,59 @@
+"""The exercise checkers of notebooks 03-05: right answers pass with the worked solution, known
+mistakes get their hint, other wrong answers the method."""
+
+import numpy as np
+import pytest
+
+from picogpt import exercises_speculative as ex
+from picogpt import rejection
+
+NUMBER_CHECKS = [  # (checker, right answer, a known mistake and a word of its hint)
+    (ex.check_tokens_emitted, 3, (2, "resampled")),
+    (ex.check_accept_probability, 0.4, (2.5, "p/q")),
+    (ex.check_expected_tokens_per_loop, 3.3616, (3.2, "one more token")),
+    (ex.check_p_accept, 0.6, (0.4, "P(reject)")),
+    (ex.check_output_probability, 0.3, (0.1, "only accepted")),
+    (ex.check_paper_speedup, 1.8357, (2.3169, "not the paper's r")),
+    (ex.check_best_K, 8, (4, "paper's choice")),
+]
+
+
+@pytest.mark.parametrize("check, right, mistake", NUMBER_CHECKS)
+def test_right_answers_pass_and_known_mistakes_get_their_hint(check, right, mistake):
+    ok = check(right)
+    assert ok and str(ok).startswith("✔ right")
+    wrong, hint = mistake
+    result = check(wrong)
+    assert not result and hint in str(result)
+    assert not check(None) and "placeholder" in str(check(None))
+    other = check(right * 1.5 + 7)
+    assert not other and "Hint" in str(other)
+
+
+def test_numbers_in_the_questions_are_the_defaults():
+    assert ex.check_output_probability(0.5, token=1)  # = q(1): Theorem 1 for any token
+    assert ex.check_accept_probability(1.0, p_x=0.2, q_x=0.5)
+    assert ex.check_expected_tokens_per_loop(5, alpha=1.0, K=4)
+
+
+def good_residual(p, q):
+    excess = np.maximum(0, q - p)
+    return excess / excess.sum()
+
+
+@pytest.mark.parametrize("attempt, hint", [
+    (lambda p, q: q - p, "negative"),
+    (lambda p, q: np.maximum(0, q - p), "divide"),
+    (lambda p, q: np.maximum(0, p - q) / np.maximum(0, p - q).sum(), "p − q"),
+    (lambda p, q: good_residual(p, q)[:-1], "shape"),
+    (lambda p, q: 1 / 0, "ZeroDivisionError"),
+    (42, "expected a function"),
+])
+def test_residual_checker_explains_what_is_wrong(attempt, hint):
+    result = ex.check_residual(attempt)
+    assert not result and hint in str(result), str(result)
+
+
+def test_residual_checker_accepts_a_right_residual():
+    assert ex.check_residual(good_residual)
+    assert ex.check_residual(rejection.residual)

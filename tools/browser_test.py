@@ -1,0 +1,751 @@
+#!/usr/bin/env python3
+"""Browser test: the course's widgets in JupyterLab, driven by a real headless Chromium.
+
+nbval (`make test`) proves that every notebook's Python runs. It cannot see the page a student
+sees: "Error displaying widget", or a bare `FloatSlider(value=…)` where a slider should be, only
+happen in the browser. This script starts JupyterLab from the running Python environment (the
+project's `.venv` under `make browser-test`), drives Debian's Chromium through Playwright, and
+checks, with the ipywidgets 8 DOM classes named in the widget contract:
+
+1. landing: the page `make lab` opens (JupyterLab rooted at notebooks/) lists every notebook;
+2. 04-theorem-1.ipynb: Run > Run All Cells finishes, every widget the kernel sent is drawn,
+   and in every explorer on the page (a cell output with a `P(accept)` readout) moving a slider
+   redraws the figure and changes the readout, and pressing `Run Monte-Carlo` draws a
+   histogram into a second Output;
+3. every other notebook that uses widgets: runs to the end, every widget is drawn, none failed.
+
+The server serves a temporary copy of notebooks/ (nothing is written back) with its settings,
+workspaces and runtime files in a temporary folder, so no user state leaks in or out. Chromium
+runs with flags that stop it from calling outside. Screenshots (before and after each
+interaction) go to $BROWSER_TEST_OUT, else browser-test-out/. Exit status 0 = all checks passed.
+
+    make browser-test                        # installs Chromium (apt) and Playwright (pip) first
+    .venv/bin/python tools/browser_test.py --stand-in   # the harness against its own stand-in
+"""
+
+import argparse
+import atexit
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+# headless, and no outside connections: no sync, no component updates, no background fetches,
+# and no host name resolves (the page talks to 127.0.0.1 only)
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-quic", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+]
+LOCAL_URLS = ("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "about:")
+EXPLORER = "04-theorem-1.ipynb"
+MC_BUTTON = "Run Monte-Carlo"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+# code that shows widgets: ipywidgets itself, interact, or a picogpt.viz explorer
+WIDGET_CODE = re.compile(r"ipywidgets|\binteract(?:ive)?\(|_explorer\(")
+# what ipywidgets / jupyterlab_widgets write where a widget could not be drawn
+WIDGET_ERRORS = ("Error displaying widget", "Error rendering widget", "Error creating widget",
+                 "Could not create a view")
+# `FloatSlider(value=1.0, …)`, `VBox(children=(…))`: a widget's text repr shown instead of it
+WIDGET_REPR = re.compile(r"\b[A-Z]\w*\((?:children|value|description|layout|options|outputs)=")
+
+# every wait is bounded (seconds); the machine has 2 shared cores, so they are generous
+SERVER_START_S = 120
+PAGE_LOAD_S = 180
+KERNEL_READY_S = 120
+RUN_ALL_S = 300
+WIDGET_RENDER_S = 60
+INTERACTION_S = 60
+SECOND_SLIDER_S = 15  # the first slider gets INTERACTION_S; the others are a fallback
+TOTAL_S = 600
+
+# top-level outputs of a cell (not the outputs nested inside an ipywidgets Output)
+CELL_OUTPUTS = ".jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output"
+
+
+class CheckFailed(Exception):
+    """A check on the page failed; the message says what a person would have seen."""
+
+
+class RunTimedOut(Exception):
+    """The whole run passed its cap (TOTAL_S): stop every check, clean up, fail."""
+
+
+# ---------------------------------------------------------------------------------------------
+# JupyterLab server: temp state, random port, token, stopped on every exit path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def isolated_env(state_dir):
+    """Environment for the server and its kernels: every Jupyter/IPython/mpl dir in state_dir."""
+    folders = {
+        "JUPYTER_CONFIG_DIR": "config", "JUPYTER_DATA_DIR": "data", "JUPYTER_RUNTIME_DIR": "runtime",
+        "JUPYTERLAB_SETTINGS_DIR": "settings", "JUPYTERLAB_WORKSPACES_DIR": "workspaces",
+        "IPYTHONDIR": "ipython", "MPLCONFIGDIR": "matplotlib",
+    }
+    env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH")}
+    env.update({name: str(state_dir / sub) for name, sub in folders.items()})
+    env["JUPYTER_PLATFORM_DIRS"] = "1"
+    return env
+
+
+def write_lab_settings(settings_dir):
+    """No news pop-up, no update check, no autosave (the served copy stays as it was)."""
+    settings = {
+        "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+    }
+    for plugin, values in settings.items():
+        path = settings_dir / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+
+
+def descendants(pid):
+    """All live descendants of pid (kernels run in their own sessions, so killpg misses them)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class LabServer:
+    """`jupyter lab` on 127.0.0.1 with a token, rooted at root_dir, state in state_dir."""
+
+    def __init__(self, root_dir, state_dir):
+        self.root_dir, self.state_dir = root_dir, state_dir
+        self.port, self.token = free_port(), secrets.token_hex(24)
+        self.log_path = state_dir / "jupyterlab.log"
+        self.proc = None
+
+    def url(self, path=""):
+        sep = "&" if "?" in path else "?"
+        return f"http://127.0.0.1:{self.port}/{path}{sep}token={self.token}"
+
+    def start(self):
+        write_lab_settings(self.state_dir / "settings")
+        cmd = [
+            sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+            "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
+            f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root_dir}",
+            "--ServerApp.terminals_enabled=False", "--LabApp.expose_app_in_browser=True",
+            "--LabApp.extension_manager=readonly",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=self.root_dir, env=isolated_env(self.state_dir),
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        atexit.register(self.stop)
+        self._wait_ready()
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + SERVER_START_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise CheckFailed(f"JupyterLab exited with status {self.proc.returncode} "
+                                  f"before serving:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.url("api/status"), timeout=5):
+                    return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.5)
+        raise CheckFailed(f"JupyterLab did not answer within {SERVER_START_S} s:\n{self.log_tail()}")
+
+    def log_tail(self, n_chars=3000):
+        try:
+            return self.log_path.read_text(errors="replace")[-n_chars:]
+        except OSError:
+            return "(no server log)"
+
+    def api(self, path, method="GET"):
+        request = urllib.request.Request(self.url(f"api/{path}"), method=method)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def end_sessions(self):
+        """Shut down every notebook's kernel, so the next notebook has the cores to itself."""
+        try:
+            for session in self.api("sessions"):
+                self.api(f"sessions/{session['id']}", method="DELETE")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            print(f"  (could not shut the kernels down: {exc})")
+
+    def stop(self):
+        """Shut kernels and server down politely, then kill whatever is left."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        family = descendants(self.proc.pid)
+        try:
+            self.api("shutdown", method="POST")
+            self.proc.wait(timeout=15)
+        except (urllib.error.URLError, OSError, subprocess.TimeoutExpired):
+            pass
+        for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+            if self.proc.poll() is not None:
+                break
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(timeout=wait_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        for pid in family:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# which notebooks, where
+
+
+def uses_widgets(notebook_path):
+    """A notebook whose code uses ipywidgets (or a viz `…_explorer(`), or has stored widget outputs."""
+    nb = json.loads(notebook_path.read_text())
+    for cell in nb.get("cells", []):
+        source = "".join(cell.get("source", []))
+        if cell.get("cell_type") == "code" and re.search(WIDGET_CODE, source):
+            return True
+        for output in cell.get("outputs", []):
+            if WIDGET_VIEW_MIME in output.get("data", {}):
+                return True
+    return False
+
+
+def serve_copy(notebooks_dir, root_dir):
+    """Copy the course notebooks (and anything beside them) to the folder the server serves."""
+    shutil.copytree(notebooks_dir, root_dir, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+
+
+# ---------------------------------------------------------------------------------------------
+# page helpers
+
+
+class Shots:
+    """Numbered screenshots in out_dir; every path is printed as it is written."""
+
+    def __init__(self, out_dir):
+        self.out_dir, self.paths = out_dir, []
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for old in out_dir.glob("[0-9][0-9]-*.png"):  # this tool's names only: last run's shots
+            old.unlink()
+
+    def take(self, target, name):
+        path = self.out_dir / f"{len(self.paths) + 1:02d}-{name}.png"
+        try:
+            target.screenshot(path=str(path), timeout=30_000)
+        except Exception as exc:  # a missing screenshot must not hide the real result
+            print(f"  (screenshot {path.name} failed: {exc})")
+            return None
+        self.paths.append(path)
+        print(f"  screenshot: {path}")
+        return path
+
+
+def wait_for(predicate, timeout_s, what, poll_s=0.5):
+    """Poll predicate() until it returns something truthy; CheckFailed after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise CheckFailed(f"{what} (waited {timeout_s} s)")
+        time.sleep(poll_s)
+
+
+# the notebook's kernel status ("idle", "busy", …), null while it has no kernel
+KERNEL_STATUS_JS = """() => {
+  const app = window.jupyterapp;
+  if (!app) {
+    const e = document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator');
+    return e ? e.getAttribute('data-status') : null;
+  }
+  const panel = app.shell.currentWidget;
+  const session = panel && panel.sessionContext && panel.sessionContext.session;
+  return session && session.kernel ? session.kernel.status : null;
+}"""
+
+# per code cell: its prompt ("[3]:", "[*]:", "[ ]:") and whether it has any source
+PROMPTS_JS = """() => Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell')).map(c => {
+  const prompt = c.querySelector('.jp-InputPrompt');
+  const editor = c.querySelector('.jp-InputArea-editor');
+  return [prompt ? prompt.textContent.trim() : '', editor ? editor.textContent.trim().length > 0 : false];
+})"""
+
+# per cell: widget-view outputs in the notebook model, and widgets actually drawn at top level
+WIDGET_COUNTS_JS = """([mime, outputsSelector]) => {
+  const app = window.jupyterapp;
+  const panel = app && app.shell.currentWidget;
+  const cells = Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell'));
+  const drawn = cells.map(c => Array.from(c.querySelectorAll(outputsSelector))
+      .filter(o => o.querySelector(':scope > .jupyter-widgets')).length);
+  let sent = null;
+  if (panel && panel.content && panel.content.model) {
+    const model = panel.content.model.cells;
+    sent = [];
+    for (let i = 0; i < model.length; i++) {
+      const cell = model.get(i);
+      let n = 0;
+      if (cell.type === 'code') {
+        for (let j = 0; j < cell.outputs.length; j++) {
+          if (mime in (cell.outputs.get(j).data || {})) n++;
+        }
+      }
+      sent.push(n);
+    }
+  }
+  return {sent, drawn};
+}"""
+
+
+def open_notebook(page, server, name, workspace):
+    """Open one notebook in its own fresh workspace and wait until its kernel is idle."""
+    page.goto(server.url(f"lab/workspaces/{workspace}/tree/{quote(name)}?reset"),
+              wait_until="domcontentloaded", timeout=PAGE_LOAD_S * 1000)
+    page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(timeout=PAGE_LOAD_S * 1000)
+
+    def kernel_ready():
+        # "Select Kernel" shows when the page opens the notebook before it has the kernel
+        # list (a race on a slow machine); a person presses Select, so do the same
+        dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+        if dialog.count() and dialog.first.is_visible():
+            print(f"  dialog on open: {' '.join(dialog.first.inner_text().split())[:120]!r}; "
+                  "pressing its default button")
+            dialog.first.locator(".jp-mod-accept").click(timeout=10_000)
+            return False
+        return page.evaluate(KERNEL_STATUS_JS) == "idle"
+    wait_for(kernel_ready, KERNEL_READY_S,
+             f"{name}: the kernel did not start and become idle after opening")
+
+
+def execution_started(page):
+    """True once a cell is queued or running, or every non-empty code cell has a number."""
+    prompts = page.evaluate(PROMPTS_JS)
+    return (any("*" in prompt for prompt, _ in prompts)
+            or all(re.search(r"\[\d+\]", prompt) for prompt, has_source in prompts if has_source))
+
+
+def run_all_cells(page):
+    """Run > Run All Cells through the menu bar; the app's command if the menu does not answer."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    try:
+        page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Run\s*$")).click(timeout=15_000)
+        label = page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
+        page.locator(".lm-Menu-item:visible").filter(has=label).click(timeout=15_000)
+        wait_for(lambda: execution_started(page), 20, "")
+        return "menu Run > Run All Cells"
+    except (PlaywrightTimeout, CheckFailed):
+        page.keyboard.press("Escape")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        return "command notebook:run-all-cells (the menu did not start the run)"
+
+
+def wait_until_run(page, name, timeout_s):
+    """Wait until no cell is queued or running and the kernel is idle (3 polls in a row)."""
+    deadline, calm = time.monotonic() + timeout_s, 0
+    while calm < 3:
+        if time.monotonic() > deadline:
+            running = sum("*" in prompt for prompt, _ in page.evaluate(PROMPTS_JS))
+            raise CheckFailed(f"{name}: still running after {timeout_s} s "
+                              f"({running} cells queued or running, kernel "
+                              f"{page.evaluate(KERNEL_STATUS_JS)!r})")
+        busy = (page.evaluate(KERNEL_STATUS_JS) != "idle"
+                or any("*" in prompt for prompt, _ in page.evaluate(PROMPTS_JS)))
+        calm = 0 if busy else calm + 1
+        time.sleep(1)
+    return page.evaluate(PROMPTS_JS)
+
+
+def check_all_ran(page, name, prompts):
+    """Run All stops at the first error: every non-empty code cell must carry a number."""
+    for index, (prompt, has_source) in enumerate(prompts):
+        if has_source and not re.search(r"\[\d+\]", prompt):
+            error = page.locator(".jp-NotebookPanel .jp-CodeCell").nth(max(index - 1, 0)) \
+                .locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+            detail = error.last.text_content()[-800:] if error.count() else "(no error output)"
+            raise CheckFailed(f"{name}: code cell {index + 1} did not run (prompt {prompt!r}); "
+                              f"the cell before it printed:\n{detail}")
+    return sum(1 for _, has_source in prompts if has_source)
+
+
+def widget_problems(page):
+    """Widget error messages or widget text reprs anywhere in the notebook's outputs."""
+    texts = page.locator(".jp-NotebookPanel .jp-OutputArea-output").all_text_contents()
+    problems = [f"{error!r} shown" for error in WIDGET_ERRORS if any(error in t for t in texts)]
+    problems += [f"widget shown as text: {match.group(0)}…" for t in texts
+                 for match in [WIDGET_REPR.search(t)] if match]
+    return problems
+
+
+def check_widgets_drawn(page, name):
+    """Every widget-view output the kernel sent is drawn as a widget, and nothing failed."""
+    def counts_settled():
+        counts = page.evaluate(WIDGET_COUNTS_JS, [WIDGET_VIEW_MIME, CELL_OUTPUTS])
+        sent = counts["sent"] if counts["sent"] is not None else counts["drawn"]
+        drawn_all = len(sent) == len(counts["drawn"]) and all(
+            d >= s for s, d in zip(sent, counts["drawn"]))
+        if not drawn_all and widget_problems(page):  # an error message is final: stop waiting
+            raise CheckFailed("")
+        return counts if drawn_all else None
+    try:
+        counts = wait_for(counts_settled, WIDGET_RENDER_S, "")
+    except CheckFailed:
+        counts = page.evaluate(WIDGET_COUNTS_JS, [WIDGET_VIEW_MIME, CELL_OUTPUTS])
+        sent = counts["sent"] or []
+        missing = [i + 1 for i, (s, d) in enumerate(zip(sent, counts["drawn"])) if d < s]
+        if len(sent) != len(counts["drawn"]):
+            missing.append(f"({len(sent)} cells in the notebook, "
+                           f"{len(counts['drawn'])} on the page)")
+        raise CheckFailed(f"{name}: widgets sent by the kernel were not drawn in cells {missing} "
+                          f"(sent {counts['sent']}, drawn {counts['drawn']}); "
+                          f"{'; '.join(widget_problems(page)) or 'no error text on the page'}")
+    problems = widget_problems(page)
+    if problems:
+        raise CheckFailed(f"{name}: {'; '.join(problems)}")
+    n_widgets = sum(counts["drawn"])
+    n_sliders = page.locator(".jp-NotebookPanel .widget-slider").count()
+    if counts["sent"] is None:
+        print("  (window.jupyterapp not available: counted drawn widgets only)")
+    return n_widgets, n_sliders
+
+
+# ---------------------------------------------------------------------------------------------
+# the Theorem 1 explorer (notebook 04)
+
+
+def output_images(scope):
+    """The img src of each ipywidgets Output inside scope, as a list of lists."""
+    return scope.evaluate("""root => Array.from(root.querySelectorAll('.widget-output'))
+        .map(o => Array.from(o.querySelectorAll('img')).map(i => i.getAttribute('src') || ''))""")
+
+
+def changed_outputs(before, after):
+    return [i for i, (b, a) in enumerate(zip(before, after)) if a and a != b]
+
+
+def readout_text(scope):
+    """The text of the ipywidgets HTML in scope that contains `P(accept)`."""
+    texts = scope.locator(".widget-html .widget-html-content").all_text_contents()
+    return next((" ".join(t.split()) for t in texts if "P(accept)" in t), None)
+
+
+def slider_value(slider):
+    """What the slider's own readout shows (e.g. '2.15'), else its aria value."""
+    readout = slider.locator(".widget-readout")
+    text = readout.first.text_content() if readout.count() else None
+    return (text or slider.locator(".noUi-handle").first.get_attribute("aria-valuenow") or "").strip()
+
+
+def move_slider(page, slider):
+    """Nudge one slider a few steps with the keyboard; drag its handle if the value did not move."""
+    handle = slider.locator(".noUi-handle").first
+    handle.scroll_into_view_if_needed(timeout=10_000)
+    value_before = slider_value(slider)
+    at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
+    handle.focus(timeout=10_000)
+    for _ in range(3):
+        handle.press("ArrowLeft" if at_max else "ArrowRight", timeout=10_000)
+    page.wait_for_timeout(300)
+    if slider_value(slider) != value_before:
+        return "keyboard", value_before, slider_value(slider)
+    box = handle.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + (-40 if at_max else 40), box["y"] + box["height"] / 2, steps=8)
+    page.mouse.up()
+    page.wait_for_timeout(300)
+    return "drag", value_before, slider_value(slider)
+
+
+def check_slider_updates(page, name, scope, tag, shots):
+    """Moving a slider changes the P(accept) readout and redraws the figure.
+
+    Sliders are tried in page order (some, like the number of trials, move neither); returns
+    the indices of the Outputs the figure was redrawn in."""
+    sliders = scope.locator(".widget-slider")
+    if sliders.count() == 0:
+        raise CheckFailed(f"{name}: {tag} has no .widget-slider next to its P(accept) readout")
+    images_before = output_images(scope)
+    if not any(images_before):
+        raise CheckFailed(f"{name}: {tag} shows no figure (img inside an ipywidgets Output)")
+    readout_before = readout_text(scope)
+    shots.take(scope, f"{tag}-before-slider")
+    tried = []
+    for i in range(sliders.count()):
+        slider = sliders.nth(i)
+        label = (slider.locator(".widget-label").first.text_content() or f"slider {i + 1}").strip()
+        how, v0, v1 = move_slider(page, slider)
+        if v0 == v1:
+            tried.append(f"{label!r}: did not move by keyboard or drag")
+            continue
+        try:
+            wait_for(lambda: readout_text(scope) != readout_before
+                     and changed_outputs(images_before, output_images(scope)),
+                     INTERACTION_S if i == 0 else SECOND_SLIDER_S, "")
+        except CheckFailed:
+            tried.append(f"{label!r} {v0} -> {v1} ({how}): readout {readout_text(scope)!r}, "
+                         f"changed outputs {changed_outputs(images_before, output_images(scope))}")
+            continue
+        figure_outputs = changed_outputs(images_before, output_images(scope))
+        shots.take(scope, f"{tag}-after-slider")
+        print(f"  {tag}: slider {label!r} {v0} -> {v1} ({how}): {readout_before!r} -> "
+              f"{readout_text(scope)!r}; figure redrawn in Output #{figure_outputs[0] + 1}")
+        return figure_outputs
+    shots.take(scope, f"{tag}-slider-FAILED")
+    raise CheckFailed(f"{name}: {tag}: no slider changed both the P(accept) readout and the "
+                      f"figure: {'; '.join(tried)}")
+
+
+def check_monte_carlo(page, name, scope, tag, shots, figure_outputs):
+    """Pressing `Run Monte-Carlo` draws (or redraws) a histogram in an Output of its own."""
+    button = scope.locator("button.jupyter-button", has_text=re.compile(rf"^\s*{MC_BUTTON}\s*$"))
+    if button.count() == 0:
+        raise CheckFailed(f"{name}: {tag} has no button.jupyter-button labelled {MC_BUTTON!r}")
+    images_before = output_images(scope)
+    button.first.scroll_into_view_if_needed(timeout=10_000)
+    shots.take(scope, f"{tag}-before-monte-carlo")
+    button.first.click(timeout=10_000)
+
+    def histogram_outputs():
+        return [i for i in changed_outputs(images_before, output_images(scope))
+                if i not in figure_outputs]
+    try:
+        drawn = wait_for(histogram_outputs, INTERACTION_S, "")
+    except CheckFailed:
+        shots.take(scope, f"{tag}-monte-carlo-FAILED")
+        raise CheckFailed(f"{name}: {tag}: pressing {MC_BUTTON!r} drew no new image in an Output "
+                          f"other than the figure's (images per Output before: "
+                          f"{[len(i) for i in images_before]}, after: "
+                          f"{[len(i) for i in output_images(scope)]}); "
+                          f"{'; '.join(widget_problems(page)) or 'no widget error shown'}")
+    page.wait_for_timeout(500)
+    shots.take(scope, f"{tag}-after-monte-carlo")
+    print(f"  {tag}: {MC_BUTTON!r} drew a histogram in Output #{drawn[0] + 1}")
+
+
+def check_explorers(page, name, shots):
+    """Every explorer on the page (a cell output with a P(accept) readout) answers its controls."""
+    readout = page.locator(".widget-html", has_text="P(accept)")
+    explorers = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS}").filter(has=readout)
+    if explorers.count() == 0:
+        raise CheckFailed(f"{name}: no ipywidgets HTML readout containing 'P(accept)' on the page")
+    for k in range(explorers.count()):
+        tag = f"{Path(name).stem}-explorer{k + 1}"
+        figure_outputs = check_slider_updates(page, name, explorers.nth(k), tag, shots)
+        check_monte_carlo(page, name, explorers.nth(k), tag, shots, figure_outputs)
+    return explorers.count()
+
+
+# ---------------------------------------------------------------------------------------------
+# checks
+
+
+def check_landing(page, server, notebooks, shots):
+    """The page `make lab` opens: the file browser at the course folder lists the notebooks."""
+    page.goto(server.url("lab"), wait_until="domcontentloaded", timeout=PAGE_LOAD_S * 1000)
+    items = page.locator(".jp-DirListing-content .jp-DirListing-itemText")
+
+    def listed():
+        return {items.nth(i).text_content().strip() for i in range(items.count())
+                if items.nth(i).is_visible()}
+    try:
+        wait_for(lambda: set(notebooks) <= listed(), PAGE_LOAD_S, "")
+    except CheckFailed:
+        raise CheckFailed(f"the JupyterLab file browser shows {sorted(listed())}, "
+                          f"not the course notebooks {notebooks}")
+    shots.take(page, "landing")
+    return f"file browser lists all {len(notebooks)} notebooks"
+
+
+def check_notebook(page, server, name, shots, workspace):
+    """Open, Run All, wait, then: every cell ran, every widget drawn, no widget errors."""
+    t0 = time.monotonic()
+    open_notebook(page, server, name, workspace)
+    how = run_all_cells(page)
+    prompts = wait_until_run(page, name, RUN_ALL_S)
+    n_cells = check_all_ran(page, name, prompts)
+    n_widgets, n_sliders = check_widgets_drawn(page, name)
+    first_widget = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS} > .jupyter-widgets")
+    if first_widget.count():
+        first_widget.first.scroll_into_view_if_needed(timeout=10_000)
+    shots.take(page, f"{Path(name).stem}-after-run-all")
+    return (f"{n_cells} code cells ran ({how}) in {time.monotonic() - t0:.0f} s; "
+            f"{n_widgets} widget outputs drawn, {n_sliders} sliders")
+
+
+def check_explorer(page, server, shots):
+    summary = check_notebook(page, server, EXPLORER, shots, "explorer")
+    n_explorers = check_explorers(page, EXPLORER, shots)
+    return (summary + f"; in each of {n_explorers} explorers a slider redraws the figure and "
+            f"P(accept), and {MC_BUTTON} draws a histogram")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def require_playwright():
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        raise CheckFailed("Playwright is not installed in this Python: pip install -e '.[browser]' "
+                          "(make browser-test does this)") from None
+
+
+def launch_chromium(playwright):
+    if not Path(CHROMIUM).exists():
+        raise CheckFailed(f"{CHROMIUM} not found — install it: apt-get install -y chromium "
+                          "(make browser-test does this)")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                      headless=True, timeout=60_000)
+
+
+def run_checks(root_dir, notebooks, server, shots, results):
+    """Every check in its own try, so one failure does not hide the others."""
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    widget_notebooks = [n for n in notebooks if n != EXPLORER and uses_widgets(root_dir / n)]
+    checks = [("landing", lambda page: check_landing(page, server, notebooks, shots))]
+    if EXPLORER in notebooks:
+        checks.append((EXPLORER, lambda page: check_explorer(page, server, shots)))
+    else:
+        print(f"SKIP  {EXPLORER}: not in the served notebooks yet — explorer checks skipped")
+    for i, name in enumerate(widget_notebooks):
+        checks.append((name, lambda page, name=name, i=i:
+                       check_notebook(page, server, name, shots, f"nb{i}")))
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        try:
+            for name, check in checks:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.set_default_timeout(60_000)
+                console = []
+                page.on("console", lambda m, c=console: m.type == "error"
+                        and c.append(f"console error: {m.text}"))
+                page.on("pageerror", lambda e, c=console: c.append(f"uncaught: {e}"))
+                page.on("request", lambda r, c=console: r.url.startswith(LOCAL_URLS)
+                        or c.append(f"request to outside the machine (blocked): {r.url}"))
+                t0 = time.monotonic()
+                try:
+                    detail = check(page)
+                    results.append((name, True, detail))
+                    print(f"PASS  {name}: {detail}")
+                except (CheckFailed, PlaywrightError) as exc:
+                    shots.take(page, f"{Path(name).stem}-FAILED")
+                    message = str(exc).removeprefix(f"{name}: ")
+                    results.append((name, False, message))
+                    print(f"FAIL  {name}: {message}")
+                for line in console[:10]:
+                    print(f"  browser: {line[:300]}")
+                print(f"  ({time.monotonic() - t0:.0f} s)")
+                page.close()
+                server.end_sessions()
+        finally:
+            browser.close()
+
+
+def on_timeout(signum, frame):
+    raise RunTimedOut(f"the whole browser test ran past its {TOTAL_S} s cap")
+
+
+def on_terminate(signum, frame):
+    raise SystemExit(f"browser test stopped by signal {signum}")
+
+
+def main(argv=None):
+    global TOTAL_S
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--notebooks", type=Path, default=REPO / "notebooks",
+                        help="folder of course notebooks to serve (a copy is served)")
+    parser.add_argument("--stand-in", nargs="?", const="good", choices=["good", "broken"],
+                        help="serve the harness's own stand-in notebooks instead (self-test: "
+                             "'good' must pass, 'broken' must fail)")
+    parser.add_argument("--out", type=Path,
+                        default=Path(os.environ.get("BROWSER_TEST_OUT") or REPO / "browser-test-out"),
+                        help="screenshots folder (default $BROWSER_TEST_OUT or browser-test-out/)")
+    parser.add_argument("--timeout-s", type=int, default=TOTAL_S, help="cap on the whole run")
+    args = parser.parse_args(argv)
+    TOTAL_S = args.timeout_s
+
+    t_start = time.monotonic()
+    signal.signal(signal.SIGALRM, on_timeout)
+    signal.signal(signal.SIGTERM, on_terminate)
+    signal.alarm(TOTAL_S)
+    state_dir = Path(tempfile.mkdtemp(prefix="picogpt-browser-test-"))
+    root_dir = state_dir / "notebooks"
+    server, results = None, []
+    try:
+        if args.stand_in:
+            from browser_stand_in import write_stand_in
+            write_stand_in(root_dir, args.stand_in)
+        elif args.notebooks.is_dir():
+            serve_copy(args.notebooks, root_dir)
+        else:
+            root_dir.mkdir()
+        notebooks = sorted(p.name for p in root_dir.glob("*.ipynb"))
+        source = f"the {args.stand_in} stand-in" if args.stand_in else args.notebooks
+        print(f"serving a copy of {source}: {', '.join(notebooks) or 'no notebooks'}")
+        if not notebooks:
+            print("no notebooks yet: nothing to check in a browser")
+            return 0
+        require_playwright()
+        server = LabServer(root_dir, state_dir)
+        server.start()
+        print(f"JupyterLab up at http://127.0.0.1:{server.port}/lab "
+              f"after {time.monotonic() - t_start:.0f} s")
+        run_checks(root_dir, notebooks, server, Shots(args.out), results)
+    except (CheckFailed, RunTimedOut) as exc:
+        results.append(("browser test", False, str(exc)))
+        print(f"FAIL  {exc}")
+    except Exception as exc:  # the browser or the server died under us: still clean up, still fail
+        results.append(("browser test", False, f"{type(exc).__name__}: {exc}"))
+        print(f"FAIL  {type(exc).__name__}: {exc}")
+    finally:
+        signal.alarm(0)
+        if server is not None:
+            server.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+    n_failed = sum(not ok for _, ok, _ in results)
+    print(f"browser test took {time.monotonic() - t_start:.0f} s; screenshots in {args.out}")
+    for name, ok, detail in results:
+        if not ok:
+            print(f"FAILED {name}: {detail.splitlines()[0]}")
+    print(f"browser-test: {len(results) - n_failed} passed, {n_failed} failed")
+    return 1 if n_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
