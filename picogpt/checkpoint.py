@@ -30,8 +30,8 @@ def _bf16_to_f32(raw):
     return (raw.astype(np.uint32) << 16).view(np.float32)
 
 
-def read_header(path):
-    """Parse and validate the header. Returns ({name: (dtype, shape, begin, end)}, data_start)."""
+def read_raw_header(path):
+    """The header as parsed JSON (its __metadata__ included) and where the tensor data starts."""
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -49,8 +49,20 @@ def read_header(path):
             raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: header is not a JSON object")
+    return header, 8 + n_header
+
+
+def read_metadata(path):
+    """The header's __metadata__ ({str: str}; {} if it has none)."""
+    metadata = read_raw_header(path)[0].get("__metadata__")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def read_header(path):
+    """Parse and validate the header. Returns ({name: (dtype, shape, begin, end)}, data_start)."""
+    header, data_start = read_raw_header(path)
     header.pop("__metadata__", None)
-    data_start, n_data = 8 + n_header, size - 8 - n_header
+    n_data = Path(path).stat().st_size - data_start
     entries = {}
     for name, info in header.items():
         entries[name] = _check_entry(path, name, info, n_data)
@@ -116,20 +128,18 @@ def _f32_to_bf16(x):
 
 
 def write_safetensors(path, tensors, dtype="F32", metadata=None):
-    """Write {name: array} as a safetensors file, atomically (temporary file, then rename)."""
+    """Write {name: array} as a safetensors file, atomically (temporary file, then rename).
+
+    Tensors are converted and written one at a time, so writing GPT-2 XL (6.4 GB) needs no
+    second copy of the weights in memory."""
     path = Path(path)
-    header, blobs, offset = {}, [], 0
+    itemsize = 2 if dtype == "BF16" else DTYPES[dtype].itemsize
+    header, offset = {}, 0
     for name, array in tensors.items():
-        array = np.asarray(array, np.float32)
-        if dtype == "BF16":
-            raw = _f32_to_bf16(array)
-        else:
-            raw = np.ascontiguousarray(array, DTYPES[dtype])
-        blob = raw.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
+        shape = list(np.shape(array))
+        n_bytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n_bytes]}
+        offset += n_bytes
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -138,6 +148,8 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None):
     with open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for blob in blobs:
-            f.write(blob)
+        for array in tensors.values():
+            array = np.asarray(array, np.float32)
+            raw = _f32_to_bf16(array) if dtype == "BF16" else np.ascontiguousarray(array, DTYPES[dtype])
+            f.write(raw.data)
     os.replace(tmp, path)

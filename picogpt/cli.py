@@ -181,6 +181,18 @@ def add_sampling_flags(parser):
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
 
 
+def cmd_bench(args):
+    from .bench import BENCH_DIR, run_bench, save, table, to_json
+
+    overrides = {"with_torch": not args.no_torch}
+    if args.runs is not None:
+        overrides["n_runs"] = args.runs
+    results = run_bench(args.models, quick=args.quick, **overrides)
+    paths = save(results, args.out or BENCH_DIR, "bench-quick" if args.quick else "bench")
+    print(to_json(results) if args.json else table(results))
+    print(f"saved {', '.join(map(str, paths))}", file=sys.stderr)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m picogpt", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -210,6 +222,18 @@ def build_parser():
                            help="also sample the target autoregressively and report the speedup")
     speculate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     speculate.set_defaults(run=cmd_speculate)
+
+    bench = commands.add_parser(
+        "bench", help="measure decode, scoring and load speed (and PyTorch's, if installed)")
+    bench.add_argument("--models", nargs="+", default=["gpt2", "gpt2-xl", "tiny-draft", "tiny-target"],
+                       metavar="NAME", help="models or checkpoint paths (default: gpt2 gpt2-xl tiny-draft "
+                       "tiny-target; GPT-2s not downloaded are measured on random weights of their shapes)")
+    bench.add_argument("--quick", action="store_true", help="fewer runs, one context: a first look")
+    bench.add_argument("--runs", type=int, default=None, help="timed runs per figure (default 5)")
+    bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    bench.add_argument("--out", default=None, help="folder for bench.json and bench.png (default benchmarks/)")
+    bench.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    bench.set_defaults(run=cmd_bench)
 
     return parser
 
