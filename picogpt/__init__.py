@@ -1,0 +1,29 @@
+"""picogpt: GPT-2 in NumPy, and speculative sampling (Chen et al. 2023) on top of it.
+
+    import picogpt
+    model = picogpt.load("gpt2")        # or "gpt2-xl", "tiny-draft", a folder, a .safetensors
+    logits = model(ids)                  # [len(ids), n_vocab]
+    cache = model.new_cache()
+    logits = model(ids, cache)           # decode with a KV cache
+    tok = picogpt.tokenizer()            # GPT-2's BPE, offline
+
+    draft, target = picogpt.course_models()
+    out = picogpt.speculative_sampling(draft, target, ids, N=40, K=4, seed=0)   # Algorithm 2
+    out = picogpt.autoregressive_sampling(target, ids, N=40, seed=0)            # Algorithm 1
+"""
+
+from .course import course_models, course_pair_names
+from .errors import CheckpointError, DownloadError, PicoGPTError
+from .kv_cache import KVCache
+from .model import GPT2, GPT2Config
+from .registry import load, model_names, weights_dir
+from .tokenizer import tokenizer
+from . import rejection, sampling, speculative, theory
+from .sampling import autoregressive_sampling
+from .speculative import speculative_sampling
+
+__all__ = [
+    "GPT2", "GPT2Config", "course_models", "course_pair_names", "KVCache", "load", "model_names", "weights_dir", "tokenizer",
+    "PicoGPTError", "CheckpointError", "DownloadError",
+    "autoregressive_sampling", "speculative_sampling", "sampling", "rejection", "speculative", "theory",
+]

@@ -1,0 +1,226 @@
+"""The command line: `python -m picogpt COMMAND ...` (see `python -m picogpt --help`).
+
+Every command turns bad input into one readable line on stderr and exit status 2.
+"""
+
+import argparse
+import codecs
+import json
+import secrets
+import sys
+
+from .errors import PicoGPTError
+
+DEFAULT_PROMPT = "Alan Turing theorized that computers would one day become"
+
+
+def cmd_info(args):
+    from .registry import load, resolve
+
+    model = load(args.model)
+    c = model.config
+    print(f"model       {model.name}  ({resolve(args.model)})")
+    print(f"n_layer     {c.n_layer}\nn_head      {c.n_head}\nn_embd      {c.n_embd}")
+    print(f"n_ctx       {c.n_ctx}\nn_vocab     {c.n_vocab}\nln epsilon  {c.layer_norm_epsilon:g}")
+    print(f"parameters  {model.n_params:,}")
+    print(f"bytes       {model.nbytes:,} as float32 ({model.nbytes / 2**20:,.1f} MiB)")
+
+
+def cmd_download(args):
+    from .download import download, spec_for
+
+    specs = [spec_for(name) for name in args.models]  # reject a bad name before any download
+    for spec in specs:
+        download(spec.name, progress=not args.quiet)
+
+
+# ---------------------------------------------------------------------------------------------
+# generate and speculate: Algorithms 1 and 2 on GPT-2 text
+# ---------------------------------------------------------------------------------------------
+
+class IncrementalText:
+    """Token ids -> text as they arrive. A character whose UTF-8 bytes span two tokens is held
+    back until its last byte comes; invalid bytes become U+FFFD, as in tiktoken's decode."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def add(self, tokens):
+        return "".join(self.decoder.decode(self.tok.decode_single_token_bytes(t)) for t in tokens)
+
+    def finish(self):
+        return self.decoder.decode(b"", final=True)
+
+
+def encode_prompt(text):
+    """GPT-2 token ids of the prompt ('<|endoftext|>' allowed, as GPT-2's document separator)."""
+    from .tokenizer import ENDOFTEXT, tokenizer
+
+    return tokenizer().encode(text, allowed_special={ENDOFTEXT})
+
+
+def load_gpt2_vocab_model(name_or_path):
+    """Load a model and check that it speaks GPT-2's tokenizer, which the command line decodes with."""
+    from .registry import load
+    from .tokenizer import tokenizer
+
+    model = load(name_or_path)
+    n_vocab = tokenizer().n_vocab
+    if model.config.n_vocab != n_vocab:
+        raise PicoGPTError(f"{model.name} has a vocabulary of {model.config.n_vocab:,} tokens, but the command "
+                           f"line uses GPT-2's tokenizer ({n_vocab:,} tokens); sample it from Python instead "
+                           "(picogpt.speculative_sampling takes token ids)")
+    return model
+
+
+def warm_up(model, ids):
+    """One forward pass before timing: memory-mapped weights are read from disk on first use."""
+    model(ids[:1])
+
+
+def sampling_options(args):
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def check_request(args, ids, models=()):
+    """Check the request (before loading any model, then against the models) so that bad input
+    is reported before any text is printed."""
+    from .sampling import check_sampling_args
+
+    check_sampling_args(ids, args.N, models, K=getattr(args, "K", None), temperature=args.temperature,
+                        top_k=args.top_k, top_p=args.top_p)
+
+
+def prepare(args):
+    """Tokenise the prompt, check the request, and pick a seed if none was given."""
+    ids = encode_prompt(args.prompt)
+    check_request(args, ids)
+    if args.seed is None:
+        args.seed = secrets.randbelow(2**31)  # reported, so the run can be repeated
+    return ids
+
+
+def cmd_generate(args):
+    from .course import course_pair_names
+    from .sampling import autoregressive_sampling
+    from .tokenizer import tokenizer
+
+    ids = prepare(args)
+    model = load_gpt2_vocab_model(args.model or course_pair_names()[1])
+    check_request(args, ids, (model,))
+    warm_up(model, ids)
+    text = IncrementalText(tokenizer())
+    print(args.prompt, end="", flush=True)
+    result = autoregressive_sampling(model, ids, args.N, **sampling_options(args),
+                                     on_token=lambda t: print(text.add([t]), end="", flush=True))
+    print(text.finish())
+    print(f"\n[{model.name}: {len(result.tokens)} tokens in {result.seconds:.2f} s "
+          f"({result.tokens_per_s:.1f} tokens/s), seed {args.seed}]")
+
+
+def speculate_report(args, draft, target, result, ars):
+    """The JSON object of `speculate --json`."""
+    from .tokenizer import tokenizer
+
+    report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K,
+                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                  tokens=result.tokens, text=tokenizer().decode(result.tokens), loops=len(result.loops),
+                  accepted=result.accepted, alpha_hat=result.alpha_hat,
+                  tokens_per_loop=result.tokens_per_loop, seconds=result.seconds)
+    if ars is not None:
+        report.update(ars_tokens=ars.tokens, ars_text=tokenizer().decode(ars.tokens), ars_seconds=ars.seconds,
+                      speedup=ars.seconds / result.seconds)
+    return report
+
+
+def cmd_speculate(args):
+    from .course import course_pair_names
+    from .sampling import autoregressive_sampling
+    from .speculative import speculative_sampling
+    from .tokenizer import tokenizer
+
+    ids = prepare(args)
+    default_draft, default_target = (args.draft, args.target) if args.draft and args.target else course_pair_names()
+    draft = load_gpt2_vocab_model(args.draft or default_draft)
+    target = load_gpt2_vocab_model(args.target or default_target)
+    check_request(args, ids, (draft, target))
+    warm_up(draft, ids)
+    warm_up(target, ids)
+    stream = not args.json
+    text = IncrementalText(tokenizer())
+    if stream:
+        print(args.prompt, end="", flush=True)
+    result = speculative_sampling(draft, target, ids, args.N, K=args.K, **sampling_options(args),
+                                  on_loop=(lambda loop: print(text.add(loop.tokens), end="", flush=True))
+                                  if stream else None)
+    ars = autoregressive_sampling(target, ids, args.N, **sampling_options(args)) if args.compare else None
+    if args.json:
+        print(json.dumps(speculate_report(args, draft, target, result, ars)))
+        return
+    print(text.finish())
+    print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}, seed {args.seed}]")
+    print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s), "
+          f"{len(result.loops)} loops, {result.tokens_per_loop:.2f} tokens per loop, "
+          f"observed acceptance alpha_hat = {result.alpha_hat:.2f}")
+    if ars is not None:
+        print(f"[autoregressive: target {target.name}, same seed]")
+        print(f"  {len(ars.tokens)} tokens in {ars.seconds:.2f} s ({ars.tokens_per_s:.1f} tokens/s)")
+        same = "identical (greedy)" if ars.tokens == result.tokens else "different samples, same distribution"
+        print(f"  speedup {ars.seconds / result.seconds:.2f}x; outputs {same}")
+        if ars.tokens != result.tokens:
+            print(f"  autoregressive text: {tokenizer().decode(ars.tokens)!r}")
+
+
+def add_sampling_flags(parser):
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the text to continue (default: %(default)r)")
+    parser.add_argument("-n", "--n-tokens", dest="N", type=int, default=40, help="tokens to generate, N (default 40)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
+    parser.add_argument("--top-k", type=int, default=None, help="keep the k most probable tokens")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus: keep the smallest set reaching p")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m picogpt", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    info = commands.add_parser("info", help="print a model's config, parameter count and bytes")
+    info.add_argument("model", help="model name (gpt2, gpt2-xl, tiny-draft, ...) or path")
+    info.set_defaults(run=cmd_info)
+
+    download = commands.add_parser(
+        "download", help="download GPT-2 checkpoints at pinned revisions, sha256-verified")
+    download.add_argument("models", nargs="+", metavar="NAME",
+                          help="gpt2, gpt2-medium, gpt2-large or gpt2-xl")
+    download.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    download.set_defaults(run=cmd_download)
+
+    generate = commands.add_parser("generate", help="autoregressive sampling (Algorithm 1), streamed")
+    generate.add_argument("--model", default=None, help="model name or path (default: the course target)")
+    add_sampling_flags(generate)
+    generate.set_defaults(run=cmd_generate)
+
+    speculate = commands.add_parser("speculate", help="speculative sampling (Algorithm 2), streamed")
+    speculate.add_argument("--draft", default=None, help="draft model p (default: the course draft)")
+    speculate.add_argument("--target", default=None, help="target model q (default: the course target)")
+    speculate.add_argument("-K", type=int, default=4, help="draft tokens per loop, K (default 4)")
+    add_sampling_flags(speculate)
+    speculate.add_argument("--compare", action="store_true",
+                           help="also sample the target autoregressively and report the speedup")
+    speculate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    speculate.set_defaults(run=cmd_speculate)
+
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except PicoGPTError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

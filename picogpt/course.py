@@ -1,0 +1,34 @@
+"""Which pair of models the course runs on.
+
+GPT-2 small (124M) drafting for GPT-2 XL (1558M) when both are downloaded (`make weights`),
+else the embedded teaching pair `tiny-draft` / `tiny-target` that ships with the repository.
+Set PICOGPT_COURSE_MODELS=tiny or =gpt2 to force one.
+"""
+
+import os
+
+from .errors import PicoGPTError
+from .registry import is_available, load
+
+PAIRS = {"gpt2": ("gpt2", "gpt2-xl"), "tiny": ("tiny-draft", "tiny-target")}
+ENV = "PICOGPT_COURSE_MODELS"
+
+
+def course_pair_names():
+    """(draft name, target name) by the rule above."""
+    choice = os.environ.get(ENV, "").strip().lower()
+    if choice:
+        if choice not in PAIRS:
+            raise PicoGPTError(f"{ENV}={choice!r}: expected one of {', '.join(PAIRS)}")
+        return PAIRS[choice]
+    real = PAIRS["gpt2"]
+    return real if all(is_available(name) for name in real) else PAIRS["tiny"]
+
+
+def course_models(verbose=True):
+    """Load (draft p, target q) for the course, and say which pair it is."""
+    draft_name, target_name = course_pair_names()
+    draft, target = load(draft_name), load(target_name)
+    if verbose:
+        print(f"course models: draft p = {draft!r}\n               target q = {target!r}")
+    return draft, target

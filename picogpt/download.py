@@ -1,0 +1,290 @@
+"""Verified downloads of the public GPT-2 checkpoints (`python -m picogpt download gpt2 gpt2-xl`).
+
+Each checkpoint is fetched from the Hugging Face hub at a *pinned revision* (a git commit of
+`openai-community/<name>`, so the bytes can never change under us) and checked against its
+published sha256 before it is put in place:
+
+    1. stream into `model.safetensors.part`, hashing while writing;
+    2. if the connection breaks, the `.part` file stays, and the next run resumes it with an
+       HTTP `Range` request (re-hashing the bytes already there);
+    3. only a file whose size and sha256 match is renamed (atomically) to `model.safetensors`.
+
+So there is never a file at the final path that was not verified. `config.json` is written from
+the known hyperparameters (no network needed). Only the standard library speaks HTTP; tqdm draws
+the progress bar. Set `HF_ENDPOINT` to use a mirror.
+"""
+
+import hashlib
+import http.client
+import json
+import os
+import shutil
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DownloadError
+from .registry import EMBEDDED, PRETRAINED, weights_dir
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+CHUNK_BYTES = 1 << 20  # read and hash 1 MiB at a time
+TIMEOUT_S = 60  # for connecting and for each read
+SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download
+
+
+@dataclass(frozen=True)
+class WeightSpec:
+    """One downloadable checkpoint: where it lives, what it must hash to, and its config."""
+
+    name: str
+    repo: str  # Hugging Face repository, e.g. "openai-community/gpt2"
+    revision: str  # a commit of that repository: pinned, so the bytes never change
+    sha256: str
+    n_bytes: int | None  # None where no public record gives the exact size: trust Content-Length
+    n_layer: int
+    n_head: int
+    n_embd: int
+    filename: str = "model.safetensors"
+
+    def url(self):
+        """The download URL, under $HF_ENDPOINT (read at call time, so tests can redirect it)."""
+        endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+        return f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}"
+
+    def config(self):
+        """The Hugging Face config.json keys picogpt reads (see model.config_from_json)."""
+        return {"model_type": "gpt2", "n_layer": self.n_layer, "n_head": self.n_head,
+                "n_embd": self.n_embd, "n_positions": 1024, "n_ctx": 1024, "vocab_size": 50257,
+                "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+                "_source": f"https://huggingface.co/{self.repo}/tree/{self.revision}"}
+
+
+# Pinned revisions and sha256 of openai-community/<name>/model.safetensors (public hub metadata;
+# sizes where a public record gives them exactly). Hyperparameters come from registry.PRETRAINED.
+PINNED_FILES = {
+    "gpt2": ("607a30d783dfa663caf39e06633721c8d4cfcd7e",
+             "248dfc3911869ec493c76e65bf2fcf7f615828b0254c12b473182f0f81d3a707", 548_105_171),
+    "gpt2-medium": ("6dcaa7a952f72f9298047fd5137cd6e4f05f41da",
+                    "fc5a354a19255ad494f3d71549390baca1ccf61d1d822b9408971705c687c9cd", 1_519_984_962),
+    "gpt2-large": ("32b71b12589c2f8d625668d2335a01cac3249519",
+                   "5f47f3e12f91cd33b662ce7e433b6150ad5512b5884a2cee961b50e9c3bbebce", None),
+    "gpt2-xl": ("15ea56dee5df4983c59b2538573817e1667135e2",
+                "0f8b28eb05a8075f48b61b6f35332978c74fc7763fa9fb4051a1c30511736a6a", None),
+}
+PINNED = {
+    name: WeightSpec(name=name, repo=f"openai-community/{name}", revision=revision, sha256=sha256,
+                     n_bytes=n_bytes, n_layer=PRETRAINED[name]["n_layer"],
+                     n_head=PRETRAINED[name]["n_head"], n_embd=PRETRAINED[name]["n_embd"])
+    for name, (revision, sha256, n_bytes) in PINNED_FILES.items()
+}
+
+
+def spec_for(name):
+    """The WeightSpec of a downloadable model name, or a clear error."""
+    if name in PINNED:
+        return PINNED[name]
+    if name in EMBEDDED:
+        raise DownloadError(f"'{name}' is not downloaded: it ships with the repository in weights/{name}/ "
+                            "(restore it with: git checkout weights/)")
+    raise DownloadError(f"unknown model '{name}': can download {', '.join(PINNED)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Small pieces: hashing, disk space, HTTP
+# ---------------------------------------------------------------------------------------------
+
+def sha256_of(path, hasher=None):
+    """Hash a file in chunks (a 6 GB checkpoint never sits in memory); returns the hasher."""
+    hasher = hasher or hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            hasher.update(chunk)
+    return hasher
+
+
+def check_disk_space(folder, n_bytes_needed):
+    free = shutil.disk_usage(folder).free
+    if free < n_bytes_needed + SPARE_BYTES:
+        raise DownloadError(f"not enough disk space in {folder}: the download needs "
+                            f"{n_bytes_needed / 1e9:,.2f} GB more and only {free / 1e9:,.2f} GB "
+                            "is free; free some space or set PICOGPT_WEIGHTS_DIR to another disk")
+
+
+def open_url(url, start_byte=0):
+    """GET url, asking for the bytes from `start_byte` on when resuming. Returns the response."""
+    request = urllib.request.Request(url, headers={"User-Agent": "picogpt"})
+    if start_byte:
+        request.add_header("Range", f"bytes={start_byte}-")
+    try:
+        return urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as e:
+        if e.code == 416:  # range not satisfiable: the .part is already as long as the file (or longer)
+            return e
+        hint = ("the file or revision is not on the server; check HF_ENDPOINT"
+                if e.code == 404 else "the server refused; try again later")
+        raise DownloadError(f"HTTP {e.code} {e.reason} for {url}: {hint}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise DownloadError(f"could not connect to {url} ({reason}): check your network "
+                            "connection (or HF_ENDPOINT) and run the same command again") from None
+
+
+def response_total_bytes(response, start_byte):
+    """The size of the whole file, from Content-Range (206) or Content-Length (200); None if absent."""
+    content_range = response.headers.get("Content-Range", "")
+    if response.status == 206 and "/" in content_range and not content_range.endswith("*"):
+        return int(content_range.rsplit("/", 1)[1])
+    length = response.headers.get("Content-Length")
+    return None if length is None else start_byte * (response.status == 206) + int(length)
+
+
+def resumes_at(response, start_byte):
+    """Did the server honour our Range request from start_byte? (A 200 means: from zero.)"""
+    return (response.status == 206
+            and response.headers.get("Content-Range", "").startswith(f"bytes {start_byte}-"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The download itself
+# ---------------------------------------------------------------------------------------------
+
+def stream_to_part(response, part, hasher, n_have, n_total, label, progress):
+    """Append the response body to the .part file, hashing as we write. Returns bytes held."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=n_total, initial=n_have, unit="B", unit_scale=True, unit_divisor=1024,
+               desc=label, disable=not progress, dynamic_ncols=True)
+    try:
+        with open(part, "ab") as f:
+            while True:
+                try:
+                    chunk = response.read(CHUNK_BYTES)
+                except (OSError, ValueError, http.client.HTTPException) as e:  # reset, timeout, IncompleteRead
+                    raise DownloadError(f"connection lost after {n_have:,} bytes ({type(e).__name__})") from None
+                if not chunk:
+                    return n_have
+                f.write(chunk)
+                hasher.update(chunk)
+                n_have += len(chunk)
+                bar.update(len(chunk))
+    finally:
+        bar.close()
+        response.close()
+
+
+def verify_and_install(part, final, spec, hasher, n_have, n_expected):
+    """Put the .part in place only if its size and sha256 match; otherwise delete it and say so."""
+    digest = hasher.hexdigest()
+    if n_have != n_expected or digest != spec.sha256:
+        part.unlink(missing_ok=True)
+        raise DownloadError(f"{spec.url()} gave {n_have:,} bytes with sha256 {digest}, but "
+                            f"{spec.name} must be {n_expected:,} bytes with sha256 {spec.sha256}; "
+                            f"the partial file {part} was deleted — run the same command again "
+                            "(if it keeps failing, check HF_ENDPOINT)")
+    os.replace(part, final)
+
+
+def write_config(folder, spec):
+    """config.json from the known hyperparameters, written atomically."""
+    path = Path(folder) / "config.json"
+    tmp = path.with_name("config.json.tmp")
+    tmp.write_text(json.dumps(spec.config(), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def already_verified(final, spec):
+    """Is the final file there with the pinned size and sha256? (Re-hashing takes seconds.)"""
+    return (final.exists() and spec.n_bytes in (None, final.stat().st_size)
+            and sha256_of(final).hexdigest() == spec.sha256)
+
+
+def open_resumable(url, part, name, log):
+    """Open url to continue the .part file with a Range request. Returns (response, bytes held).
+
+    A server that ignores Range answers 200 with the whole file: start again from zero (the
+    same when it cannot satisfy the range, 416, or answers some other range).
+    """
+    n_have = part.stat().st_size if part.exists() else 0
+    response = open_url(url, n_have)
+    if n_have and not resumes_at(response, n_have):
+        part.unlink()
+        n_have = 0
+        if response.status == 200:
+            log(f"{name}: the server ignored the resume request; starting again from zero")
+        else:
+            log(f"{name}: the partial file does not fit the server's file; starting again from zero")
+            response.close()
+            response = open_url(url, 0)
+    return response, n_have
+
+
+def expected_bytes(spec, response, n_have, url, log):
+    """The file's size: the pinned one (which the server must agree with), else the server's."""
+    n_total = response_total_bytes(response, n_have)
+    if spec.n_bytes is None:
+        if n_total is None:
+            raise DownloadError(f"{url} did not say how long the file is (no Content-Length) and "
+                                f"no size is pinned for {spec.name}; try again later")
+        log(f"{spec.name}: no size is pinned; using the server's Content-Length, {n_total:,} bytes "
+            "(the sha256 is still checked)")
+        return n_total
+    if n_total is not None and n_total != spec.n_bytes:
+        raise DownloadError(f"{url} is {n_total:,} bytes but {spec.name} must be {spec.n_bytes:,} "
+                            "bytes: not the pinned file (check HF_ENDPOINT); nothing was downloaded")
+    return spec.n_bytes
+
+
+def download_spec(spec, folder, progress=True, log=print):
+    """Fetch spec's file into folder/<spec.filename>, verified, resuming a .part if there is one.
+
+    Returns the final path. Raises DownloadError (one readable message) on any failure, and
+    never leaves an unverified file at the final path.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    final, part = folder / spec.filename, folder / (spec.filename + ".part")
+    url = spec.url()
+    if already_verified(final, spec):
+        log(f"{spec.name}: {final} already present and verified (sha256 {spec.sha256[:12]}…), skipped")
+        write_config(folder, spec)
+        return final
+    if final.exists():
+        raise DownloadError(f"{final} exists but does not match {spec.name}'s sha256 {spec.sha256}: "
+                            "delete it and run the same command again")
+
+    if spec.n_bytes is not None:  # check the disk before touching the network
+        if part.exists() and part.stat().st_size > spec.n_bytes:
+            part.unlink()  # a .part longer than the file can only be garbage
+        check_disk_space(folder, spec.n_bytes - (part.stat().st_size if part.exists() else 0))
+    response, n_have = open_resumable(url, part, spec.name, log)
+    try:
+        n_expected = expected_bytes(spec, response, n_have, url, log)
+        if spec.n_bytes is None:
+            check_disk_space(folder, n_expected - n_have)
+    except DownloadError:
+        response.close()
+        raise
+    if n_have:
+        log(f"{spec.name}: resuming {part.name} at {n_have:,} of {n_expected:,} bytes")
+    hasher = sha256_of(part) if n_have else hashlib.sha256()
+
+    try:
+        n_have = stream_to_part(response, part, hasher, n_have, n_expected, spec.name, progress)
+    except DownloadError as e:
+        raise DownloadError(f"{url}: {e}; the partial file {part} was kept — run the same command "
+                            "again to resume") from None
+    if n_have < n_expected:
+        raise DownloadError(f"{url}: connection closed after {n_have:,} of {n_expected:,} bytes; "
+                            f"the partial file {part} was kept — run the same command again to resume")
+    verify_and_install(part, final, spec, hasher, n_have, n_expected)
+    write_config(folder, spec)
+    log(f"{spec.name}: {final} downloaded and verified (sha256 {spec.sha256[:12]}…)")
+    return final
+
+
+def download(name, progress=True, log=print):
+    """Download a pretrained GPT-2 by name into weights_dir()/<name>/. Returns the file's path."""
+    spec = spec_for(name)
+    return download_spec(spec, weights_dir() / name, progress=progress, log=log)

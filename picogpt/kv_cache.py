@@ -1,0 +1,63 @@
+"""The KV cache: the keys and values of every position the model has already seen.
+
+Decoding token t needs the keys and values of tokens 0..t-1 in every layer. Recomputing them
+is what makes naive decoding quadratic; keeping them is the cache. Speculative sampling also
+needs to *forget*: when a drafted token is rejected, both models roll back with `truncate`.
+
+Storage is one array per keys and values, [n_layer, n_head, capacity, head_dim], grown by
+doubling, so appending a token copies only that token (plus an occasional doubling), never the
+whole cache.
+"""
+
+import numpy as np
+
+from .errors import PicoGPTError
+
+
+class KVCache:
+    def __init__(self, n_layer, n_head, head_dim, n_ctx, capacity=64):
+        self.n_ctx = n_ctx
+        capacity = min(capacity, n_ctx)
+        self.k = np.empty((n_layer, n_head, capacity, head_dim), np.float32)
+        self.v = np.empty_like(self.k)
+        self.length = 0  # positions held
+
+    def __len__(self):
+        return self.length
+
+    def __repr__(self):
+        return f"KVCache(length={self.length}, capacity={self.k.shape[2]})"
+
+    def reserve(self, n_new):
+        """Make room for n_new more positions, doubling the capacity when it runs out."""
+        needed = self.length + n_new
+        capacity = self.k.shape[2]
+        if needed <= capacity:
+            return
+        while capacity < needed:
+            capacity *= 2
+        capacity = min(max(capacity, needed), self.n_ctx)
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = np.empty(old.shape[:2] + (capacity,) + old.shape[3:], np.float32)
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, new)
+
+    def store(self, layer, k, v):
+        """Write this call's keys/values [n_head, n_new, head_dim] after the held positions and
+        return the keys/values of all positions so far [n_head, length + n_new, head_dim]."""
+        start, stop = self.length, self.length + k.shape[1]
+        self.k[layer, :, start:stop] = k
+        self.v[layer, :, start:stop] = v
+        return self.k[layer, :, :stop], self.v[layer, :, :stop]
+
+    def advance(self, n_new):
+        """Count the positions of a finished forward pass (called once, after the last layer)."""
+        self.length += n_new
+
+    def truncate(self, n):
+        """Roll back to the first n positions (the rejected draft tokens are forgotten)."""
+        if not 0 <= n <= self.length:
+            raise PicoGPTError(f"cannot truncate a cache of {self.length} positions to {n} "
+                               f"(expected 0 <= n <= {self.length})")
+        self.length = n

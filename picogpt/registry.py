@@ -1,0 +1,80 @@
+"""Model names and where their checkpoints live.
+
+`picogpt.load(x)` takes a model name ("gpt2", "gpt2-xl", "tiny-draft", ...), a folder holding
+`model.safetensors` (+ `config.json`), or the path of a `.safetensors` file.
+
+Downloaded checkpoints live in `weights/<name>/` in the repository, or in
+`$PICOGPT_WEIGHTS_DIR/<name>/` when that variable is set. The embedded teaching pair ships in
+the repository's `weights/` and is found there either way.
+"""
+
+import os
+from pathlib import Path
+
+from .errors import CheckpointError, PicoGPTError
+from .model import load_checkpoint
+
+REPO_WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
+
+# The public OpenAI GPT-2 checkpoints on the Hugging Face hub (openai-community/<name>).
+PRETRAINED = {
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, params="124M"),
+    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, params="355M"),
+    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280, params="774M"),
+    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, params="1558M"),
+}
+EMBEDDED = ("tiny-draft", "tiny-target")  # the teaching pair, committed in weights/
+
+
+def weights_dir():
+    """Where downloads go: $PICOGPT_WEIGHTS_DIR, else the repository's weights/ folder."""
+    return Path(os.environ.get("PICOGPT_WEIGHTS_DIR") or REPO_WEIGHTS)
+
+
+def model_names():
+    return [*PRETRAINED, *EMBEDDED]
+
+
+def checkpoint_path(name):
+    """The model.safetensors a model name refers to (it may not exist yet)."""
+    if name in EMBEDDED:
+        for folder in (weights_dir(), REPO_WEIGHTS):
+            if (folder / name / "model.safetensors").exists():
+                return folder / name / "model.safetensors"
+        return REPO_WEIGHTS / name / "model.safetensors"
+    return weights_dir() / name / "model.safetensors"
+
+
+def is_available(name):
+    return checkpoint_path(name).exists()
+
+
+def resolve(name_or_path):
+    """Turn a model name or a path into the path of a model.safetensors file, or explain."""
+    text = str(name_or_path)
+    if text in model_names():
+        path = checkpoint_path(text)
+        if not path.exists():
+            hint = (f"run: python -m picogpt download {text}  (or: make weights)"
+                    if text in PRETRAINED else "it ships with the repository: restore it with git checkout weights/")
+            raise CheckpointError(f"{path} not found — {hint}")
+        return path
+    path = Path(text).expanduser()
+    if path.is_dir():
+        path = path / "model.safetensors"
+        if not path.exists():
+            raise CheckpointError(f"{path} not found: a model folder must hold model.safetensors")
+        return path
+    if path.suffix == ".safetensors" or path.exists():
+        if not path.exists():
+            raise CheckpointError(f"{path} not found")
+        return path
+    raise PicoGPTError(f"unknown model '{text}': use one of {', '.join(model_names())}, "
+                       "or the path of a folder or .safetensors file")
+
+
+def load(name_or_path):
+    """Load a GPT-2 by name or path; F32 checkpoints are memory-mapped, so this is fast."""
+    path = resolve(name_or_path)
+    name = str(name_or_path) if str(name_or_path) in model_names() else path.parent.name
+    return load_checkpoint(path, name)

@@ -1,0 +1,208 @@
+"""Sampling controls and autoregressive sampling (Algorithm 1 of Chen et al. 2023).
+
+Chen, Borgeaud, Irving, Lespiau, Sifre, Jumper 2023, "Accelerating Large Language Model
+Decoding with Speculative Sampling", arXiv 2302.01318.
+
+`distribution` turns logits into the probabilities we actually sample from, after the three
+usual controls, always in this order:
+
+1. temperature T: softmax(logits / T). T = 0 means greedy: a one-hot on the argmax (ties go to
+   the lowest token id), not logits / (T + eps).
+2. top-k: keep the k most probable tokens (ties at the boundary go to the lowest ids, so exactly
+   k survive), renormalise.
+3. top-p (nucleus, Holtzman et al. 2020): keep the smallest set of most probable tokens whose
+   cumulative probability reaches top_p. The token that crosses the threshold is kept; tokens
+   of equal probability are ranked by id (lowest first), so the set is deterministic. "Reaches"
+   allows 1e-12 of rounding (0.7 + 0.1 reaches 0.8). top_p = 1 keeps everything. Renormalise.
+
+Speculative sampling applies the same controls to both the draft p and the target q, and then
+reproduces the *controlled* target distribution exactly.
+"""
+
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import PicoGPTError
+
+TOP_P_ROUNDING = 1e-12  # cumulative sums within this of top_p count as reaching it
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking the arguments once, with messages a student can act on
+# ---------------------------------------------------------------------------------------------
+
+def is_whole(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def check_controls(temperature=1.0, top_k=None, top_p=None):
+    """Raise PicoGPTError unless temperature >= 0, top_k >= 1 (or None), 0 < top_p <= 1 (or None)."""
+    if not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) or temperature < 0:
+        raise PicoGPTError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
+    if top_k is not None and (not is_whole(top_k) or top_k < 1):
+        raise PicoGPTError(f"top_k must be a whole number >= 1 (or None to keep every token), got {top_k!r}")
+    if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
+        raise PicoGPTError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p!r}")
+
+
+def check_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=None, top_p=None):
+    """Validate a generation request before any model runs; return the prompt as a list of ints.
+
+    `models` are the models that will run (one for Algorithm 1, draft and target for
+    Algorithm 2): the prompt plus N tokens must fit every model's context, the prompt's ids must
+    be in the vocabulary, and a draft and target must share one vocabulary.
+    """
+    if not is_whole(N) or N < 1:
+        raise PicoGPTError(f"N, the number of tokens to generate, must be a whole number >= 1, got {N!r}")
+    if K is not None and (not is_whole(K) or K < 1):
+        raise PicoGPTError(f"K, the number of draft tokens per loop, must be a whole number >= 1, got {K!r}")
+    check_controls(temperature, top_k, top_p)
+    prompt = np.asarray(ids)
+    if prompt.size == 0:
+        raise PicoGPTError("the prompt is empty: give at least one token (some text, or '<|endoftext|>')")
+    if prompt.ndim != 1 or not np.issubdtype(prompt.dtype, np.integer):
+        raise PicoGPTError(f"the prompt must be a 1-D sequence of token ids, got shape {prompt.shape} "
+                           f"of {prompt.dtype}")
+    vocabularies = {model.config.n_vocab for model in models}
+    if len(vocabularies) > 1:
+        sizes = " vs ".join(f"{model.name}: {model.config.n_vocab:,}" for model in models)
+        raise PicoGPTError(f"the draft and target vocabularies differ ({sizes} tokens): speculative "
+                           "sampling compares p and q token by token, so both models must share one tokenizer")
+    for model in models:
+        n_vocab, n_ctx = model.config.n_vocab, model.config.n_ctx
+        bad = prompt[(prompt < 0) | (prompt >= n_vocab)]
+        if bad.size:
+            raise PicoGPTError(f"prompt token id {int(bad[0])} is outside {model.name}'s vocabulary "
+                               f"(ids 0..{n_vocab - 1})")
+        if prompt.size + N > n_ctx:
+            raise PicoGPTError(f"the prompt ({prompt.size} token{'s' * (prompt.size != 1)}) + N={N} = {prompt.size + N} positions "
+                               f"exceed {model.name}'s context of {n_ctx} tokens; shorten the prompt "
+                               "or generate fewer tokens")
+    return [int(t) for t in prompt]
+
+
+# ---------------------------------------------------------------------------------------------
+# From logits to the distribution we sample from
+# ---------------------------------------------------------------------------------------------
+
+def softmax64(x):
+    exp_x = np.exp(x - x.max(axis=-1, keepdims=True))
+    return exp_x / exp_x.sum(axis=-1, keepdims=True)
+
+
+def greedy(logits):
+    """One-hot on the argmax; np.argmax returns the first maximum, so ties go to the lowest id."""
+    probs = np.zeros(logits.shape, np.float64)
+    np.put_along_axis(probs, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)
+    return probs
+
+
+def renormalise(probs, keep):
+    kept = np.where(keep, probs, 0.0)
+    return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def keep_top(probs, k, kth):
+    """Mask of the k most probable tokens of each row, given the k-th largest probability kth
+    [..., 1]: everything above kth, then as many tokens equal to kth as fit, lowest ids first."""
+    above = probs > kth
+    ties = probs == kth
+    return above | (ties & (ties.cumsum(axis=-1) <= k - above.sum(axis=-1, keepdims=True)))
+
+
+def top_k_filter(probs, k):
+    """Keep the k most probable tokens of each row (ties at the boundary: lowest ids), renormalise."""
+    n_vocab = probs.shape[-1]
+    if k >= n_vocab:
+        return probs
+    kth = np.partition(probs, n_vocab - k, axis=-1)[..., n_vocab - k, None]  # the k-th largest
+    return renormalise(probs, keep_top(probs, k, kth))
+
+
+def top_p_filter(probs, top_p):
+    """Keep the smallest most-probable set whose cumulative probability reaches top_p (the token
+    that crosses is kept; equal probabilities are ranked by id, lowest first), renormalise."""
+    if top_p >= 1:
+        return probs
+    sorted_probs = -np.sort(-probs, axis=-1)  # descending
+    cumulative = sorted_probs.cumsum(axis=-1)
+    mass_before = np.concatenate([np.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], axis=-1)
+    # a token is kept while the tokens ranked above it have not reached top_p; the first always is
+    k = np.maximum(1, (mass_before < top_p - TOP_P_ROUNDING).sum(axis=-1, keepdims=True))
+    kth = np.take_along_axis(sorted_probs, k - 1, axis=-1)  # [..., 1]
+    return renormalise(probs, keep_top(probs, k, kth))
+
+
+def distribution(logits, temperature=1.0, top_k=None, top_p=None):
+    """Probabilities (float64) after temperature, then top-k, then top-p.
+
+    logits [n_vocab] -> [n_vocab], or [n, n_vocab] -> [n, n_vocab] (each row separately).
+    """
+    check_controls(temperature, top_k, top_p)
+    logits = np.asarray(logits, np.float64)
+    if temperature == 0:
+        return greedy(logits)
+    probs = softmax64(logits / temperature if temperature != 1 else logits)
+    if top_k is not None:
+        probs = top_k_filter(probs, top_k)
+    if top_p is not None:
+        probs = top_p_filter(probs, top_p)
+    return probs
+
+
+def sample(probs, rng):
+    """One token from probs [n_vocab] by inverse CDF: the first id whose cumulative probability
+    exceeds u * total, u ~ U[0, 1). Zero-probability tokens are never returned."""
+    cdf = np.asarray(probs, np.float64).cumsum()
+    token = int(cdf.searchsorted(rng.random() * cdf[-1], side="right"))
+    return min(token, len(cdf) - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 1: autoregressive sampling
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class SamplingResult:
+    """What autoregressive sampling produced and how long each token took."""
+    tokens: list  # the N generated token ids (the prompt excluded)
+    token_times_s: list = field(default_factory=list)  # wall time of each token (model call + sampling)
+    seconds: float = 0.0  # total wall time, argument checks excluded
+
+    @property
+    def tokens_per_s(self):
+        return len(self.tokens) / self.seconds if self.seconds else float("inf")
+
+
+def autoregressive_sampling(model, ids, N, *, temperature=1.0, top_k=None, top_p=None, seed=None,
+                            on_token=None):
+    """Algorithm 1: sample N tokens from `model` one at a time, with its KV cache.
+
+    One cached model call per token; the first call is the prompt prefill. `seed` is an int,
+    None, or a numpy Generator (then used as is). `on_token(token)` is called as each token is
+    produced (the command line streams text with it); its time is not counted in the timings.
+    """
+    prompt = check_sampling_args(ids, N, (model,), temperature=temperature, top_k=top_k, top_p=top_p)
+    rng = np.random.default_rng(seed)
+    cache = model.new_cache()
+    result = SamplingResult(tokens=[])
+    new = prompt  # the tokens the model has not seen yet
+    callback_s = 0.0
+    start = time.perf_counter()
+    for _ in range(N):
+        t = time.perf_counter()
+        logits = model(new, cache)[-1]  # [n_new, n_vocab] -> [n_vocab]: the next token's logits
+        token = sample(distribution(logits, temperature, top_k, top_p), rng)
+        result.tokens.append(token)
+        result.token_times_s.append(time.perf_counter() - t)
+        if on_token is not None:
+            t = time.perf_counter()
+            on_token(token)
+            callback_s += time.perf_counter() - t
+        new = [token]
+    result.seconds = time.perf_counter() - start - callback_s
+    return result

@@ -1,0 +1,83 @@
+"""How much faster speculative sampling should be: the formulas, pure and vectorised.
+
+alpha is the acceptance rate, the chance that one drafted token is kept:
+alpha = E_x~p[min(1, q(x)/p(x))] = sum_x min(p(x), q(x)) (Leviathan, Kalman, Matias 2023,
+"Fast Inference from Transformers via Speculative Decoding", arXiv 2211.17192, Section 3;
+they call the target p and the draft q, the reverse of Chen et al.; min is symmetric).
+If each of the K drafts is kept with probability alpha independently, one loop emits
+1 + alpha + ... + alpha^K = (1 - alpha^(K+1)) / (1 - alpha) tokens on average (the accepted
+drafts, then one resampled or extra token).
+
+Every function accepts numbers or numpy arrays (broadcast together) and returns the same.
+"""
+
+import numpy as np
+
+from .errors import PicoGPTError
+
+
+def as_result(x):
+    """A 0-d array back to a plain float, arrays unchanged."""
+    x = np.asarray(x)
+    return x.item() if x.ndim == 0 else x
+
+
+def acceptance_rate(p, q):
+    """alpha = sum_x min(p(x), q(x)): the chance a token drafted from p is kept when the target
+    is q. p, q [..., n_vocab] -> [...]."""
+    return as_result(np.sum(np.minimum(np.asarray(p, np.float64), np.asarray(q, np.float64)), axis=-1))
+
+
+def expected_tokens_per_loop(alpha, K):
+    """(1 - alpha^(K+1)) / (1 - alpha): the mean tokens one loop (one target call) emits;
+    K + 1 when alpha = 1."""
+    alpha, K = np.asarray(alpha, np.float64), np.asarray(K)
+    one = alpha == 1
+    safe = np.where(one, 0.5, alpha)  # any value != 1: the formula is not used where alpha = 1
+    return as_result(np.where(one, K + 1.0, (1 - safe ** (K + 1)) / (1 - safe)))
+
+
+def predicted_speedup_paper(alpha=None, K=None, t_draft_s=None, t_target_s=None, t_score_s=None, *,
+                            tokens_per_loop=None):
+    """Chen et al.'s arithmetic: tokens per loop / loop time, against one token per t_target_s.
+
+        speedup = tokens_per_loop / (K t_draft_s + t_score_s)  /  (1 / t_target_s)
+
+    t_score_s is the time of one target call scoring K + 1 positions (defaults to t_target_s,
+    the time of one decoding step: memory-bound models score a few positions for about the
+    price of one). Give either alpha (tokens_per_loop is then expected_tokens_per_loop(alpha, K))
+    or the observed tokens_per_loop.
+
+    The paper's worked example (Chinchilla 70B, 4B draft: t_draft 1.8 ms, t_target 14.1 ms,
+    K = 4) with tokens_per_loop = r (K + 1) for r = 0.8 and 0.62:
+
+        predicted_speedup_paper(K=4, t_draft_s=1.8e-3, t_target_s=14.1e-3, tokens_per_loop=0.8 * 5)
+        -> 2.65   (and 2.05 for 0.62 * 5)
+    """
+    if (alpha is None) == (tokens_per_loop is None):
+        raise PicoGPTError("give exactly one of alpha (acceptance rate) or tokens_per_loop")
+    if K is None or t_draft_s is None or t_target_s is None:
+        raise PicoGPTError("predicted_speedup_paper needs K, t_draft_s and t_target_s")
+    if tokens_per_loop is None:
+        tokens_per_loop = expected_tokens_per_loop(alpha, K)
+    t_score_s = t_target_s if t_score_s is None else t_score_s
+    t_loop_s = np.asarray(K) * np.asarray(t_draft_s) + np.asarray(t_score_s)
+    return as_result(np.asarray(tokens_per_loop) / t_loop_s * np.asarray(t_target_s))
+
+
+def predicted_speedup_leviathan(alpha, K, c):
+    """Leviathan et al.'s expected walltime improvement (Section 3): (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1)), with
+    c = t_draft / t_target (the draft's cost per token relative to the target's), assuming
+    scoring K + 1 positions costs one target step."""
+    return as_result(np.asarray(expected_tokens_per_loop(alpha, K)) / (np.asarray(K) * np.asarray(c) + 1))
+
+
+def best_K(alpha, c, K_max=32):
+    """The K in 1..K_max with the highest predicted_speedup_leviathan(alpha, K, c) (the smallest
+    such K at a tie). alpha, c: numbers or arrays (broadcast) -> an int or an array of ints."""
+    Ks = np.arange(1, K_max + 1)
+    alpha, c = np.asarray(alpha, np.float64), np.asarray(c, np.float64)
+    shape = np.broadcast_shapes(alpha.shape, c.shape)
+    Ks_grid = Ks.reshape((-1,) + (1,) * len(shape))  # [K_max, 1, ...] against [...]
+    speedups = np.asarray(predicted_speedup_leviathan(alpha, Ks_grid, c))  # [K_max, ...]
+    return as_result(Ks[np.argmax(speedups, axis=0)])

@@ -1,0 +1,239 @@
+"""The checkpoint reader: a bad file gives one clear error naming the file and the tensor;
+good files load in F32, F16 and BF16 (computed in float32), with or without config.json."""
+
+import json
+import shutil
+import struct
+
+import numpy as np
+import pytest
+
+from helpers import PARITY, random_tensors
+from picogpt.checkpoint import read_header, read_safetensors, write_safetensors
+from picogpt.errors import CheckpointError, PicoGPTError
+from picogpt.model import GPT2Config, load_checkpoint
+
+CONFIG = GPT2Config(n_layer=1, n_head=2, n_embd=8, n_ctx=6, n_vocab=11)
+
+
+def write_config_json(folder, config=CONFIG):
+    """The Hugging Face config.json for `config`, beside the checkpoints in `folder`."""
+    (folder / "config.json").write_text(json.dumps(
+        {"n_layer": config.n_layer, "n_head": config.n_head, "n_embd": config.n_embd,
+         "n_positions": config.n_ctx, "vocab_size": config.n_vocab}))
+
+
+def write_raw(path, header, data=b""):
+    """A safetensors file from a header (dict, or raw bytes) and raw tensor bytes."""
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return path
+
+
+def f32_entry(shape, begin):
+    n_bytes = int(np.prod(shape)) * 4
+    return {"dtype": "F32", "shape": list(shape), "data_offsets": [begin, begin + n_bytes]}
+
+
+def expect_error(path, *words):
+    """read_safetensors(path) must raise a CheckpointError naming the file and every word."""
+    with pytest.raises(CheckpointError) as error:
+        read_safetensors(path)
+    message = str(error.value)
+    assert str(path) in message
+    for word in words:
+        assert word in message, f"{word!r} not in {message!r}"
+    assert "\n" not in message
+    return message
+
+
+# ---- bad files -----------------------------------------------------------------------------
+
+def test_file_shorter_than_8_bytes(tmp_path):
+    path = tmp_path / "short.safetensors"
+    path.write_bytes(b"\x01\x02\x03")
+    expect_error(path, "too short", "3 bytes")
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.safetensors"
+    path.write_bytes(b"")
+    expect_error(path, "too short")
+
+
+def test_header_length_past_end_of_file(tmp_path):
+    path = tmp_path / "truncated.safetensors"
+    path.write_bytes(struct.pack("<Q", 10_000) + b"{}")
+    expect_error(path, "header length 10,000", "past the end")
+
+
+def test_header_not_json(tmp_path):
+    expect_error(write_raw(tmp_path / "x.safetensors", b"{not json"), "not valid JSON")
+
+
+def test_header_not_an_object(tmp_path):
+    expect_error(write_raw(tmp_path / "x.safetensors", b"[1, 2]"), "not a JSON object")
+
+
+def test_malformed_entry_names_the_tensor(tmp_path):
+    header = {"wte.weight": {"dtype": "F32", "shape": [2, -1], "data_offsets": [0, 8]}}
+    expect_error(write_raw(tmp_path / "x.safetensors", header, bytes(8)), "'wte.weight'", "malformed")
+
+
+def test_offsets_out_of_range(tmp_path):
+    header = {"a": f32_entry([2], 0), "wpe.weight": f32_entry([4], 8)}  # needs 24 bytes
+    path = write_raw(tmp_path / "x.safetensors", header, bytes(16))
+    expect_error(path, "'wpe.weight'", "[8, 24]", "outside")
+
+
+def test_overlapping_offsets(tmp_path):
+    header = {"ln_f.weight": f32_entry([4], 0), "ln_f.bias": f32_entry([4], 8)}
+    path = write_raw(tmp_path / "x.safetensors", header, bytes(24))
+    expect_error(path, "'ln_f.weight'", "'ln_f.bias'", "overlap")
+
+
+def test_byte_count_disagrees_with_dtype_and_shape(tmp_path):
+    header = {"wte.weight": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 12]}}
+    path = write_raw(tmp_path / "x.safetensors", header, bytes(12))
+    expect_error(path, "'wte.weight'", "12 bytes", "needs 24")
+
+
+@pytest.mark.parametrize("dtype", ["F64", "I64", "U8"])
+def test_unsupported_dtype(tmp_path, dtype):
+    header = {"h.0.mlp.c_fc.bias": {"dtype": dtype, "shape": [1], "data_offsets": [0, 8]}}
+    path = write_raw(tmp_path / "x.safetensors", header, bytes(8))
+    expect_error(path, "'h.0.mlp.c_fc.bias'", dtype, "F32")
+
+
+def test_missing_file():
+    with pytest.raises(CheckpointError, match="not found"):
+        read_safetensors("/nonexistent/model.safetensors")
+
+
+def test_missing_tensor_is_named(tmp_path):
+    tensors = random_tensors(CONFIG)
+    del tensors["h.0.attn.c_proj.bias"]
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, tensors)
+    write_config_json(tmp_path)
+    with pytest.raises(CheckpointError, match=r"model.safetensors: tensor 'h.0.attn.c_proj.bias' is missing"):
+        load_checkpoint(path)
+
+
+def test_wrong_shape_is_named(tmp_path):
+    tensors = random_tensors(CONFIG)
+    tensors["h.0.mlp.c_fc.weight"] = tensors["h.0.mlp.c_fc.weight"][:, :-1]
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, tensors)
+    write_config_json(tmp_path)
+    with pytest.raises(CheckpointError) as error:
+        load_checkpoint(path)
+    assert "'h.0.mlp.c_fc.weight' has shape [8, 31], expected [8, 32]" in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_bad_config_json(tmp_path):
+    write_safetensors(tmp_path / "model.safetensors", random_tensors(CONFIG))
+    (tmp_path / "config.json").write_text('{"n_layer": 1}')
+    with pytest.raises(CheckpointError, match="config.json: not a usable GPT-2 config.json"):
+        load_checkpoint(tmp_path)
+
+
+def test_errors_are_picogpt_errors():
+    assert issubclass(CheckpointError, PicoGPTError) and issubclass(PicoGPTError, ValueError)
+
+
+# ---- good files ----------------------------------------------------------------------------
+
+def test_write_then_read_round_trips_f32_exactly_and_aligns_data(tmp_path):
+    tensors = random_tensors(CONFIG, seed=3)
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, tensors, metadata={"format": "pt"})
+    assert not list(tmp_path.glob("*.tmp"))  # written atomically, nothing left behind
+    entries, data_start = read_header(path)
+    assert data_start % 8 == 0 and set(entries) == set(tensors)
+    loaded = read_safetensors(path)
+    for name, array in tensors.items():
+        np.testing.assert_array_equal(loaded[name], array)
+        assert loaded[name].dtype == np.float32
+
+
+def test_bf16_bits_decode_to_the_right_float32(tmp_path):
+    # bfloat16 is the top 16 bits of a float32: 0x3F80 = 1.0, 0xC020 = -2.5, 0x3E20 = 0.15625
+    bits = np.array([0x3F80, 0xC020, 0x3E20, 0x0000], "<u2").tobytes()
+    header = {"x": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}
+    loaded = read_safetensors(write_raw(tmp_path / "x.safetensors", header, bits))["x"]
+    assert loaded.dtype == np.float32
+    np.testing.assert_array_equal(loaded, [1.0, -2.5, 0.15625, 0.0])
+
+
+def test_f16_bits_decode_to_the_right_float32(tmp_path):
+    bits = np.array([0x3C00, 0xC100, 0x3555], "<u2").tobytes()  # 1.0, -2.5, 0.333251953125
+    header = {"x": {"dtype": "F16", "shape": [3], "data_offsets": [0, 6]}}
+    loaded = read_safetensors(write_raw(tmp_path / "x.safetensors", header, bits))["x"]
+    assert loaded.dtype == np.float32
+    np.testing.assert_array_equal(loaded, [1.0, -2.5, 0.333251953125])
+
+
+@pytest.mark.parametrize("dtype, relative_precision", [("F16", 2**-11), ("BF16", 2**-8)])
+def test_half_precision_checkpoints_load_as_float32(tmp_path, dtype, relative_precision):
+    tensors = random_tensors(CONFIG, seed=5)
+    write_safetensors(tmp_path / "f32.safetensors", tensors, "F32")
+    write_safetensors(tmp_path / "half.safetensors", tensors, dtype)
+    write_config_json(tmp_path)
+    full, half = load_checkpoint(tmp_path / "f32.safetensors"), load_checkpoint(tmp_path / "half.safetensors")
+    for a, b in zip(full.arrays, half.arrays):
+        assert b.dtype == np.float32
+        np.testing.assert_allclose(b, a, rtol=relative_precision, atol=1e-30)
+    ids = [1, 5, 10, 0]
+    logits_full, logits_half = full(ids), half(ids)
+    assert logits_half.dtype == np.float32
+    np.testing.assert_allclose(logits_half, logits_full, atol=50 * relative_precision)
+
+
+def test_transformer_prefix_buffers_and_lm_head_are_accepted(tmp_path):
+    tensors = random_tensors(CONFIG, seed=7)
+    prefixed = {f"transformer.{name}": array for name, array in tensors.items()}
+    prefixed["transformer.h.0.attn.bias"] = np.tril(np.ones((1, 1, 6, 6), np.float32))
+    prefixed["transformer.h.0.attn.masked_bias"] = np.array(-1e4, np.float32)
+    prefixed["lm_head.weight"] = tensors["wte.weight"]
+    write_safetensors(tmp_path / "bare.safetensors", tensors)
+    write_safetensors(tmp_path / "prefixed.safetensors", prefixed)
+    write_config_json(tmp_path)
+    ids = [3, 1, 4, 1, 5]
+    np.testing.assert_array_equal(load_checkpoint(tmp_path / "prefixed.safetensors")(ids),
+                                  load_checkpoint(tmp_path / "bare.safetensors")(ids))
+
+
+def test_config_is_inferred_from_shapes_without_config_json(tmp_path):
+    shutil.copy(PARITY / "head64" / "bare-f32.safetensors", tmp_path / "model.safetensors")
+    model = load_checkpoint(tmp_path)
+    hf = json.loads((PARITY / "head64" / "config.json").read_text())
+    assert model.config == GPT2Config(n_layer=hf["n_layer"], n_head=hf["n_embd"] // 64,
+                                      n_embd=hf["n_embd"], n_ctx=hf["n_positions"],
+                                      n_vocab=hf["vocab_size"])
+    assert model.config.n_head == hf["n_head"]  # this fixture follows GPT-2's head size of 64
+    reference = np.load(PARITY / "head64" / "logits.npy")
+    logits = model(np.load(PARITY / "head64" / "ids.npy"))
+    assert np.abs(logits - reference).max() <= 1e-4 * np.abs(reference).max()
+
+
+def test_f32_tensors_are_memory_mapped_not_copied(tmp_path):
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, random_tensors(CONFIG))
+    tensors = read_safetensors(path)
+    assert all(not array.flags.writeable and not array.flags.owndata for array in tensors.values())
+
+
+def test_head_count_that_cannot_be_inferred_is_an_error(tmp_path):
+    shutil.copy(PARITY / "head16" / "bare-f32.safetensors", tmp_path / "model.safetensors")  # n_embd 48
+    with pytest.raises(CheckpointError, match="n_embd=48 is not a multiple of GPT-2's head size 64"):
+        load_checkpoint(tmp_path)
+
+
+def test_config_with_fewer_layers_than_the_weights_is_an_error(tmp_path):
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=8, n_ctx=6, n_vocab=11)
+    write_safetensors(tmp_path / "model.safetensors", random_tensors(config))
+    write_config_json(tmp_path, CONFIG)  # says 1 layer
+    with pytest.raises(CheckpointError, match="holds layer h.1 but the config says n_layer=1"):
+        load_checkpoint(tmp_path)

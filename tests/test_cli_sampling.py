@@ -1,0 +1,129 @@
+"""`python -m picogpt generate` and `speculate`: streamed text, JSON, and one-line errors."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers_sampling import write_random_checkpoint
+from picogpt import autoregressive_sampling, load, speculative_sampling, tokenizer
+from picogpt.cli import IncrementalText, encode_prompt, main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Tiny random draft and target with GPT-2's vocabulary (the real tiny pair may not exist)."""
+    folder = tmp_path_factory.mktemp("cli-models")
+    sizes = dict(n_vocab=50257, n_ctx=48, n_embd=16)
+    return dict(draft=str(write_random_checkpoint(folder / "draft", 1, **sizes)),
+                target=str(write_random_checkpoint(folder / "target", 2, **sizes)),
+                short=str(write_random_checkpoint(folder / "short", 3, **(sizes | dict(n_ctx=12)))),
+                small_vocab=str(write_random_checkpoint(folder / "small-vocab", 4, n_vocab=8)))
+
+
+def run_main(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_incremental_text_holds_back_a_character_split_across_tokens():
+    tok = tokenizer()
+    text = "naïve 日本語🙂"  # GPT-2 splits each CJK character and the emoji over byte-level tokens
+    tokens = tok.encode(text)
+    assert tok.decode_single_token_bytes(tokens[-1]) == b"\x99\x82"  # the emoji's last two bytes alone
+    stream = IncrementalText(tok)
+    pieces = [stream.add([t]) for t in tokens] + [stream.finish()]
+    assert "".join(pieces) == text
+    assert all("\ufffd" not in piece for piece in pieces)
+    assert pieces[-2].endswith("🙂") and "" in pieces  # held back, then released whole
+
+
+def test_generate_streams_the_text_of_the_sampled_tokens(capsys, checkpoints):
+    code, out, err = run_main(capsys, "generate", "--model", checkpoints["target"], "--prompt", "Once upon",
+                              "-n", "12", "--seed", "5", "--top-k", "50")
+    assert code == 0 and err == ""
+    expected = autoregressive_sampling(load(checkpoints["target"]), encode_prompt("Once upon"), 12, seed=5, top_k=50)
+    text, summary = out.rsplit("\n\n", 1)
+    assert text == "Once upon" + tokenizer().decode(expected.tokens)
+    assert "12 tokens in" in summary and "seed 5" in summary
+
+
+def test_speculate_json_reports_tokens_acceptance_and_speedup(capsys, checkpoints):
+    code, out, err = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
+                              "--prompt", "Hello world", "-n", "10", "-K", "3", "--seed", "7", "--compare", "--json")
+    assert code == 0 and err == ""
+    report = json.loads(out)
+    ids = encode_prompt("Hello world")
+    expected = speculative_sampling(load(checkpoints["draft"]), load(checkpoints["target"]), ids, 10, K=3, seed=7)
+    assert report["tokens"] == expected.tokens and report["accepted"] == expected.accepted
+    assert report["text"] == tokenizer().decode(expected.tokens)
+    assert report["alpha_hat"] == expected.alpha_hat
+    assert report["ars_tokens"] == autoregressive_sampling(load(checkpoints["target"]), ids, 10, seed=7).tokens
+    assert report["speedup"] == pytest.approx(report["ars_seconds"] / report["seconds"])
+    assert report["seconds"] > 0 and report["K"] == 3 and report["seed"] == 7
+
+
+def test_speculate_streams_text_and_compares(capsys, checkpoints):
+    code, out, err = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
+                              "--prompt", "Hi", "-n", "8", "--temperature", "0", "--compare")
+    assert code == 0 and err == ""
+    ids = encode_prompt("Hi")
+    greedy = autoregressive_sampling(load(checkpoints["target"]), ids, 8, temperature=0).tokens
+    assert out.startswith("Hi" + tokenizer().decode(greedy) + "\n")
+    assert "tokens per loop" in out and "speedup" in out and "identical (greedy)" in out
+
+
+def test_speculate_uses_the_course_pair_by_default(capsys, checkpoints, monkeypatch):
+    import picogpt.course
+    monkeypatch.setattr(picogpt.course, "course_pair_names", lambda: (checkpoints["draft"], checkpoints["target"]))
+    code, out, err = run_main(capsys, "speculate", "--prompt", "Hi", "-n", "4", "--seed", "1", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["draft"] == "draft" and report["target"] == "target"
+
+
+def test_the_command_runs_as_a_module(checkpoints):
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "picogpt", "speculate", "--draft", checkpoints["draft"],
+                           "--target", checkpoints["target"], "-n", "5", "--seed", "3", "--compare", "--json"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)) >= {"tokens", "text", "accepted", "alpha_hat", "seconds", "ars_seconds", "speedup"}
+
+
+BAD_INPUT = {
+    "N = 0": (["-n", "0"], "N, the number of tokens"),
+    "K = 0": (["-K", "0"], "K, the number of draft tokens"),
+    "negative temperature": (["--temperature", "-1"], "temperature must be"),
+    "top-p 0": (["--top-p", "0"], "top_p must be in"),
+    "top-p above 1": (["--top-p", "1.5"], "top_p must be in"),
+    "top-k 0": (["--top-k", "0"], "top_k must be"),
+    "empty prompt": (["--prompt", ""], "the prompt is empty"),
+    "beyond the context": (["-n", "48"], "exceed draft's context of 48 tokens"),
+    "a draft with a shorter context": (["--draft", "{short}", "-n", "12"], "exceed short's context of 12"),
+    "not GPT-2's vocabulary": (["--draft", "{small_vocab}"], "vocabulary of 8 tokens"),
+    "unknown model": (["--target", "no-such-model"], "unknown model 'no-such-model'"),
+    "missing checkpoint folder": (["--target", "{missing}"], "not found"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_is_one_readable_line_and_exit_status_2(capsys, checkpoints, tmp_path, case):
+    extra, message = BAD_INPUT[case]
+    paths = checkpoints | dict(missing=str(tmp_path / "nothing.safetensors"))
+    argv = ["speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"], "--prompt", "Hello"]
+    argv += [arg.format(**paths) for arg in extra]
+    code, out, err = run_main(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert "Traceback" not in err
+
+
+def test_generate_rejects_bad_input_the_same_way(capsys, checkpoints):
+    code, out, err = run_main(capsys, "generate", "--model", checkpoints["target"], "--top-p", "2")
+    assert code == 2 and out == "" and err.startswith("error: top_p") and err.count("\n") == 1

@@ -1,0 +1,302 @@
+"""Downloads are verified, resumable and fail with one clear message (exit status 2).
+
+Every test serves a small file from a local HTTP server on 127.0.0.1 (HF_ENDPOINT points at
+it) under a test WeightSpec whose sha256 the test supplies; the real 6 GB files are never needed.
+"""
+
+import hashlib
+import http.server
+import json
+import socket
+import threading
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import picogpt.download as dl
+from picogpt.cli import main
+from picogpt.errors import DownloadError
+from picogpt.model import config_from_json
+from picogpt.registry import PRETRAINED
+
+PAYLOAD = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
+SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+PATH = f"/test-org/toy/resolve/{REVISION}/model.safetensors"
+
+
+class Server:
+    """A tiny file server. `mode`: "ok" (honours Range), "cut" (the first response stops
+    halfway and closes the connection), "ignore-range" (always 200 with the whole file)."""
+
+    def __init__(self):
+        self.mode, self.requests, self.n_served = "ok", [], 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                server.requests.append(dict(path=self.path, range=self.headers.get("Range")))
+                if self.path != PATH:
+                    self.send_error(404, "Not Found")
+                    return
+                start = 0
+                if self.headers.get("Range") and server.mode != "ignore-range":
+                    start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
+                    if start >= len(PAYLOAD):
+                        self.send_error(416, "Range Not Satisfiable")
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(PAYLOAD) - 1}/{len(PAYLOAD)}")
+                else:
+                    self.send_response(200)
+                body = PAYLOAD[start:]
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if server.mode == "cut" and server.n_served == 0:
+                    body = body[: len(body) // 2]  # then the connection closes mid-file
+                    self.close_connection = True
+                server.n_served += 1
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture()
+def server(monkeypatch):
+    srv = Server()
+    monkeypatch.setenv("HF_ENDPOINT", srv.endpoint)
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Downloads go to a temporary weights folder; every network wait is bounded."""
+    monkeypatch.setenv("PICOGPT_WEIGHTS_DIR", str(tmp_path / "weights"))
+    monkeypatch.setattr(dl, "TIMEOUT_S", 5)
+    monkeypatch.setattr(dl, "CHUNK_BYTES", 1 << 14)
+
+
+Files = namedtuple("Files", "final part config")
+
+
+def toy_spec(sha256=SHA256, n_bytes=len(PAYLOAD), revision=REVISION):
+    return dl.WeightSpec(name="toy", repo="test-org/toy", revision=revision, sha256=sha256,
+                         n_bytes=n_bytes, n_layer=2, n_head=3, n_embd=192)
+
+
+def register(monkeypatch, **kwargs):
+    """Make `python -m picogpt download toy` fetch the toy spec; returns the paths it will use."""
+    monkeypatch.setitem(dl.PINNED, "toy", toy_spec(**kwargs))
+    folder = dl.weights_dir() / "toy"
+    return Files(folder / "model.safetensors", folder / "model.safetensors.part", folder / "config.json")
+
+
+def run_cli(capsys, *names, quiet=True):
+    status = main(["download", *(["-q"] if quiet else []), *names])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def error_line(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+# ---- success -----------------------------------------------------------------------------------
+
+def test_download_verifies_installs_and_writes_config(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    status, out, err = run_cli(capsys, "toy", quiet=False)
+    assert status == 0, err
+    assert files.final.read_bytes() == PAYLOAD and not files.part.exists()
+    assert "downloaded and verified" in out
+    assert "toy" in err and "293k" in err  # the progress bar: 300,000 bytes = 293 KiB
+    assert server.requests == [dict(path=PATH, range=None)]
+    config = config_from_json(files.config)
+    assert (config.n_layer, config.n_head, config.n_embd, config.n_ctx, config.n_vocab) == (2, 3, 192, 1024, 50257)
+    assert config.layer_norm_epsilon == 1e-5
+    assert json.loads(files.config.read_text())["model_type"] == "gpt2"
+
+
+def test_present_and_verified_file_is_skipped(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    assert run_cli(capsys, "toy")[0] == 0
+    server.requests.clear()
+    status, out, _ = run_cli(capsys, "toy")
+    assert status == 0 and "already present and verified" in out and "skipped" in out
+    assert server.requests == []  # not even a connection
+    assert files.final.read_bytes() == PAYLOAD
+
+
+def test_unpinned_size_is_taken_from_content_length(server, monkeypatch, capsys):
+    files = register(monkeypatch, n_bytes=None)
+    status, out, err = run_cli(capsys, "toy")
+    assert status == 0, err
+    assert f"Content-Length, {len(PAYLOAD):,} bytes" in out
+    assert files.final.read_bytes() == PAYLOAD
+
+
+# ---- resume --------------------------------------------------------------------------------------
+
+def test_cut_connection_keeps_the_part_and_the_next_run_resumes_with_range(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    server.mode = "cut"
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2
+    line = error_line(err)
+    assert "connection" in line and "kept" in line and "run the same command again" in line
+    assert not files.final.exists()
+    n_part = files.part.stat().st_size
+    assert 0 < n_part < len(PAYLOAD)
+
+    status, out, err = run_cli(capsys, "toy")
+    assert status == 0, err
+    assert server.requests[-1]["range"] == f"bytes={n_part}-"  # resumed, not restarted
+    assert f"resuming {files.part.name} at {n_part:,}" in out
+    assert files.final.read_bytes() == PAYLOAD and not files.part.exists()
+
+
+def test_server_that_ignores_range_restarts_from_zero(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    files.part.parent.mkdir(parents=True)
+    files.part.write_bytes(b"\xff" * 1000)  # garbage that must not end up in the file
+    server.mode = "ignore-range"
+    status, out, err = run_cli(capsys, "toy")
+    assert status == 0, err
+    assert server.requests[0]["range"] == "bytes=1000-"
+    assert "ignored the resume request" in out
+    assert files.final.read_bytes() == PAYLOAD
+
+
+def test_part_longer_than_the_file_is_discarded(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    files.part.parent.mkdir(parents=True)
+    files.part.write_bytes(bytes(len(PAYLOAD) + 10))
+    assert run_cli(capsys, "toy")[0] == 0
+    assert files.final.read_bytes() == PAYLOAD
+
+
+def test_unsatisfiable_range_restarts_from_zero(server, monkeypatch, capsys):
+    files = register(monkeypatch, n_bytes=None)  # no pinned size, so the server must say 416
+    files.part.parent.mkdir(parents=True)
+    files.part.write_bytes(bytes(len(PAYLOAD) + 10))
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 0, err
+    assert [r["range"] for r in server.requests] == [f"bytes={len(PAYLOAD) + 10}-", None]
+    assert files.final.read_bytes() == PAYLOAD
+
+
+# ---- failures: one line, exit status 2, never an unverified file at the final path --------------
+
+def test_hash_mismatch_deletes_the_partial_file(server, monkeypatch, capsys):
+    files = register(monkeypatch, sha256="0" * 64)
+    status, _, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2
+    assert SHA256 in line and "0" * 64 in line and "was deleted" in line
+    assert not files.final.exists() and not files.part.exists()
+
+
+def test_resumed_garbage_fails_the_hash_and_is_deleted(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    files.part.parent.mkdir(parents=True)
+    files.part.write_bytes(b"\xff" * 1000)  # not the file's first 1000 bytes
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and server.requests[0]["range"] == "bytes=1000-"
+    assert "was deleted" in error_line(err)  # the bytes already held were hashed too
+    assert not files.final.exists() and not files.part.exists()
+    assert run_cli(capsys, "toy")[0] == 0  # and the next run starts clean
+    assert files.final.read_bytes() == PAYLOAD
+
+
+def test_size_mismatch_is_refused_before_downloading(server, monkeypatch, capsys):
+    files = register(monkeypatch, n_bytes=len(PAYLOAD) + 1)
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "not the pinned file" in error_line(err)
+    assert not files.final.exists() and not files.part.exists()
+
+
+def test_404_names_the_url(server, monkeypatch, capsys):
+    files = register(monkeypatch, revision="f" * 40)
+    status, _, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2
+    assert "HTTP 404" in line and f"{server.endpoint}/test-org/toy/resolve/{'f' * 40}/model.safetensors" in line
+    assert not files.final.exists() and not files.part.exists()
+
+
+def test_connection_refused(monkeypatch, capsys):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    files = register(monkeypatch)
+    status, _, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2
+    assert "could not connect" in line and f"127.0.0.1:{port}" in line and "run the same command again" in line
+    assert not files.final.exists()
+
+
+def test_not_enough_disk_space(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(dl.shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 1000, 1000))
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "not enough disk space" in error_line(err) and "PICOGPT_WEIGHTS_DIR" in err
+    assert server.requests == [] and not files.final.exists()
+
+
+def test_a_different_file_at_the_final_path_is_left_alone(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    files.final.parent.mkdir(parents=True)
+    files.final.write_bytes(b"my own file")
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "does not match" in error_line(err)
+    assert files.final.read_bytes() == b"my own file"
+
+
+def test_unknown_and_embedded_names(capsys):
+    status, _, err = run_cli(capsys, "gpt5")
+    assert status == 2 and "unknown model 'gpt5'" in error_line(err) and "gpt2-xl" in err
+    status, _, err = run_cli(capsys, "tiny-draft")
+    assert status == 2 and "ships with the repository" in error_line(err)
+
+
+def test_download_spec_raises_download_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: refused
+    with pytest.raises(DownloadError, match="could not connect"):
+        dl.download_spec(toy_spec(), tmp_path, progress=False, log=lambda message: None)
+
+
+# ---- the pinned table ------------------------------------------------------------------------------
+
+def test_every_pretrained_model_is_pinned():
+    assert set(dl.PINNED) == set(PRETRAINED)
+    for name, spec in dl.PINNED.items():
+        assert len(spec.revision) == 40 and int(spec.revision, 16) >= 0
+        assert len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0
+        assert (spec.n_layer, spec.n_head, spec.n_embd) == tuple(PRETRAINED[name][k] for k in ("n_layer", "n_head", "n_embd"))
+    assert dl.PINNED["gpt2"].n_bytes == 548_105_171
+
+
+def test_url_defaults_to_the_hub(monkeypatch):
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    assert dl.PINNED["gpt2-xl"].url() == ("https://huggingface.co/openai-community/gpt2-xl/resolve/"
+                                          "15ea56dee5df4983c59b2538573817e1667135e2/model.safetensors")

@@ -1,0 +1,162 @@
+"""Sampling controls (temperature, top-k, top-p), argument checks, and Algorithm 1."""
+
+import numpy as np
+import pytest
+
+from helpers_sampling import InstrumentedModel, chi_square_test, joint_distribution, random_gpt2
+from picogpt import PicoGPTError, autoregressive_sampling
+from picogpt.sampling import check_sampling_args, distribution, sample
+
+
+# ---------------------------------------------------------------------------------------------
+# distribution(): temperature, then top-k, then top-p
+# ---------------------------------------------------------------------------------------------
+
+def test_temperature_1_is_the_softmax_in_float64():
+    logits = np.array([1.0, 2.0, 3.0], np.float32)
+    probs = distribution(logits)
+    assert probs.dtype == np.float64
+    np.testing.assert_allclose(probs, np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum(), rtol=1e-12)
+
+
+def test_temperature_divides_the_logits():
+    logits = np.array([0.0, 1.0, 3.0])
+    np.testing.assert_allclose(distribution(logits, temperature=0.5), distribution(2 * logits), rtol=1e-12)
+
+
+def test_temperature_0_is_a_one_hot_on_the_argmax_with_ties_to_the_lowest_id():
+    assert distribution(np.array([0.0, 5.0, 1.0, 5.0]), temperature=0).tolist() == [0, 1, 0, 0]
+    rows = distribution(np.array([[3.0, 3.0, 1.0], [0.0, 1.0, 2.0]]), temperature=0, top_p=0.5, top_k=2)
+    assert rows.tolist() == [[1, 0, 0], [0, 0, 1]]
+
+
+def test_top_k_keeps_the_k_most_probable_and_renormalises():
+    probs = distribution(np.log([0.1, 0.4, 0.2, 0.3]), top_k=2)
+    np.testing.assert_allclose(probs, [0, 4 / 7, 0, 3 / 7], rtol=1e-12)
+    np.testing.assert_allclose(distribution(np.log([0.1, 0.9]), top_k=5), [0.1, 0.9], rtol=1e-12)
+
+
+def test_top_k_breaks_ties_at_the_boundary_towards_the_lowest_ids():
+    probs = distribution(np.log([0.1, 0.2, 0.2, 0.2, 0.3]), top_k=3)
+    np.testing.assert_allclose(probs, [0, 2 / 7, 2 / 7, 0, 3 / 7], rtol=1e-12)
+
+
+def test_top_p_keeps_the_token_that_crosses_the_threshold():
+    logits = np.log([0.5, 0.3, 0.15, 0.05])
+    np.testing.assert_allclose(distribution(logits, top_p=0.6), [0.625, 0.375, 0, 0], rtol=1e-12)
+    np.testing.assert_allclose(distribution(logits, top_p=0.5), [1, 0, 0, 0], rtol=1e-12)  # 0.5 reaches 0.5
+    np.testing.assert_allclose(distribution(logits, top_p=0.8), [0.625, 0.375, 0, 0], rtol=1e-12)  # 0.5+0.3 reaches 0.8
+    np.testing.assert_allclose(distribution(logits, top_p=0.81), [0.5, 0.3, 0.15, 0] / np.float64(0.95), rtol=1e-12)
+    np.testing.assert_allclose(distribution(logits, top_p=1.0), [0.5, 0.3, 0.15, 0.05], rtol=1e-12)
+    np.testing.assert_allclose(distribution(logits, top_p=1e-9), [1, 0, 0, 0])  # the top token always stays
+
+
+def test_top_p_ranks_equal_probabilities_by_id():
+    probs = distribution(np.log([0.2, 0.4, 0.2, 0.2]), top_p=0.55)  # 0.4 + one of the 0.2s
+    np.testing.assert_allclose(probs, [1 / 3, 2 / 3, 0, 0], rtol=1e-12)
+    probs = distribution(np.log([0.2, 0.4, 0.2, 0.2]), top_p=0.7)  # 0.4 + two of them
+    np.testing.assert_allclose(probs, [0.25, 0.5, 0.25, 0], rtol=1e-12)
+
+
+def test_top_p_applies_after_top_k_and_temperature():
+    logits = np.log([0.05, 0.35, 0.25, 0.2, 0.15])
+    # top-k=3 keeps 0.35, 0.25, 0.2 -> 0.4375, 0.3125, 0.25; top-p=0.7 then keeps the first two
+    np.testing.assert_allclose(distribution(logits, top_k=3, top_p=0.7), [0, 0.35 / 0.6, 0.25 / 0.6, 0, 0], rtol=1e-12)
+    hot = distribution(logits, temperature=2.0, top_k=3)
+    expected = np.sqrt([0.35, 0.25, 0.2])
+    np.testing.assert_allclose(hot, [0, *expected / expected.sum(), 0], rtol=1e-12)
+
+
+def test_rows_are_filtered_independently():
+    logits = np.log([[0.1, 0.2, 0.7], [0.6, 0.3, 0.1]])
+    rows = distribution(logits, top_p=0.65)
+    np.testing.assert_allclose(rows, [[0, 0, 1], [2 / 3, 1 / 3, 0]], rtol=1e-12)
+    np.testing.assert_allclose(rows[1], distribution(logits[1], top_p=0.65), rtol=1e-15)
+
+
+def test_sampling_is_reproducible_and_follows_the_distribution():
+    probs = np.array([0.1, 0.0, 0.6, 0.3])
+    draws = [sample(probs, np.random.default_rng(7)) for _ in range(3)]
+    assert len(set(draws)) == 1
+    rng = np.random.default_rng(8)
+    counts = np.bincount([sample(probs, rng) for _ in range(20_000)], minlength=4)
+    assert chi_square_test(counts, probs)[2] > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks: one readable PicoGPTError before any model runs
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_pair():
+    return random_gpt2(1, n_ctx=16), random_gpt2(2, n_ctx=24)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(N=0), "N"), (dict(N=2.5), "N"), (dict(K=0), "K"), (dict(temperature=-0.1), "temperature"),
+    (dict(temperature=float("nan")), "temperature"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
+    (dict(top_k=0), "top_k"), (dict(top_k=1.5), "top_k"), (dict(ids=[]), "empty"),
+    (dict(ids=[1, 99]), "vocabulary"), (dict(N=14), "context of 16"),
+])
+def test_bad_arguments_raise_one_readable_error(small_pair, kwargs, words):
+    args = dict(ids=[1, 2, 3], N=5, K=4, temperature=1.0, top_k=None, top_p=None) | kwargs
+    ids, N = args.pop("ids"), args.pop("N")
+    with pytest.raises(PicoGPTError, match=words):
+        check_sampling_args(ids, N, small_pair, **args)
+
+
+def test_the_context_limit_counts_the_prompt_and_N(small_pair):
+    assert check_sampling_args([1, 2, 3], 13, small_pair[1:]) == [1, 2, 3]  # 16 <= 24
+    assert check_sampling_args([1, 2, 3], 13, small_pair) == [1, 2, 3]  # 16 <= 16: fits exactly
+    with pytest.raises(PicoGPTError, match="3 tokens.*N=14.*17 positions.*random-1's context of 16"):
+        check_sampling_args([1, 2, 3], 14, small_pair)
+
+
+def test_draft_and_target_must_share_a_vocabulary():
+    with pytest.raises(PicoGPTError, match="vocabularies differ"):
+        check_sampling_args([1], 2, (random_gpt2(1, n_vocab=8), random_gpt2(2, n_vocab=9)))
+
+
+def test_bad_sampling_controls_are_rejected_by_distribution_too():
+    with pytest.raises(PicoGPTError, match="temperature"):
+        distribution(np.zeros(3), temperature=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 1: autoregressive sampling
+# ---------------------------------------------------------------------------------------------
+
+def test_autoregressive_sampling_makes_one_cached_call_per_token():
+    log = []
+    model = InstrumentedModel(random_gpt2(3), "target", log)
+    result = autoregressive_sampling(model, [1, 2, 3], 10, seed=0)
+    assert len(result.tokens) == 10 and len(result.token_times_s) == 10
+    assert [len(ids) for _, _, ids in log] == [3] + [1] * 9  # the prefill, then one token per call
+    assert [n_past for _, n_past, _ in log] == [0] + list(range(3, 12))  # positions already cached
+    assert model.caches[0].tokens == [1, 2, 3] + result.tokens[:-1]
+    assert result.seconds >= sum(result.token_times_s) * 0.99
+
+
+def test_autoregressive_sampling_same_seed_same_output():
+    model = random_gpt2(3)
+    first = autoregressive_sampling(model, [1, 2], 12, seed=5, top_p=0.9).tokens
+    assert autoregressive_sampling(model, [1, 2], 12, seed=5, top_p=0.9).tokens == first
+    assert any(autoregressive_sampling(model, [1, 2], 12, seed=s, top_p=0.9).tokens != first for s in range(6, 9))
+
+
+def test_autoregressive_sampling_streams_each_token():
+    seen = []
+    result = autoregressive_sampling(random_gpt2(3), [1], 6, seed=1, on_token=seen.append)
+    assert seen == result.tokens
+
+
+def test_autoregressive_sampling_samples_the_models_distribution():
+    model = random_gpt2(4)
+    prompt = [5, 2]
+    exact = joint_distribution(model, prompt, 2, temperature=0.8)
+    rng = np.random.default_rng(0)
+    counts = np.zeros_like(exact)
+    for _ in range(3000):
+        counts[tuple(autoregressive_sampling(model, prompt, 2, temperature=0.8, seed=rng).tokens)] += 1
+    statistic, dof, p_value = chi_square_test(counts, exact)
+    assert p_value > 1e-3, (statistic, dof)
