@@ -80,7 +80,7 @@ class TrainConfig:
 TARGET = ModelShape(n_layer=8, n_head=4, n_embd=256)
 DRAFT = ModelShape(n_layer=2, n_head=2, n_embd=64)
 TARGET_TRAINING = TrainConfig(steps=800, batch_size=12, block_size=384, lr=1e-3)
-DRAFT_TRAINING = TrainConfig(steps=800, batch_size=12, block_size=384, lr=3e-3)
+DRAFT_TRAINING = TrainConfig(steps=250, batch_size=12, block_size=384, lr=3e-3)
 DISTILL_DATA_WEIGHT = 0.1  # draft loss = 0.9 * KL(q || p) + 0.1 * cross-entropy(data, p)
 VAL_EVERY_NTH_CHAPTER = 20  # chapters 19, 39, 59, ... (0-based, in canonical order) are held out
 SEED = 1611
@@ -456,10 +456,16 @@ def main(argv=None):
         log(f"target q: {asdict(TARGET)}, {n_params(target):,} training parameters")
         report["target_seconds"] = train_loop("target", target, data_loss, train_c, target_train, generator, log)
         save_checkpoint(args.out / "tiny-target", target, TARGET, vocab)
+        target_dir = args.out / "tiny-target"
     else:
-        target = compact_from_exported(args.target_from, vocab)
-        log(f"target q loaded from {args.target_from}")
-    target = rounded_to_float16(target)  # the draft imitates the target as it is shipped
+        target_dir = args.target_from
+    # Step 2 restarts from the seed and from the target as exported (float16 weights, the model
+    # the draft must imitate), so `--target-from weights/tiny-target` gives the same draft as
+    # one run of both steps.
+    torch.manual_seed(SEED)
+    generator = torch.Generator().manual_seed(SEED)
+    target = compact_from_exported(target_dir, vocab)
+    log(f"target q loaded from {target_dir}")
     for p in target.parameters():
         p.requires_grad_(False)
     report["target_train_loss"] = evaluate(target, train_c, vocab, TARGET_TRAINING.block_size)
