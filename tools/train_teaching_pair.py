@@ -25,9 +25,10 @@ softmax over 50,257 tokens in which every unseen token has that shared row. At e
 token is given a copy of it: the saved model is a plain 50,257-token GPT-2 with tied embeddings
 whose distribution is the one we trained (`check_export` verifies this).
 
-Usage (defaults reproduce the committed weights; about 30 minutes on 2 CPU cores):
-    python tools/train_teaching_pair.py
-    python tools/train_teaching_pair.py --corpus build/kjv.txt --out weights
+Usage (the defaults reproduce the committed weights; on a 2-core machine shared with other jobs
+the target took 44 minutes and the draft 5, see weights/README.md):
+    python tools/train_teaching_pair.py                                    # both, into weights/
+    python tools/train_teaching_pair.py --target-from weights/tiny-target  # the draft only
 """
 
 import argparse
