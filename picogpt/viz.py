@@ -488,7 +488,7 @@ def plot_loop_cost(costs, ax=None):
 
 def plot_speedup(Ks, measured, predicted, ax=None):
     """Measured speedup (one value per K) against each prediction ({label: one value per K})."""
-    ax = new_ax(ax, (7, 4))
+    ax = new_ax(ax, (10, 4))
     for (label, values), style in zip(predicted.items(), ("s--", "^:", "v:", "d:")):
         ax.plot(Ks, values, style, label=f"predicted: {label}")
     ax.plot(Ks, measured, "o-", color="black", lw=2, label="measured (median wall time)")
@@ -496,7 +496,7 @@ def plot_speedup(Ks, measured, predicted, ax=None):
     ax.set_xticks(Ks)
     ax.set(xlabel="K (tokens drafted per loop)", ylabel="speedup over autoregressive (×)",
            title="Speculative sampling: predicted vs measured speedup")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
     return ax
 
 
