@@ -390,6 +390,11 @@ def loop_rows(loop, tok):
     return rows
 
 
+def probability(x):
+    """A probability in 8 characters: 0.0831, or 2.1e-05 when it would print as 0.0000."""
+    return f"{x:8.4f}" if x >= 1e-4 or x == 0 else f"{x:8.1e}"
+
+
 def loop_table(loop, tok):
     """The loop as a text table, then what it emitted: the accepted drafts and the new token."""
     rows = loop_rows(loop, tok)
@@ -397,7 +402,7 @@ def loop_table(loop, tok):
     lines = [f"{'t':>2}  {'x̃_t':<{width}}  {'p(x̃_t)':>8}  {'q(x̃_t)':>8}  {'min(1, q/p)':>11}  {'r':>6}  decision"]
     for t, label, p_x, q_x, ratio, r, decision in rows:
         r_text = f"{r:6.3f}" if r is not None else f"{'–':>6}"
-        lines.append(f"{t:>2}  {label:<{width}}  {p_x:8.4f}  {q_x:8.4f}  {ratio:11.3f}  {r_text}  {decision}")
+        lines.append(f"{t:>2}  {label:<{width}}  {probability(p_x)}  {probability(q_x)}  {ratio:11.3f}  {r_text}  {decision}")
     new = token_label(tok, loop.new_token)
     lines.append(f"→ x̃_{loop.n_accepted + 1} rejected; in its place, from (q − p)+: {new}" if loop.resampled else
                  f"→ all K = {loop.K} accepted: extra token from q_{loop.K + 1}: {new}")
@@ -483,7 +488,7 @@ def plot_loop_cost(costs, ax=None):
 
 def plot_speedup(Ks, measured, predicted, ax=None):
     """Measured speedup (one value per K) against each prediction ({label: one value per K})."""
-    ax = new_ax(ax, (7, 4))
+    ax = new_ax(ax, (10, 4))
     for (label, values), style in zip(predicted.items(), ("s--", "^:", "v:", "d:")):
         ax.plot(Ks, values, style, label=f"predicted: {label}")
     ax.plot(Ks, measured, "o-", color="black", lw=2, label="measured (median wall time)")
@@ -491,7 +496,7 @@ def plot_speedup(Ks, measured, predicted, ax=None):
     ax.set_xticks(Ks)
     ax.set(xlabel="K (tokens drafted per loop)", ylabel="speedup over autoregressive (×)",
            title="Speculative sampling: predicted vs measured speedup")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
     return ax
 
 

@@ -41,6 +41,11 @@ def test_loop_table_after_a_rejection():
     assert "emitted 2 token(s): ␣And ␣said" in text
 
 
+def test_tiny_probabilities_keep_their_digits():
+    assert viz.probability(0.0831) == "  0.0831" and viz.probability(2.1e-5) == " 2.1e-05"
+    assert viz.probability(0.0) == "  0.0000"
+
+
 def test_loop_table_when_every_draft_passes():
     text = viz.loop_table(trace(n_accepted=3, resampled=False, r=(0.1, 0.1, 0.1)), TOK)
     assert "all K = 3 accepted: extra token from q_4: ␣said" in text
