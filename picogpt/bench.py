@@ -479,10 +479,12 @@ def bench_model(label, path, source, s, ceiling, log):
     log(f"{label}: loading {path}")
     load_at_start = load_average()
     model, ready = time_to_ready(path, s["prompt_tokens"])
-    ids = np.random.default_rng(0).integers(0, model.config.n_vocab, size=max(s["contexts"]) + 16)
+    # contexts that leave room for the scored positions (the teaching pair's n_ctx is 384)
+    contexts = [n for n in s["contexts"] if n + 16 <= model.config.n_ctx] or [model.config.n_ctx - 16]
+    ids = np.random.default_rng(0).integers(0, model.config.n_vocab, size=max(contexts) + 16)
     engines, torch_note = make_engines(model, s)
     per_engine, ceiling_times = {name: {} for name in engines}, {}
-    for context in s["contexts"]:
+    for context in contexts:
         log(f"{label}: decode and score at context {context} ({', '.join(engines)}, ceiling)")
         for (name, n), runs in decode_and_score(engines, ids, s, context, ceiling).items():
             if name == "ceiling":

@@ -138,3 +138,12 @@ def test_bench_command_writes_json(tiny_pair, tmp_path, monkeypatch, capsys):
     assert set(printed["models"]) == {"draft", "target"}
     assert json.loads((tmp_path / "bench.json").read_text())["models"].keys() == printed["models"].keys()
     assert any("predicted speedup needs" in note for note in printed["notes"])  # pair is gpt2/gpt2-xl
+
+
+def test_contexts_longer_than_a_model_are_skipped_not_an_error(tiny_pair):
+    # the teaching pair's n_ctx is 384, below the default context 512: measure what fits
+    settings = dict(SMALL_RUN, contexts=(16, 512))
+    results = bench.run_bench([str(tiny_pair["draft"].parent)], pair=("draft", "target"), measured_pair=("draft", "target"),
+                              log=lambda text: None, **settings)
+    decode = next(iter(results["models"].values()))["engines"]["picogpt"]["decode"]
+    assert list(decode) == [16]
