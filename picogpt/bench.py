@@ -275,7 +275,7 @@ def ceiling_tasks(matrices, x):
     """One-row products over every matrix, two ways: OpenBLAS's threaded GEMV (`W @ x`) and
     picogpt's streamed blocks (fast.py)."""
     return {"openblas_gemv": (lambda: [m @ x for m in matrices], lambda: None),
-            "picogpt_streamed": (lambda: [fast.matmul_transposed(x[None], m) for m in matrices], lambda: None)}
+            "picogpt_streamed": (lambda: [fast.streamed(x[None], m) for m in matrices], lambda: None)}
 
 
 def describe_ceiling(times, matrices):

@@ -12,11 +12,14 @@ What we do instead (see `python -m picogpt bench` and benchmarks/README.md for t
 - keep each linear layer's weight transposed, [n_out, n_in] (the layout of PyTorch's nn.Linear),
   in one contiguous array, made once by `prepare` (for big models: once per checkpoint, kept
   in a file beside it, see `transposed_weights`);
-- multiply 1..16 rows by it in blocks of up to 64 output rows, `[64, n_in] @ [n_in, n_rows]`:
-  each block is small enough for OpenBLAS's copy-free small-matrix kernel, reads its 64 * n_in
-  weights once for all rows, and the blocks are shared out among the CPU cores by our own
-  threads. (One row too: OpenBLAS's threaded GEMV is as fast on an idle machine, but its
-  threads spin-wait for each other, and on a busy one it measured 3x slower than this.)
+- one row through a big matrix: OpenBLAS's GEMV, `weight_t @ x`, which streams the weights on
+  all cores at the machine's bandwidth (the bench's ceiling is measured with it);
+- a few rows (2..16, speculative scoring): blocks of up to 64 output rows,
+  `[n_rows, n_in] @ [n_in, 64]`, each small enough for OpenBLAS's copy-free small-matrix kernel
+  and read once for all rows; for a big matrix the blocks are shared out among the cores by our
+  own threads, each writing its part of the result in place;
+- small matrices (under BIG_MATRIX weights, e.g. the embedded pair's layers) stay on one core,
+  as blocks: handing work to a thread costs tens of microseconds, more than they take;
 - many rows (a long prompt) go to the ordinary GEMM, which is compute-bound there.
 
 The forward pass itself is `model.gpt2`, called with prepared parameters: `x @ weight` on a
@@ -36,11 +39,10 @@ import numpy as np
 from .checkpoint import read_metadata, read_safetensors, write_safetensors
 from .errors import CheckpointError
 
-MAX_BLOCK_ROWS = 64  # output rows per block (measured: 64 > 32 > 16 > 8 for 2..9 rows)
+MAX_BLOCK_ROWS = 64  # output rows per block (measured: 64 > 32 > 16 for 2..9 rows at XL shapes)
 SMALL_GEMM = 1_000_000  # block rows * n_in * n_rows: above ~1e6 OpenBLAS packs again (measured)
 MAX_STREAMED_ROWS = 16  # more input rows than this (a long prompt) go to the ordinary GEMM
-MIN_PARALLEL_WEIGHTS = 1 << 20  # smaller matrices are not worth sharing between threads
-
+BIG_MATRIX = 1 << 20  # weights; bigger matrices are multiplied on all cores (measured, see above)
 
 def n_threads():
     """CPU cores this process may use (the `bench` compares PyTorch at the same count)."""
@@ -119,37 +121,44 @@ def parallel(function, n_items, chunks_per_thread=4):
 
 def rows_per_block(n_in, n_rows):
     """Output rows per block: at most 64, and small enough to stay on the unpacked kernel."""
-    return int(np.clip(SMALL_GEMM // (n_in * n_rows), 1, MAX_BLOCK_ROWS))
+    return max(1, min(SMALL_GEMM // (n_in * n_rows), MAX_BLOCK_ROWS))
 
 
 def matmul_transposed(x, weight_t):
     """x @ weight_t.T, streaming weight_t [n_out, n_in] once: [n_rows, n_in] -> [n_rows, n_out]."""
     n_rows = x.shape[0]
-    n_out, n_in = weight_t.shape
     if n_rows > MAX_STREAMED_ROWS:
         return x @ weight_t.T  # GEMM for long prompts
-    # x as columns [n_in, n_columns], one row padded with a zero column: a single column would
-    # go to OpenBLAS's GEMV, which would start threads of its own inside ours.
-    x_t = np.empty((n_in, max(2, n_rows)), np.float32)
-    x_t[:, :n_rows] = x.T
-    x_t[:, n_rows:] = 0
-    n_columns = x_t.shape[1]
-    block = rows_per_block(n_in, n_columns)
+    if n_rows == 1 and weight_t.size >= BIG_MATRIX:
+        return (weight_t @ x[0])[None]  # GEMV: [n_out, n_in] @ [n_in] on OpenBLAS's threads
+    return streamed(x, weight_t)
+
+
+def streamed(x, weight_t):
+    """x @ weight_t.T in blocks of output rows, [n_rows, n_in] @ [n_in, block] each, every
+    block read once for all rows; shared out among the cores when weight_t is big.
+    [n_rows, n_in] -> [n_rows, n_out]."""
+    n_rows = x.shape[0]
+    n_out, n_in = weight_t.shape
+    if n_rows == 1:  # a single row would go to OpenBLAS's GEMV, which starts threads of its own
+        x = np.concatenate([x, np.zeros_like(x)])
+    out = np.empty((x.shape[0], n_out), np.float32)
+    block = min(rows_per_block(n_in, x.shape[0]), n_out)
     n_blocks = n_out // block
-    out = np.empty((n_out, n_columns), np.float32)  # the result, transposed
-    blocks_in = weight_t[: n_blocks * block].reshape(n_blocks, block, n_in)
-    blocks_out = out[: n_blocks * block].reshape(n_blocks, block, n_columns)
+    end = n_blocks * block
+    blocks_in = weight_t[:end].reshape(n_blocks, block, n_in).transpose(0, 2, 1)  # [n, n_in, block]
+    blocks_out = out[:, :end].reshape(-1, n_blocks, block).transpose(1, 0, 2)  # [n, n_rows, block]
 
-    def multiply(start, stop):  # [n, block, n_in] @ [n_in, n_columns] -> [n, block, n_columns]
-        np.matmul(blocks_in[start:stop], x_t, out=blocks_out[start:stop])
+    def multiply(start, stop):  # [n_rows, n_in] @ [n, n_in, block] -> [n, n_rows, block]
+        np.matmul(x, blocks_in[start:stop], out=blocks_out[start:stop])
 
-    if weight_t.size >= MIN_PARALLEL_WEIGHTS:
+    if weight_t.size >= BIG_MATRIX:
         parallel(multiply, n_blocks)
     else:
         multiply(0, n_blocks)
-    if n_blocks * block < n_out:  # the last n_out % block rows
-        np.matmul(weight_t[n_blocks * block:], x_t, out=out[n_blocks * block:])
-    return np.ascontiguousarray(out[:, :n_rows].T)  # [n_rows, n_out]
+    if end < n_out:  # the last n_out % block rows
+        np.matmul(x, weight_t[end:].T, out=out[:, end:])
+    return out[:n_rows]
 
 
 def transpose(weight, out=None):

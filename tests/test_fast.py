@@ -13,8 +13,8 @@ import pytest
 from helpers import random_gpt2, random_tensors
 from picogpt import fast
 from picogpt.checkpoint import read_metadata, write_safetensors
-from picogpt.fast import (MAX_STREAMED_ROWS, SMALL_GEMM, TiedEmbedding, TransposedWeight,
-                          matmul_transposed, prepare, rows_per_block, transpose)
+from picogpt.fast import (BIG_MATRIX, MAX_STREAMED_ROWS, SMALL_GEMM, TiedEmbedding, TransposedWeight,
+                          matmul_transposed, prepare, rows_per_block, streamed, transpose)
 from picogpt.model import load_checkpoint
 
 RELATIVE = 1e-5
@@ -40,7 +40,7 @@ def test_parallel_hands_an_error_to_the_caller():
         fast.parallel(fail_at_500, 1000)
 
 
-@pytest.mark.parametrize("n_in, n_out", [(32, 97), (1024, 1030)])  # 1024 x 1030 runs on threads
+@pytest.mark.parametrize("n_in, n_out", [(32, 97), (1024, 1030)])  # 1024 x 1030: GEMV, threads
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 5, 9, MAX_STREAMED_ROWS, MAX_STREAMED_ROWS + 1, 40])
 def test_matmul_transposed_is_x_at_w(n_in, n_out, n_rows):
     rng = np.random.default_rng(n_rows)
@@ -50,6 +50,23 @@ def test_matmul_transposed_is_x_at_w(n_in, n_out, n_rows):
     reference = x.astype(np.float64) @ weight.astype(np.float64)
     assert got.shape == (n_rows, n_out) and got.dtype == np.float32 and got.flags.c_contiguous
     assert relative_diff(got, reference) < RELATIVE
+
+
+def test_the_big_matrix_of_the_test_above_takes_the_all_core_paths():
+    assert 32 * 97 < BIG_MATRIX <= 1024 * 1030
+
+
+@pytest.mark.parametrize("big_matrix", [0, 1 << 40])  # blocks shared among threads, or not
+@pytest.mark.parametrize("n_rows", [1, 2, 5, 16])
+@pytest.mark.parametrize("n_in, n_out", [(7, 5), (64, 64), (100, 1030)])
+def test_streamed_blocks_on_one_core_or_all(monkeypatch, big_matrix, n_rows, n_in, n_out):
+    monkeypatch.setattr(fast, "BIG_MATRIX", big_matrix)
+    rng = np.random.default_rng(n_in + n_rows)
+    weight_t = rng.standard_normal((n_out, n_in)).astype(np.float32)
+    x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
+    got = streamed(x, weight_t)
+    assert got.shape == (n_rows, n_out) and got.flags.c_contiguous
+    assert relative_diff(got, x.astype(np.float64) @ weight_t.T.astype(np.float64)) < RELATIVE
 
 
 def test_matmul_transposed_of_a_non_contiguous_input():
