@@ -25,8 +25,8 @@ softmax over 50,257 tokens in which every unseen token has that shared row. At e
 token is given a copy of it: the saved model is a plain 50,257-token GPT-2 with tied embeddings
 whose distribution is the one we trained (`check_export` verifies this).
 
-Usage (the defaults reproduce the committed weights; on a 2-core machine shared with other jobs
-the target took 44 minutes and the draft 5, see weights/README.md):
+Usage (the defaults reproduce the committed weights; on the project's 2-core machine, otherwise idle,
+the target took 19 minutes and the draft 5, see weights/README.md):
     python tools/train_teaching_pair.py                                    # both, into weights/
     python tools/train_teaching_pair.py --target-from weights/tiny-target  # the draft only
 """
@@ -78,7 +78,7 @@ class TrainConfig:
     grad_clip: float = 1.0
 
 
-TARGET = ModelShape(n_layer=8, n_head=4, n_embd=256)
+TARGET = ModelShape(n_layer=48, n_head=2, n_embd=64)  # deep and narrow: see weights/README.md
 DRAFT = ModelShape(n_layer=2, n_head=2, n_embd=64)
 TARGET_TRAINING = TrainConfig(steps=800, batch_size=12, block_size=384, lr=1e-3)
 DRAFT_TRAINING = TrainConfig(steps=250, batch_size=12, block_size=384, lr=3e-3)
@@ -405,6 +405,9 @@ def parse_args(argv=None):
                         help="writes OUT/tiny-target/ and OUT/tiny-draft/ (default: weights/)")
     parser.add_argument("--target-steps", type=int, default=TARGET_TRAINING.steps)
     parser.add_argument("--draft-steps", type=int, default=DRAFT_TRAINING.steps)
+    parser.add_argument("--target-layers", type=int, default=TARGET.n_layer)
+    parser.add_argument("--target-heads", type=int, default=TARGET.n_head)
+    parser.add_argument("--target-embd", type=int, default=TARGET.n_embd)
     parser.add_argument("--draft-layers", type=int, default=DRAFT.n_layer)
     parser.add_argument("--draft-heads", type=int, default=DRAFT.n_head)
     parser.add_argument("--draft-embd", type=int, default=DRAFT.n_embd)
@@ -437,13 +440,14 @@ def main(argv=None):
         f"{len(train_ids):,} train / {len(val_ids):,} val tokens, {len(vocab.seen):,} distinct "
         f"training tokens (+1 shared row for the {vocab.n_unseen:,} unseen)")
 
+    target_shape = replace(TARGET, n_layer=args.target_layers, n_head=args.target_heads, n_embd=args.target_embd)
     draft_shape = replace(DRAFT, n_layer=args.draft_layers, n_head=args.draft_heads, n_embd=args.draft_embd)
     target_train = replace(TARGET_TRAINING, steps=args.target_steps)
     draft_train = replace(DRAFT_TRAINING, steps=args.draft_steps)
     report = {"seed": SEED, "threads": args.threads, "torch": torch.__version__,
               "corpus_sha256": sha256(args.corpus), "train_tokens": len(train_ids),
               "val_tokens": len(val_ids), "distinct_train_tokens": len(vocab.seen),
-              "target": asdict(TARGET), "draft": asdict(draft_shape),
+              "target": asdict(target_shape), "draft": asdict(draft_shape),
               "target_training": asdict(target_train), "draft_training": asdict(draft_train),
               "distill_data_weight": DISTILL_DATA_WEIGHT}
 
@@ -453,10 +457,10 @@ def main(argv=None):
                               batch[:, 1:], vocab)
 
     if args.target_from is None:
-        target = new_model(TARGET, vocab.size)
-        log(f"target q: {asdict(TARGET)}, {n_params(target):,} training parameters")
+        target = new_model(target_shape, vocab.size)
+        log(f"target q: {asdict(target_shape)}, {n_params(target):,} training parameters")
         report["target_seconds"] = train_loop("target", target, data_loss, train_c, target_train, generator, log)
-        save_checkpoint(args.out / "tiny-target", target, TARGET, vocab)
+        save_checkpoint(args.out / "tiny-target", target, target_shape, vocab)
         target_dir = args.out / "tiny-target"
     else:
         target_dir = args.target_from
