@@ -44,6 +44,7 @@ SMALL_GEMM = 1_000_000  # block rows * n_in * n_rows: above ~1e6 OpenBLAS packs 
 MAX_STREAMED_ROWS = 16  # more input rows than this (a long prompt) go to the ordinary GEMM
 BIG_MATRIX = 1 << 20  # weights; bigger matrices are multiplied on all cores (measured, see above)
 
+
 def n_threads():
     """CPU cores this process may use (the `bench` compares PyTorch at the same count)."""
     try:
