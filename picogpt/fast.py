@@ -39,7 +39,7 @@ import numpy as np
 from .checkpoint import read_metadata, read_safetensors, write_safetensors
 from .errors import CheckpointError
 
-MAX_BLOCK_ROWS = 64  # output rows per block (measured: 64 > 32 > 16 for 2..9 rows at XL shapes)
+MAX_BLOCK_ROWS = 64  # output rows per block (16 to 128 measured alike for 2..5 rows, cold caches)
 SMALL_GEMM = 1_000_000  # block rows * n_in * n_rows: above ~1e6 OpenBLAS packs again (measured)
 MAX_STREAMED_ROWS = 16  # more input rows than this (a long prompt) go to the ordinary GEMM
 BIG_MATRIX = 1 << 20  # weights; bigger matrices are multiplied on all cores (measured, see above)
