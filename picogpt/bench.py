@@ -10,9 +10,11 @@ after a warm-up round), on:
 - GPT-2 small and XL: the real checkpoints if downloaded, else random weights of exactly the
   published shapes (written once to weights/random-<name>/; the speed of a matrix product does
   not depend on the values); the embedded teaching pair when present;
-- three engines on the same weights: picogpt's fast path (`model(ids, cache)`), its plain path
-  (`model.plain`, the checkpoint's own arrays) and Hugging Face transformers' GPT2LMHeadModel
-  (torch CPU, float32, past_key_values, same thread count) when the `bench` extra is installed.
+- the engines on the same weights: picogpt's fast path (`model(ids, cache)`, memory-mapped),
+  the same with its weights copied into memory (`load(..., in_memory=True)`; for the models
+  whose weights are mapped, if memory allows), its plain path (`model.plain`, the checkpoint's
+  own arrays) and Hugging Face transformers' GPT2LMHeadModel (torch CPU, float32,
+  past_key_values, same thread count) when the `bench` extra is installed.
 
 Results go to benchmarks/bench.json (with the machine: CPU, cores, NumPy/BLAS, load average)
 and benchmarks/bench.png.
@@ -34,10 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import fast, theory
+from . import fast, hardware, theory
 from .checkpoint import write_safetensors
 from .errors import PicoGPTError
-from .model import expected_shapes, load_checkpoint
+from .model import GPT2, expected_shapes, load_checkpoint
 from .registry import EMBEDDED, PRETRAINED, checkpoint_path, is_available, weights_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,7 +60,8 @@ def settings(quick=False, **overrides):
                   score_sizes=(2, 3, 5, 9) if quick else tuple(range(2, 10)), score_context=128,
                   plain_score_sizes=(2, 5, 9),  # the plain path's GEMM is slow: fewer sizes
                   ceiling_bytes=int(0.75e9 if quick else 1.6e9), prompt_tokens=8,
-                  speculative_tokens=64, speculative_K=4, with_torch=True, with_plain=True, pause_s=PAUSE_S)
+                  speculative_tokens=64, speculative_K=4, with_torch=True, with_plain=True, with_in_memory=True,
+                  pause_s=PAUSE_S)
     unknown = set(overrides) - set(chosen)
     if unknown:
         raise PicoGPTError(f"unknown bench settings: {', '.join(sorted(unknown))}")
@@ -294,8 +297,14 @@ class NumpyEngine:
     """picogpt with its KV cache; plain=True runs the reference path on the checkpoint arrays."""
 
     def __init__(self, model, plain=False):
-        self.model, self.forward_fn = model, model.plain if plain else model
+        self.model, self.plain = model, plain
+        self.forward_fn = model.plain if plain else model
         self.cache = None
+
+    @property
+    def weights(self):
+        """The arrays this engine reads."""
+        return fast.arrays_of(self.model.params if self.plain else self.model.fast_params)
 
     def start(self, ids):
         self.cache = self.model.new_cache()
@@ -462,8 +471,26 @@ def describe_engine(per_context, bytes_per_token, ceiling_gb_per_s):
     return out
 
 
-def make_engines(model, s):
+def in_memory_copy(model, s, files):
+    """The model again, with the fast path's weights copied into memory, and the seconds the
+    copy took; (None, None) if the model's weights are not mapped, and (None, why) if the copy
+    would not leave the mapped files room in the page cache (the other engines read them)."""
+    if not (s["with_in_memory"] and model.checkpoint and fast.wants_cache_file(model.params)):
+        return None, None
+    n_bytes = sum(a.nbytes for a in fast.arrays_of(model.fast_params))
+    total_gb = memory_total_gb()
+    needed = n_bytes + sum(Path(f).stat().st_size for f in files) + s["ceiling_bytes"] + 2 * 2**30
+    if total_gb is None or needed > total_gb * 2**30:
+        return None, f"{model.name}: in-memory engine skipped, it needs {needed / 2**30:.1f} GiB of memory"
+    copy = GPT2(model.params, model.config, model.name, model.checkpoint, in_memory=True)
+    copy_s, _ = timed(copy.prepare)
+    return copy, copy_s
+
+
+def make_engines(model, s, copy=None):
     engines, note = {"picogpt": NumpyEngine(model)}, None
+    if copy is not None:
+        engines["picogpt-in-memory"] = NumpyEngine(copy)
     if s["with_plain"]:
         engines["picogpt-plain"] = NumpyEngine(model, plain=True)
     if s["with_torch"]:
@@ -482,7 +509,11 @@ def bench_model(label, path, source, s, ceiling, log):
     # contexts that leave room for the scored positions (the teaching pair's n_ctx is 384)
     contexts = [n for n in s["contexts"] if n + 16 <= model.config.n_ctx] or [model.config.n_ctx - 16]
     ids = np.random.default_rng(0).integers(0, model.config.n_vocab, size=max(contexts) + 16)
-    engines, torch_note = make_engines(model, s)
+    files = list(ready["found_in_page_cache"])
+    copy, copied = in_memory_copy(model, s, files)  # copied: seconds, or why not
+    if copy is not None:
+        ready["in_memory_copy_s"] = copied
+    engines, torch_note = make_engines(model, s, copy)
     per_engine, ceiling_times = {name: {} for name in engines}, {}
     for context in contexts:
         log(f"{label}: decode and score at context {context} ({', '.join(engines)}, ceiling)")
@@ -492,7 +523,10 @@ def bench_model(label, path, source, s, ceiling, log):
             else:
                 per_engine[name].setdefault(context, {})[n] = summary(runs)
     beside = describe_ceiling(ceiling_times, ceiling[0])
-    del engines  # measured last: 6 GB of fresh memory for XL would push the files out of the page cache
+    huge_pages = {name: hardware.huge_page_fraction(engine.weights)
+                  for name, engine in engines.items() if isinstance(engine, NumpyEngine)}
+    page_cache_after = {file: page_cache_fraction(file) for file in files}
+    del engines, copy  # measured last: 6 GB of fresh memory for XL would push the files out of the page cache
     ready["prepare_in_memory_s"], _ = timed(lambda: fast.prepare(model.params))
     bytes_per_token = weight_bytes_per_token(model)
     c = model.config
@@ -502,9 +536,14 @@ def bench_model(label, path, source, s, ceiling, log):
               "weight_bytes_per_token": bytes_per_token, "ready": ready, "ceiling": beside,
               "floor_s": bytes_per_token / 1e9 / beside["gb_per_s"],
               "engines": {name: describe_engine(runs, bytes_per_token, beside["gb_per_s"])
-                          for name, runs in per_engine.items()}}
+                          for name, runs in per_engine.items()},
+              "page_cache_after": page_cache_after}
+    for name, fraction in huge_pages.items():
+        result["engines"][name]["huge_page_fraction"] = fraction  # of its weights' memory
     if torch_note:
         result["torch_skipped"] = torch_note
+    if isinstance(copied, str):
+        result["in_memory_skipped"] = copied
     return model, result
 
 
@@ -579,6 +618,10 @@ def check_goals(results, pair):
             vs_floor = fast_engine["decode"][context]["vs_floor"]
             goals.append(goal(f"{label}: decode per token <= 1.25x the bandwidth floor (context {context})",
                               vs_floor, 1.25, vs_floor <= 1.25))
+            if "picogpt-in-memory" in m["engines"]:
+                vs_floor = m["engines"]["picogpt-in-memory"]["decode"][context]["vs_floor"]
+                goals.append(goal(f"{label}: the same with the weights in memory (in_memory=True)",
+                                  vs_floor, 1.25, vs_floor <= 1.25))
             goals.append(goal(f"{label}: ready (load + prepare) <= 2 s", m["ready"]["ready_s"], 2.0,
                               m["ready"]["ready_s"] <= 2.0))
         if 5 in fast_engine["score"]:
@@ -670,6 +713,10 @@ def save(results, folder=BENCH_DIR, stem="bench"):
     return paths
 
 
+ENGINE_STYLES = (("picogpt", "-o"), ("picogpt-in-memory", "-.D"), ("picogpt-plain", ":s"), ("torch", "--^"))
+ENGINE_COLORS = (("picogpt", "C0"), ("picogpt-in-memory", "C2"), ("picogpt-plain", "C7"), ("torch", "C1"))
+
+
 def plot(results, path):
     import matplotlib
 
@@ -678,7 +725,7 @@ def plot(results, path):
 
     fig, (ax_score, ax_bw, ax_pred) = plt.subplots(1, 3, figsize=(16, 4.8))
     for label, m in results["models"].items():
-        for engine, style in (("picogpt", "-o"), ("picogpt-plain", ":s"), ("torch", "--^")):
+        for engine, style in ENGINE_STYLES:
             if engine in m["engines"] and m["engines"][engine]["score"]:
                 score = m["engines"][engine]["score"]
                 ax_score.plot([1, *score], [1, *(v["ratio_to_decode"] for v in score.values())], style,
@@ -690,7 +737,7 @@ def plot(results, path):
 
     names, values, colors = [], [], []
     for label, m in results["models"].items():
-        for engine, color in (("picogpt", "C0"), ("picogpt-plain", "C7"), ("torch", "C1")):
+        for engine, color in ENGINE_COLORS:
             if engine in m["engines"]:
                 decode = m["engines"][engine]["decode"]
                 names.append(f"{label}\n{engine}")
@@ -698,7 +745,7 @@ def plot(results, path):
                 colors.append(color)
     ax_bw.bar(range(len(values)), values, color=colors)
     ceilings = [m["ceiling"]["gb_per_s"] for m in results["models"].values()
-                for engine in ("picogpt", "picogpt-plain", "torch") if engine in m["engines"]]
+                for engine, _ in ENGINE_COLORS if engine in m["engines"]]
     ax_bw.plot(range(len(ceilings)), ceilings, "k_", ms=20, label="ceiling, measured beside it")
     ax_bw.set_xticks(range(len(values)), names, fontsize=6)
     ax_bw.set(ylabel="weight GB/s while decoding", title="Decode bandwidth (context 128)")
@@ -730,6 +777,8 @@ def table(results):
     for label, m in results["models"].items():
         r = m["ready"]
         made = f" (fast file made first: {r['fast_file_made_s']:.1f} s)" if r["fast_file_made_s"] else ""
+        if "in_memory_copy_s" in r:
+            made += f"; copied into memory in {r['in_memory_copy_s']:.1f} s"
         lines += [f"{label} ({m['source']}): {m['weight_bytes_per_token'] / 1e9:.2f} GB read per token; "
                   f"ceiling beside it {ceiling_text(m['ceiling'])}; floor {m['floor_s'] * 1e3:.1f} ms",
                   f"  ready: load {r['load_s']:.2f} s + prepare {r['prepare_s']:.2f} s = {r['ready_s']:.2f} s{made}; "
@@ -738,12 +787,18 @@ def table(results):
         for engine, e in m["engines"].items():
             decode = ", ".join(f"ctx {ctx}: {d['median_s'] * 1e3:.1f} ms = {d['gb_per_s']:.1f} GB/s "
                                f"({d['vs_floor']:.2f}x floor)" for ctx, d in e["decode"].items())
-            lines.append(f"  {engine:14s} decode {decode}")
+            huge = e.get("huge_page_fraction")
+            pages = f"; {huge:.0%} of its weights in 2 MB pages" if huge is not None else ""
+            lines.append(f"  {engine:17s} decode {decode}{pages}")
             if e["score"]:
                 score = " ".join(f"{n}:{v['ratio_to_decode']:.2f}" for n, v in e["score"].items())
-                lines.append(f"  {'':14s} K+1 positions: time / decode  {score}")
-        if "torch_skipped" in m:
-            lines.append(f"  torch skipped: {m['torch_skipped']}")
+                lines.append(f"  {'':17s} K+1 positions: time / decode  {score}")
+        evicted = [file for file, fraction in m["page_cache_after"].items() if fraction is not None and fraction < 0.99]
+        if evicted:
+            lines.append(f"  warning: partly evicted from the page cache while measuring: {', '.join(evicted)}")
+        for key in ("torch_skipped", "in_memory_skipped"):
+            if key in m:
+                lines.append(f"  {key.replace('_', ' ')}: {m[key]}")
     if "predicted" in results:
         p = results["predicted"]
         Ks = list(next(iter(p["speedup"].values())))
@@ -770,13 +825,15 @@ def ceiling_text(ceiling):
 def markdown(results):
     """The main figures as a Markdown table (benchmarks/README.md is made from it)."""
     rows = ["| model | engine | decode ctx 128 | decode ctx 512 | GB/s (ctx 128) | x floor | "
-            "score 2 / 5 / 9 positions, x decode |", "|---|---|---|---|---|---|---|"]
+            "score 2 / 5 / 9 positions, x decode | weights in 2 MB pages |", "|---|---|---|---|---|---|---|---|"]
     for label, m in results["models"].items():
         for engine, e in m["engines"].items():
             decode = {ctx: f"{d['median_s'] * 1e3:.0f} ms" for ctx, d in e["decode"].items()}
             first = e["decode"][min(e["decode"])]
             score = " / ".join(f"{e['score'][n]['ratio_to_decode']:.2f}" if n in e["score"] else "-"
                                for n in (2, 5, 9))
+            huge = e.get("huge_page_fraction")
             rows.append(f"| {label} | {engine} | {decode.get(128, '-')} | {decode.get(512, '-')} | "
-                        f"{first['gb_per_s']:.1f} | {first['vs_floor']:.2f} | {score} |")
+                        f"{first['gb_per_s']:.1f} | {first['vs_floor']:.2f} | {score} | "
+                        f"{'-' if huge is None else f'{huge:.0%}'} |")
     return "\n".join(rows)

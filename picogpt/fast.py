@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import read_metadata, read_safetensors, write_safetensors
-from .errors import CheckpointError
+from .errors import CheckpointError, PicoGPTError
+from .hardware import available_memory_bytes
 
 MAX_BLOCK_ROWS = 64  # output rows per block (16 to 128 measured alike for 2..5 rows, cold caches)
 SMALL_GEMM = 1_000_000  # block rows * n_in * n_rows: above ~1e6 OpenBLAS packs again (measured)
@@ -307,3 +308,53 @@ def prepare(params, checkpoint=None):
             layer = prepared["h"][-1][group]
             layer[name] = {"weight": TransposedWeight(next(transposed)), "bias": block[group][name]["bias"]}
     return prepared
+
+
+# ---- in memory: a private copy instead of the mapped files ---------------------------------
+# Mapped weights are shared by every process and ready at once, but the OS picks their page
+# size: on a machine whose memory is fragmented, the page cache holds them in 4 KB pages, and
+# GPT-2 XL then decodes ~15% slower than from 2 MB pages (benchmarks/README.md). A private
+# copy gets 2 MB pages wherever Linux's transparent huge pages are on (NumPy asks for them for
+# big arrays), for the price of the copy: seconds, and the weights' size in every process.
+# (llama.cpp's --no-mmap makes the same trade.)
+
+MEMORY_MARGIN = 2**30  # bytes left free for everything else when copying the weights in
+
+
+def arrays_of(node):
+    """Every array in a (prepared) parameter tree."""
+    if isinstance(node, dict):
+        return [a for child in node.values() for a in arrays_of(child)]
+    if isinstance(node, list):
+        return [a for child in node for a in arrays_of(child)]
+    if isinstance(node, TiedEmbedding):
+        return [node.wte]
+    if isinstance(node, TransposedWeight):
+        return [node.t]
+    return [node]
+
+
+def copied(node):
+    """The same tree with every array copied into this process's memory."""
+    if isinstance(node, dict):
+        return {key: copied(child) for key, child in node.items()}
+    if isinstance(node, list):
+        return [copied(child) for child in node]
+    if isinstance(node, TiedEmbedding):
+        return TiedEmbedding(np.array(node.wte))
+    if isinstance(node, TransposedWeight):
+        return TransposedWeight(np.array(node.t))
+    return np.array(node)
+
+
+def in_memory(prepared, name="the model"):
+    """prepared parameters copied out of the mapped files, after checking that they fit."""
+    n_bytes = sum(a.nbytes for a in arrays_of(prepared))
+    available = available_memory_bytes()
+    if available is not None and n_bytes + MEMORY_MARGIN > available:
+        raise PicoGPTError(f"copying {name}'s weights into memory needs {n_bytes / 1e9:.1f} GB, and "
+                           f"{available / 1e9:.1f} GB is available: load it without in_memory "
+                           "(memory-mapped), or close other programs or notebook kernels")
+    if n_bytes >= CACHE_MIN_BYTES:
+        print(f"picogpt: copying {name}'s weights into memory ({n_bytes / 1e9:.1f} GB)", file=sys.stderr)
+    return copied(prepared)

@@ -35,3 +35,58 @@ def measure_matmul_gflops(n=1024, repeats=5):
     a = np.full((n, n), 0.5, np.float32)
     a @ a  # warm up
     return 2 * n**3 / median_seconds(lambda: a @ a, repeats) / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: how much is free, and in which page size the model's weights are mapped
+# ---------------------------------------------------------------------------------------------
+# A CPU translates every address through page tables, caching recent translations in a small
+# TLB. Streaming 6 GB of weights in 4 KB pages needs 1.5 million translations per token; in
+# 2 MB pages (Linux's "huge pages"), 3,000. The OS decides the page size: a big private NumPy
+# array gets huge pages where Linux's transparent huge pages allow it, and a memory-mapped
+# file gets them only if the page cache happened to hold it in 2 MB pieces, which it does on
+# a machine whose free memory is not fragmented (see benchmarks/README.md).
+
+def available_memory_bytes():
+    """Memory the OS could give this process now (Linux MemAvailable), or None if unknown."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+HUGE_FIELDS = ("AnonHugePages", "FilePmdMapped", "ShmemPmdMapped")  # kB in 2 MB (PMD) mappings
+
+
+def parse_smaps(text):
+    """/proc/<pid>/smaps as a list of (start, end, {field: kB}), one entry per mapping."""
+    mappings = []
+    for line in text.splitlines():
+        head, _, rest = line.partition(" ")
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            mappings.append((start, end, {}))
+        elif head.endswith(":") and mappings and rest.strip().endswith("kB"):
+            mappings[-1][2][head[:-1]] = int(rest.split()[0])
+    return mappings
+
+
+def huge_page_fraction(arrays, smaps_text=None):
+    """The share of the resident memory holding these arrays that is mapped in huge pages,
+    0..1, counted over the whole mappings they lie in; None where there is no /proc/self/smaps."""
+    if smaps_text is None:
+        try:
+            smaps_text = open("/proc/self/smaps").read()
+        except OSError:
+            return None
+    mappings = parse_smaps(smaps_text)
+    found = set()
+    for array in arrays:
+        address = array.__array_interface__["data"][0]
+        found.update(i for i, (start, end, _) in enumerate(mappings) if start <= address < end)
+    resident = sum(mappings[i][2].get("Rss", 0) for i in found)
+    huge = sum(mappings[i][2].get(field, 0) for i in found for field in HUGE_FIELDS)
+    return huge / resident if resident else None

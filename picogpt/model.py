@@ -15,7 +15,7 @@ import numpy as np
 
 from .checkpoint import read_safetensors
 from .errors import CheckpointError, PicoGPTError
-from .fast import prepare as prepare_fast
+from .fast import in_memory as copy_in_memory, prepare as prepare_fast
 from .kv_cache import KVCache
 
 
@@ -235,9 +235,10 @@ class GPT2:
     runs it on the checkpoint's own arrays. Treat `params` as read-only once the model has run.
     """
 
-    def __init__(self, params, config, name="gpt2", checkpoint=None):
+    def __init__(self, params, config, name="gpt2", checkpoint=None, in_memory=False):
         self.params, self.config, self.name = params, config, name
         self.checkpoint = checkpoint  # the file params were read from, if any
+        self.in_memory = in_memory  # copy the fast path's weights out of the mapped files
         self.fast_params = None
 
     def __repr__(self):
@@ -287,9 +288,11 @@ class GPT2:
 
     def prepare(self):
         """Get the fast path's transposed weights now rather than on the first call (fast.py:
-        GPT-2 small and bigger keep them in a file beside the checkpoint, made once)."""
+        GPT-2 small and bigger keep them in a file beside the checkpoint, made once, and
+        memory-map it; with in_memory=True they are then copied into this process)."""
         if self.fast_params is None:
-            self.fast_params = prepare_fast(self.params, self.checkpoint)
+            fast_params = prepare_fast(self.params, self.checkpoint)
+            self.fast_params = copy_in_memory(fast_params, self.name) if self.in_memory else fast_params
         return self
 
     def __call__(self, ids, cache=None):
@@ -302,12 +305,13 @@ class GPT2:
         return gpt2(ids, self.params, self.config, cache)
 
 
-def load_checkpoint(path, name=None):
-    """Load a model.safetensors file (or the folder holding it) with its config.json."""
+def load_checkpoint(path, name=None, in_memory=False):
+    """Load a model.safetensors file (or the folder holding it) with its config.json
+    (in_memory: see GPT2.prepare)."""
     path = Path(path)
     if path.is_dir():
         path = path / "model.safetensors"
     tensors = strip_names(read_safetensors(path))
     config_path = path.with_name("config.json")
     config = config_from_json(config_path) if config_path.exists() else infer_config(tensors, path)
-    return GPT2(params_from_tensors(tensors, config, path), config, name or path.parent.name, path)
+    return GPT2(params_from_tensors(tensors, config, path), config, name or path.parent.name, path, in_memory)

@@ -73,8 +73,10 @@ def resolve(name_or_path):
                        "or the path of a folder or .safetensors file")
 
 
-def load(name_or_path):
-    """Load a GPT-2 by name or path; F32 checkpoints are memory-mapped, so this is fast."""
+def load(name_or_path, in_memory=False):
+    """Load a GPT-2 by name or path; F32 checkpoints are memory-mapped, so this is fast.
+    in_memory=True copies the weights into this process when the model is first run: 2 MB
+    pages, so up to ~15% faster decoding on some machines, for their size in memory."""
     path = resolve(name_or_path)
     name = str(name_or_path) if str(name_or_path) in model_names() else path.parent.name
-    return load_checkpoint(path, name)
+    return load_checkpoint(path, name, in_memory)

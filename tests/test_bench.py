@@ -147,3 +147,35 @@ def test_contexts_longer_than_a_model_are_skipped_not_an_error(tiny_pair):
                               log=lambda text: None, **settings)
     decode = next(iter(results["models"].values()))["engines"]["picogpt"]["decode"]
     assert list(decode) == [16]
+
+
+def test_mapped_models_are_also_measured_with_their_weights_in_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.fast, "CACHE_MIN_BYTES", 0)  # as for GPT-2 small and XL: mapped from files
+    paths = [str(bench.random_checkpoint(label, tmp_path / label, hf_config(**shape)).parent)
+             for label, shape in TINY.items()]
+    results = bench.run_bench(paths, pair=("draft", "target"), measured_pair=None, log=lambda text: None,
+                              **{**SMALL_RUN, "with_plain": False})
+    for m in results["models"].values():
+        assert set(m["engines"]) == {"picogpt", "picogpt-in-memory"}
+        assert m["ready"]["fast_file"] and m["ready"]["in_memory_copy_s"] > 0
+        in_memory = m["engines"]["picogpt-in-memory"]
+        assert set(in_memory["decode"]) == {8, 16} and set(in_memory["score"]) == {2, 3, 5}
+        for engine in m["engines"].values():
+            fraction = engine["huge_page_fraction"]
+            assert fraction is None or 0 <= fraction <= 1
+        assert set(m["page_cache_after"]) == {m["ready"]["fast_file"], m["path"]}
+    goals = [g["goal"] for g in results["goals"]]
+    assert "target: the same with the weights in memory (in_memory=True)" in goals
+    assert "picogpt-in-memory" in bench.table(results) and "weights in 2 MB pages" in bench.markdown(results)
+
+
+def test_no_in_memory_engine_where_it_would_crowd_out_the_page_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.fast, "CACHE_MIN_BYTES", 0)
+    monkeypatch.setattr(bench, "memory_total_gb", lambda: 1.0)
+    path = bench.random_checkpoint("target", tmp_path / "target", hf_config(**TINY["target"]))
+    results = bench.run_bench([str(path.parent)], pair=("draft", "target"), measured_pair=None,
+                              log=lambda text: None, **{**SMALL_RUN, "with_plain": False})
+    m = results["models"]["target"]
+    assert set(m["engines"]) == {"picogpt"} and "in_memory_copy_s" not in m["ready"]
+    assert m["in_memory_skipped"].startswith("target: in-memory engine skipped, it needs")
+    assert "in memory skipped" in bench.table(results)

@@ -127,3 +127,20 @@ def test_bad_input_is_one_readable_line_and_exit_status_2(capsys, checkpoints, t
 def test_generate_rejects_bad_input_the_same_way(capsys, checkpoints):
     code, out, err = run_main(capsys, "generate", "--model", checkpoints["target"], "--top-p", "2")
     assert code == 2 and out == "" and err.startswith("error: top_p") and err.count("\n") == 1
+
+
+def test_in_memory_flag_loads_copies_and_samples_the_same_tokens(capsys, checkpoints, monkeypatch):
+    import picogpt.registry
+
+    loaded = []
+    real_load = picogpt.registry.load
+    monkeypatch.setattr(picogpt.registry, "load", lambda name, in_memory=False: loaded.append(
+        in_memory) or real_load(name, in_memory))
+    argv = ["speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
+            "--prompt", "Hello world", "-n", "8", "-K", "2", "--seed", "3", "--json"]
+    reports = [json.loads(run_main(capsys, *argv, *flag)[1]) for flag in ([], ["--in-memory"])]
+    assert loaded == [False, False, True, True]
+    assert reports[0]["tokens"] == reports[1]["tokens"]
+    code, out, err = run_main(capsys, "generate", "--model", checkpoints["target"], "--in-memory", "-n", "3",
+                              "--seed", "1")
+    assert code == 0 and loaded[-1] is True and "3 tokens in" in out

@@ -13,6 +13,7 @@ import pytest
 from helpers import random_gpt2, random_tensors
 from picogpt import fast
 from picogpt.checkpoint import read_metadata, write_safetensors
+from picogpt.errors import PicoGPTError
 from picogpt.fast import (BIG_MATRIX, MAX_STREAMED_ROWS, SMALL_GEMM, TiedEmbedding, TransposedWeight,
                           matmul_transposed, prepare, rows_per_block, streamed, transpose)
 from picogpt.model import load_checkpoint
@@ -206,3 +207,32 @@ def test_without_disk_space_or_write_access_the_copy_stays_in_memory(checkpoint,
 def test_small_models_are_transposed_in_memory(checkpoint):
     load_checkpoint(checkpoint).prepare()  # 2.6 MB of linear weights: under CACHE_MIN_BYTES
     assert not fast.cache_path(checkpoint).exists()
+
+
+def test_in_memory_copies_every_weight_out_of_the_mapped_file(checkpoint, monkeypatch):
+    monkeypatch.setattr(fast, "CACHE_MIN_BYTES", 0)  # so the transposed weights are mapped from a file
+    ids = np.arange(9)
+    mapped = load_checkpoint(checkpoint).prepare()
+    copied = load_checkpoint(checkpoint, in_memory=True).prepare()
+    pairs = list(zip(fast.arrays_of(mapped.fast_params), fast.arrays_of(copied.fast_params)))
+    assert len(pairs) == len(mapped.arrays)  # wte, wpe, every weight, bias and layer norm
+    assert any(not a.flags.writeable for a, _ in pairs)  # the mapped side does come from files
+    for a, b in pairs:
+        assert np.array_equal(a, b) and b.flags.owndata and not np.shares_memory(a, b)
+    wte = copied.fast_params["wte"]["weight"]
+    assert wte.T.t is wte.wte  # the LM head stays tied to the copied embedding
+    logits = []
+    for model in (mapped, copied):  # the same arithmetic on the same numbers: identical logits
+        cache = model.new_cache()
+        logits.append([model(ids[:5], cache), model(ids[5:], cache)])
+    assert all(np.array_equal(a, b) for a, b in zip(*logits))
+
+
+def test_in_memory_refuses_what_would_not_fit(checkpoint, monkeypatch):
+    monkeypatch.setattr(fast, "available_memory_bytes", lambda: fast.MEMORY_MARGIN + 1000)
+    model = load_checkpoint(checkpoint, "big", in_memory=True)
+    with pytest.raises(PicoGPTError, match=r"copying big's weights into memory needs 0\.0 GB.*without in_memory"):
+        model(np.arange(3))
+    assert model.fast_params is None  # nothing half-made: the next call tries again
+    monkeypatch.setattr(fast, "available_memory_bytes", lambda: None)  # unknown (not Linux): just copy
+    assert model(np.arange(3)).shape == (3, 1030)

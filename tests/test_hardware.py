@@ -1,0 +1,63 @@
+"""Reading /proc/self/smaps: which share of the model's memory sits in 2 MB pages."""
+
+import mmap
+import sys
+
+import numpy as np
+import pytest
+
+from picogpt.hardware import available_memory_bytes, huge_page_fraction, parse_smaps
+
+SMAPS = """\
+7f0000000000-7f0000400000 r--s 00000000 fe:00 123   /w/model.picogpt-fast.safetensors
+Size:               4096 kB
+Rss:                4096 kB
+FilePmdMapped:      2048 kB
+AnonHugePages:         0 kB
+VmFlags: rd mr me ms sd
+7f0000400000-7f0000600000 rw-p 00000000 00:00 0
+Size:               2048 kB
+Rss:                2048 kB
+AnonHugePages:      2048 kB
+FilePmdMapped:         0 kB
+7f0000600000-7f0000700000 rw-p 00000000 00:00 0
+Rss:                1024 kB
+AnonHugePages:         0 kB
+"""
+
+
+class At:
+    """Stands in for an array at a given address."""
+
+    def __init__(self, address):
+        self.__array_interface__ = {"data": (address, False)}
+
+
+def test_parse_smaps_reads_each_mapping_and_its_kb_fields():
+    mappings = parse_smaps(SMAPS)
+    assert [(start, end) for start, end, _ in mappings] == [
+        (0x7F0000000000, 0x7F0000400000), (0x7F0000400000, 0x7F0000600000), (0x7F0000600000, 0x7F0000700000)]
+    assert mappings[0][2] == {"Size": 4096, "Rss": 4096, "FilePmdMapped": 2048, "AnonHugePages": 0}
+    assert "VmFlags" not in mappings[0][2]
+
+
+def test_huge_page_fraction_counts_each_mapping_once():
+    two_in_the_file = [At(0x7F0000000000), At(0x7F0000200010)]
+    assert huge_page_fraction(two_in_the_file, SMAPS) == 0.5
+    assert huge_page_fraction([*two_in_the_file, At(0x7F0000400000)], SMAPS) == pytest.approx(4096 / 6144)
+    assert huge_page_fraction([At(0x7F0000600000)], SMAPS) == 0.0
+    assert huge_page_fraction([At(0x1000)], SMAPS) is None  # in no mapping
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_live_figures_for_this_process(tmp_path):
+    weights = np.full(8 * 2**20, 1.0, np.float32)  # 32 MB: its own mapping
+    fraction = huge_page_fraction([weights])
+    assert fraction is not None and 0.0 <= fraction <= 1.0
+    path = tmp_path / "weights.bin"
+    weights.tofile(path)
+    with open(path, "rb") as f:
+        mapped = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.float32)
+    assert float(mapped.sum()) == mapped.size  # touch it: resident
+    assert 0.0 <= huge_page_fraction([mapped]) <= 1.0
+    assert 0 < available_memory_bytes()
