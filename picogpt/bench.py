@@ -823,15 +823,17 @@ def ceiling_text(ceiling):
 
 
 def markdown(results):
-    """The main figures as a Markdown table (benchmarks/README.md is made from it)."""
+    """The main figures as a Markdown table (benchmarks/README.md is made from it), from
+    run_bench's results or from bench.json (where the contexts and sizes are strings)."""
     rows = ["| model | engine | decode ctx 128 | decode ctx 512 | GB/s (ctx 128) | x floor | "
             "score 2 / 5 / 9 positions, x decode | weights in 2 MB pages |", "|---|---|---|---|---|---|---|---|"]
     for label, m in results["models"].items():
         for engine, e in m["engines"].items():
-            decode = {ctx: f"{d['median_s'] * 1e3:.0f} ms" for ctx, d in e["decode"].items()}
-            first = e["decode"][min(e["decode"])]
-            score = " / ".join(f"{e['score'][n]['ratio_to_decode']:.2f}" if n in e["score"] else "-"
-                               for n in (2, 5, 9))
+            by_context = {int(ctx): d for ctx, d in e["decode"].items()}
+            by_size = {int(n): v for n, v in e["score"].items()}
+            decode = {ctx: f"{d['median_s'] * 1e3:.0f} ms" for ctx, d in by_context.items()}
+            first = by_context[min(by_context)]
+            score = " / ".join(f"{by_size[n]['ratio_to_decode']:.2f}" if n in by_size else "-" for n in (2, 5, 9))
             huge = e.get("huge_page_fraction")
             rows.append(f"| {label} | {engine} | {decode.get(128, '-')} | {decode.get(512, '-')} | "
                         f"{first['gb_per_s']:.1f} | {first['vs_floor']:.2f} | {score} | "

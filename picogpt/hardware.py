@@ -76,7 +76,9 @@ def parse_smaps(text):
 
 def huge_page_fraction(arrays, smaps_text=None):
     """The share of the resident memory holding these arrays that is mapped in huge pages,
-    0..1, counted over the whole mappings they lie in; None where there is no /proc/self/smaps."""
+    0..1, counted over the whole mappings they overlap (an array can span several: NumPy asks
+    for huge pages from the first page boundary inside a big array, which splits its mapping
+    in two); None where there is no /proc/self/smaps."""
     if smaps_text is None:
         try:
             smaps_text = open("/proc/self/smaps").read()
@@ -85,8 +87,9 @@ def huge_page_fraction(arrays, smaps_text=None):
     mappings = parse_smaps(smaps_text)
     found = set()
     for array in arrays:
-        address = array.__array_interface__["data"][0]
-        found.update(i for i, (start, end, _) in enumerate(mappings) if start <= address < end)
+        first = array.__array_interface__["data"][0]
+        last = first + max(1, array.nbytes)  # one past the end
+        found.update(i for i, (start, end, _) in enumerate(mappings) if start < last and first < end)
     resident = sum(mappings[i][2].get("Rss", 0) for i in found)
     huge = sum(mappings[i][2].get(field, 0) for i in found for field in HUGE_FIELDS)
     return huge / resident if resident else None

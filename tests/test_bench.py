@@ -119,6 +119,7 @@ def test_goals_are_checked_and_results_saved(results, tmp_path):
     saved = json.loads(json_path.read_text())
     assert saved["models"]["target"]["engines"]["picogpt"]["score"]["5"]["context"] == 8
     assert png_path.stat().st_size > 10_000
+    assert bench.markdown(saved) == bench.markdown(results)  # from bench.json too
     text = bench.table(results)
     assert "draft (file)" in text and "target (file)" in text and "K+1 positions: time / decode" in text
 

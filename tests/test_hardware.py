@@ -27,10 +27,10 @@ AnonHugePages:         0 kB
 
 
 class At:
-    """Stands in for an array at a given address."""
+    """Stands in for an array of nbytes at a given address."""
 
-    def __init__(self, address):
-        self.__array_interface__ = {"data": (address, False)}
+    def __init__(self, address, nbytes=4):
+        self.__array_interface__, self.nbytes = {"data": (address, False)}, nbytes
 
 
 def test_parse_smaps_reads_each_mapping_and_its_kb_fields():
@@ -46,12 +46,14 @@ def test_huge_page_fraction_counts_each_mapping_once():
     assert huge_page_fraction(two_in_the_file, SMAPS) == 0.5
     assert huge_page_fraction([*two_in_the_file, At(0x7F0000400000)], SMAPS) == pytest.approx(4096 / 6144)
     assert huge_page_fraction([At(0x7F0000600000)], SMAPS) == 0.0
+    assert huge_page_fraction([At(0x7F00003FFFF0, 0x100)], SMAPS) == pytest.approx(4096 / 6144)  # spans two
+    assert huge_page_fraction([At(0x7F00003FFFF0, 0x10)], SMAPS) == 0.5  # ends where the next begins
     assert huge_page_fraction([At(0x1000)], SMAPS) is None  # in no mapping
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 def test_live_figures_for_this_process(tmp_path):
-    weights = np.full(8 * 2**20, 1.0, np.float32)  # 32 MB: its own mapping
+    weights = np.full(8 * 2**20, 1.0, np.float32)  # 32 MB: its own mapping (or two)
     fraction = huge_page_fraction([weights])
     assert fraction is not None and 0.0 <= fraction <= 1.0
     path = tmp_path / "weights.bin"
