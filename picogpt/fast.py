@@ -334,17 +334,18 @@ def arrays_of(node):
     return [node]
 
 
-def copied(node):
-    """The same tree with every array copied into this process's memory."""
+def copied(node, copy=np.array):
+    """The same tree with every array replaced by copy(array): by default a copy in this
+    process's memory."""
     if isinstance(node, dict):
-        return {key: copied(child) for key, child in node.items()}
+        return {key: copied(child, copy) for key, child in node.items()}
     if isinstance(node, list):
-        return [copied(child) for child in node]
+        return [copied(child, copy) for child in node]
     if isinstance(node, TiedEmbedding):
-        return TiedEmbedding(np.array(node.wte))
+        return TiedEmbedding(copy(node.wte))
     if isinstance(node, TransposedWeight):
-        return TransposedWeight(np.array(node.t))
-    return np.array(node)
+        return TransposedWeight(copy(node.t))
+    return copy(node)
 
 
 def in_memory(prepared, name="the model"):
