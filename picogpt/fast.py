@@ -311,12 +311,12 @@ def prepare(params, checkpoint=None):
 
 
 # ---- in memory: a private copy instead of the mapped files ---------------------------------
-# Mapped weights are shared by every process and ready at once, but the OS picks their page
-# size: on a machine whose memory is fragmented, the page cache holds them in 4 KB pages, and
-# GPT-2 XL then decodes ~15% slower than from 2 MB pages (benchmarks/README.md). A private
-# copy gets 2 MB pages wherever Linux's transparent huge pages are on (NumPy asks for them for
-# big arrays), for the price of the copy: seconds, and the weights' size in every process.
-# (llama.cpp's --no-mmap makes the same trade.)
+# Mapped weights are shared by every process and ready at once, but they are read through the
+# OS page cache, which holds a file in pieces as big as free memory allowed when it was read.
+# Read into fragmented memory, the pieces are small and scattered, and on the bench machine
+# GPT-2 XL then decoded 18% slower than from a private copy, which is fresh memory laid out in
+# order, mostly in 2 MB pages (benchmarks/README.md, "Page sizes"). The copy costs seconds and
+# the weights' size in every process. (llama.cpp's --no-mmap makes the same trade.)
 
 MEMORY_MARGIN = 2**30  # bytes left free for everything else when copying the weights in
 

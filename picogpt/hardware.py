@@ -40,12 +40,12 @@ def measure_matmul_gflops(n=1024, repeats=5):
 # ---------------------------------------------------------------------------------------------
 # Memory: how much is free, and in which page size the model's weights are mapped
 # ---------------------------------------------------------------------------------------------
-# A CPU translates every address through page tables, caching recent translations in a small
-# TLB. Streaming 6 GB of weights in 4 KB pages needs 1.5 million translations per token; in
-# 2 MB pages (Linux's "huge pages"), 3,000. The OS decides the page size: a big private NumPy
-# array gets huge pages where Linux's transparent huge pages allow it, and a memory-mapped
-# file gets them only if the page cache happened to hold it in 2 MB pieces, which it does on
-# a machine whose free memory is not fragmented (see benchmarks/README.md).
+# A private NumPy array is fresh memory: laid out in order, and in 2 MB "huge" pages where
+# Linux's transparent huge pages allow (NumPy asks for them for big arrays). A memory-mapped
+# file lives in the OS page cache, in pieces as big as free memory allowed when it was read:
+# 2 MB on a machine whose memory is not fragmented, small and scattered after long use. The
+# share of huge pages is how we can see which case the weights are in. On the bench machine
+# tools/page_sizes.py found scattered pages slower to stream, and small pages as such not.
 
 def available_memory_bytes():
     """Memory the OS could give this process now (Linux MemAvailable), or None if unknown."""
