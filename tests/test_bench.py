@@ -2,6 +2,7 @@
 others, saved as JSON + PNG. No timing is asserted (speed goals live in the benchmark only)."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -79,8 +80,13 @@ def test_each_model_has_ready_decode_and_scoring_figures(results, label):
             assert decode["median_s"] == pytest.approx(np.median(decode["runs_s"]), rel=1e-4)
             assert decode["gb_per_s"] == pytest.approx(m["weight_bytes_per_token"] / decode["median_s"] / 1e9)
             assert decode["vs_floor"] == pytest.approx(decode["median_s"] / m["floor_s"])
+        for decode in engine["decode"].values():  # the first call of each pair, right after the pause
+            assert len(decode["after_pause"]["runs_s"]) == SMALL_RUN["n_runs"]
     for name, engine in m["engines"].items():
         assert set(engine["score"]) == ({2, 5} if name == "picogpt-plain" else {2, 3, 5})
+        for score in engine["score"].values():
+            assert score["after_pause"]["ratio_to_decode"] == pytest.approx(
+                score["after_pause"]["median_s"] / engine["decode"][8]["after_pause"]["median_s"])
         for score in engine["score"].values():
             assert score["context"] == 8
             assert score["ratio_to_decode"] == pytest.approx(score["median_s"] / engine["decode"][8]["median_s"])
@@ -180,3 +186,19 @@ def test_no_in_memory_engine_where_it_would_crowd_out_the_page_cache(tmp_path, m
     assert set(m["engines"]) == {"picogpt"} and "in_memory_copy_s" not in m["ready"]
     assert m["in_memory_skipped"].startswith("target: in-memory engine skipped, it needs")
     assert "in memory skipped" in bench.table(results)
+
+
+def test_interleaved_times_the_second_call_and_keeps_the_first_apart():
+    calls = []
+
+    def run():  # the first call of each pair is the slow one, as after a pause
+        calls.append(1)
+        time.sleep(0.004 if len(calls) % 2 else 0)
+
+    after_pause = {}
+    times = bench.interleaved({"task": (run, lambda: None)}, n_runs=3, n_warmup=1, pause_s=0,
+                              after_pause=after_pause)
+    assert len(calls) == 8  # (1 warm-up + 3) rounds x 2 calls
+    assert len(times["task"]) == len(after_pause["task"]) == 3
+    assert min(after_pause["task"]) >= 0.004 > max(times["task"])
+    assert len(bench.interleaved({"task": (run, lambda: None)}, 3, 1, 0)["task"]) == 3 and len(calls) == 12
