@@ -93,3 +93,26 @@ def huge_page_fraction(arrays, smaps_text=None):
     resident = sum(mappings[i][2].get("Rss", 0) for i in found)
     huge = sum(mappings[i][2].get(field, 0) for i in found for field in HUGE_FIELDS)
     return huge / resident if resident else None
+
+
+RECLAIM_COUNTERS = ("pgscan_file", "pgsteal_file", "pgmajfault", "workingset_refault_file")
+
+
+def memory_counters():
+    """Free memory and Linux's counters of page-cache reclaim and disk reads ({name: number},
+    from /proc/meminfo and /proc/vmstat), or None elsewhere. The bench takes them before and
+    after timing: mapped weights timed while the kernel reclaims or re-reads the page cache are
+    not timed at their usual speed."""
+    try:
+        counters = {}
+        for line in open("/proc/vmstat"):
+            name, value = line.split()
+            if name in RECLAIM_COUNTERS:
+                counters[name] = int(value)
+        for line in open("/proc/meminfo"):
+            name, value = line.split(":")
+            if name in ("MemFree", "MemAvailable"):
+                counters[name + "_bytes"] = int(value.split()[0]) * 1024
+        return counters
+    except (OSError, ValueError):
+        return None

@@ -171,8 +171,13 @@ def test_mapped_models_are_also_measured_with_their_weights_in_memory(tmp_path, 
             fraction = engine["huge_page_fraction"]
             assert fraction is None or 0 <= fraction <= 1
         assert set(m["page_cache_after"]) == {m["ready"]["fast_file"], m["path"]}
+        assert m["memory_while_timing"] is None or m["memory_while_timing"]["free_gb_before"] > 0
     goals = [g["goal"] for g in results["goals"]]
     assert "target: the same with the weights in memory (in_memory=True)" in goals
+    in_memory = results["predicted_in_memory"]  # from the in-memory engines' costs
+    assert in_memory["engine"] == "picogpt-in-memory" and in_memory["t_target_s"] == (
+        results["models"]["target"]["engines"]["picogpt-in-memory"]["decode"][8]["median_s"])
+    assert any(g.endswith("(picogpt-in-memory costs)") for g in goals)
     assert "picogpt-in-memory" in bench.table(results) and "weights in 2 MB pages" in bench.markdown(results)
 
 

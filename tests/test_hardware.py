@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from picogpt.hardware import available_memory_bytes, huge_page_fraction, parse_smaps
+from picogpt.hardware import (RECLAIM_COUNTERS, available_memory_bytes, huge_page_fraction, memory_counters,
+                              parse_smaps)
 
 SMAPS = """\
 7f0000000000-7f0000400000 r--s 00000000 fe:00 123   /w/model.picogpt-fast.safetensors
@@ -63,3 +64,10 @@ def test_live_figures_for_this_process(tmp_path):
     assert float(mapped.sum()) == mapped.size  # touch it: resident
     assert 0.0 <= huge_page_fraction([mapped]) <= 1.0
     assert 0 < available_memory_bytes()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_memory_counters_read_free_memory_and_reclaim():
+    counters = memory_counters()
+    assert counters["MemAvailable_bytes"] > 0 and counters["MemFree_bytes"] > 0
+    assert set(RECLAIM_COUNTERS) <= set(counters) and all(counters[name] >= 0 for name in RECLAIM_COUNTERS)
