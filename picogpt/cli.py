@@ -180,9 +180,9 @@ def add_sampling_flags(parser):
     parser.add_argument("--top-p", type=float, default=None, help="nucleus: keep the smallest set reaching p")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
     parser.add_argument("--in-memory", action="store_true",
-                        help="copy the weights into memory instead of mapping the files: faster decoding "
-                             "when the OS page cache holds them in small pieces, for the models' size in "
-                             "memory (see benchmarks/README.md)")
+                        help="copy the weights into memory instead of mapping the files: decoding at a "
+                             "steadier, often faster speed, for the models' size in memory "
+                             "(see benchmarks/README.md)")
 
 
 def cmd_bench(args):

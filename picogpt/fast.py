@@ -313,10 +313,11 @@ def prepare(params, checkpoint=None):
 # ---- in memory: a private copy instead of the mapped files ---------------------------------
 # Mapped weights are shared by every process and ready at once, but they are read through the
 # OS page cache, which holds a file in pieces as big as free memory allowed when it was read.
-# Read into fragmented memory, the pieces are small and scattered, and on the bench machine
-# GPT-2 XL then decoded 18% slower than from a private copy, which is fresh memory laid out in
-# order, mostly in 2 MB pages (benchmarks/README.md, "Page sizes"). The copy costs seconds and
-# the weights' size in every process. (llama.cpp's --no-mmap makes the same trade.)
+# How fast they stream then varies: on the bench machine GPT-2 XL decoded 24% slower from the
+# mapped files than from a private copy in one run (benchmarks/README.md, "Mapped weights"). A
+# copy is fresh memory, laid out in order, mostly in 2 MB pages, and stayed at 1.12-1.14x the
+# bandwidth floor in every committed run; it costs seconds and the weights' size in every
+# process. (llama.cpp's --no-mmap makes the same trade.)
 
 MEMORY_MARGIN = 2**30  # bytes left free for everything else when copying the weights in
 
