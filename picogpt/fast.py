@@ -349,14 +349,55 @@ def copied(node, copy=np.array):
     return copy(node)
 
 
-def in_memory(prepared, name="the model"):
-    """prepared parameters copied out of the mapped files, after checking that they fit."""
-    n_bytes = sum(a.nbytes for a in arrays_of(prepared))
+def check_fits(n_bytes, name):
+    """Raise a clear error if copying n_bytes would leave less than MEMORY_MARGIN free."""
     available = available_memory_bytes()
     if available is not None and n_bytes + MEMORY_MARGIN > available:
         raise PicoGPTError(f"copying {name}'s weights into memory needs {n_bytes / 1e9:.1f} GB, and "
                            f"{available / 1e9:.1f} GB is available: load it without in_memory "
                            "(memory-mapped), or close other programs or notebook kernels")
+
+
+def in_memory(prepared, name="the model"):
+    """prepared parameters copied out of the mapped files, after checking that they fit."""
+    n_bytes = sum(a.nbytes for a in arrays_of(prepared))
+    check_fits(n_bytes, name)
     if n_bytes >= CACHE_MIN_BYTES:
         print(f"picogpt: copying {name}'s weights into memory ({n_bytes / 1e9:.1f} GB)", file=sys.stderr)
     return copied(prepared)
+
+
+copy_array = np.array  # what copy_in_place copies with (the tests slow it down)
+
+
+def copy_in_place(node):
+    """Replace every array of a prepared tree by a copy, one at a time, in place. A forward pass
+    running meanwhile reads each weight when it gets to it, old or new: the same numbers."""
+    if isinstance(node, dict):
+        for key, child in node.items():
+            if isinstance(child, np.ndarray):
+                node[key] = copy_array(child)
+            else:
+                copy_in_place(child)
+    elif isinstance(node, list):
+        for child in node:
+            copy_in_place(child)
+    elif isinstance(node, TiedEmbedding):
+        node.wte = node.T.t = copy_array(node.wte)
+    elif isinstance(node, TransposedWeight):
+        node.t = copy_array(node.t)
+
+
+def in_memory_in_background(prepared, name="the model"):
+    """(parameters, thread): the model runs at once on the mapped weights, and a background
+    thread copies them into memory one array at a time, swapping each in as it is done; thread
+    is None, with a note, when the copy would not fit (the weights then stay mapped)."""
+    prepared = copied(prepared, copy=lambda array: array)  # its own dicts: the model's params stay as they are
+    try:
+        check_fits(sum(a.nbytes for a in arrays_of(prepared)), name)
+    except PicoGPTError as e:
+        print(f"picogpt: {e}; it stays memory-mapped", file=sys.stderr)
+        return prepared, None
+    thread = threading.Thread(target=copy_in_place, args=(prepared,), name=f"picogpt-copy-{name}", daemon=True)
+    thread.start()
+    return prepared, thread

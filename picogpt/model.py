@@ -15,7 +15,7 @@ import numpy as np
 
 from .checkpoint import read_safetensors
 from .errors import CheckpointError, PicoGPTError
-from .fast import in_memory as copy_in_memory, prepare as prepare_fast
+from .fast import in_memory as copy_in_memory, in_memory_in_background, prepare as prepare_fast
 from .kv_cache import KVCache
 
 
@@ -227,6 +227,9 @@ def params_from_tensors(tensors, config, path="checkpoint"):
 # The model object: parameters + config, callable with or without a cache
 # ---------------------------------------------------------------------------------------------
 
+IN_MEMORY = (False, True, "background")
+
+
 class GPT2:
     """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes.
 
@@ -236,10 +239,14 @@ class GPT2:
     """
 
     def __init__(self, params, config, name="gpt2", checkpoint=None, in_memory=False):
+        if in_memory not in IN_MEMORY:
+            raise PicoGPTError(f"in_memory={in_memory!r}: expected False (memory-mapped weights), True (copied "
+                               "into memory when the model is first run) or 'background' (copied while it runs)")
         self.params, self.config, self.name = params, config, name
         self.checkpoint = checkpoint  # the file params were read from, if any
         self.in_memory = in_memory  # copy the fast path's weights out of the mapped files
         self.fast_params = None
+        self.copying = None  # the background copy's thread, with in_memory="background"
 
     def __repr__(self):
         c = self.config
@@ -289,10 +296,15 @@ class GPT2:
     def prepare(self):
         """Get the fast path's transposed weights now rather than on the first call (fast.py:
         GPT-2 small and bigger keep them in a file beside the checkpoint, made once, and
-        memory-map it; with in_memory=True they are then copied into this process)."""
+        memory-map it; with in_memory=True they are then copied into this process, and with
+        in_memory="background" copied while the model already runs: self.copying.join() waits)."""
         if self.fast_params is None:
             fast_params = prepare_fast(self.params, self.checkpoint)
-            self.fast_params = copy_in_memory(fast_params, self.name) if self.in_memory else fast_params
+            if self.in_memory == "background":
+                fast_params, self.copying = in_memory_in_background(fast_params, self.name)
+            elif self.in_memory:
+                fast_params = copy_in_memory(fast_params, self.name)
+            self.fast_params = fast_params
         return self
 
     def __call__(self, ids, cache=None):

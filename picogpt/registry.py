@@ -77,7 +77,8 @@ def load(name_or_path, in_memory=False):
     """Load a GPT-2 by name or path; F32 checkpoints are memory-mapped, so this is fast.
     in_memory=True copies the weights into this process when the model is first run, for
     their size in memory: mapped files stream at a speed that varies with the state of the OS
-    page cache (19% less time per GPT-2 XL token in memory in one bench run, benchmarks/README.md)."""
+    page cache (19% less time per GPT-2 XL token in memory in one bench run, benchmarks/README.md).
+    in_memory="background" runs at once on the mapped weights and copies them meanwhile."""
     path = resolve(name_or_path)
     name = str(name_or_path) if str(name_or_path) in model_names() else path.parent.name
     return load_checkpoint(path, name, in_memory)

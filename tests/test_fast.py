@@ -5,6 +5,7 @@ file beside the checkpoint: made once, remade when stale or broken, skipped when
 written."""
 
 import os
+import threading
 from collections import namedtuple
 
 import numpy as np
@@ -236,3 +237,44 @@ def test_in_memory_refuses_what_would_not_fit(checkpoint, monkeypatch):
     assert model.fast_params is None  # nothing half-made: the next call tries again
     monkeypatch.setattr(fast, "available_memory_bytes", lambda: None)  # unknown (not Linux): just copy
     assert model(np.arange(3)).shape == (3, 1030)
+
+
+def test_background_copy_swaps_every_weight_in_while_the_model_runs(checkpoint, monkeypatch):
+    monkeypatch.setattr(fast, "CACHE_MIN_BYTES", 0)  # so the transposed weights are mapped from a file
+    copies, halfway, release = [], threading.Event(), threading.Event()
+
+    def slow_copy(array):  # after 5 arrays the copy waits, so the model runs on a mix of both
+        if len(copies) == 5:
+            halfway.set()
+            release.wait(10)
+        copies.append(array.nbytes)
+        return np.array(array)
+
+    monkeypatch.setattr(fast, "copy_array", slow_copy)
+    ids = np.arange(9)
+    mapped = load_checkpoint(checkpoint).prepare()
+    reference = mapped(ids)
+    model = load_checkpoint(checkpoint, in_memory="background").prepare()
+    assert halfway.wait(10) and model.copying.is_alive()
+    arrays = fast.arrays_of(model.fast_params)
+    assert sum(a.flags.writeable for a in arrays) == 5  # copied so far; the rest still read-only, mapped
+    assert np.array_equal(model(ids), reference)  # runs at once, mid-copy
+    release.set()
+    model.copying.join(10)
+    assert not model.copying.is_alive() and len(copies) == len(arrays)
+    assert all(a.flags.owndata and a.flags.writeable for a in fast.arrays_of(model.fast_params))
+    assert model.fast_params["wte"]["weight"].T.t is model.fast_params["wte"]["weight"].wte
+    assert np.array_equal(model(ids), reference)
+    assert not any(a.flags.writeable for a in model.arrays)  # the model's own params stay the mapped arrays
+
+
+def test_background_copy_that_would_not_fit_leaves_the_model_mapped(checkpoint, monkeypatch, capsys):
+    monkeypatch.setattr(fast, "available_memory_bytes", lambda: fast.MEMORY_MARGIN + 1000)
+    model = load_checkpoint(checkpoint, "big", in_memory="background")
+    assert model(np.arange(3)).shape == (3, 1030) and model.copying is None
+    assert "copying big's weights into memory needs" in capsys.readouterr().err
+
+
+def test_in_memory_must_be_false_true_or_background(checkpoint):
+    with pytest.raises(PicoGPTError, match="in_memory='yes': expected False"):
+        load_checkpoint(checkpoint, in_memory="yes")
