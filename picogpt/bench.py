@@ -489,9 +489,10 @@ def describe_engine(per_context, bytes_per_token, ceiling_gb_per_s):
 
 
 def in_memory_copy(model, s, files):
-    """The model again, with the fast path's weights copied into memory, and the seconds the
-    copy took; (None, None) if the model's weights are not mapped, and (None, why) if the copy
-    would not leave the mapped files room in the page cache (the other engines read them)."""
+    """The model again, loaded with in_memory="background", and {seconds to ready, seconds
+    until its copy was done}; (None, None) if the model's weights are not mapped, and (None,
+    why) if the copy would not leave the mapped files room in the page cache (the other
+    engines read them)."""
     if not (s["with_in_memory"] and model.checkpoint and fast.wants_cache_file(model.params)):
         return None, None
     n_bytes = sum(a.nbytes for a in fast.arrays_of(model.fast_params))
@@ -499,9 +500,13 @@ def in_memory_copy(model, s, files):
     needed = n_bytes + sum(Path(f).stat().st_size for f in files) + s["ceiling_bytes"] + 2 * 2**30
     if total_gb is None or needed > total_gb * 2**30:
         return None, f"{model.name}: in-memory engine skipped, it needs {needed / 2**30:.1f} GiB of memory"
-    copy = GPT2(model.params, model.config, model.name, model.checkpoint, in_memory=True)
-    copy_s, _ = timed(copy.prepare)
-    return copy, copy_s
+    start = time.perf_counter()
+    copy = GPT2(model.params, model.config, model.name, model.checkpoint, in_memory="background")
+    ready_s, _ = timed(copy.prepare)
+    if copy.copying is None:
+        return None, f"{model.name}: in-memory engine skipped, too little memory available for the copy"
+    copy.copying.join()
+    return copy, {"in_memory_ready_s": ready_s, "in_memory_copy_s": time.perf_counter() - start}
 
 
 def memory_while_timing(before, after):
@@ -536,9 +541,9 @@ def bench_model(label, path, source, s, ceiling, log):
     contexts = [n for n in s["contexts"] if n + 16 <= model.config.n_ctx] or [model.config.n_ctx - 16]
     ids = np.random.default_rng(0).integers(0, model.config.n_vocab, size=max(contexts) + 16)
     files = list(ready["found_in_page_cache"])
-    copy, copied = in_memory_copy(model, s, files)  # copied: seconds, or why not
+    copy, copied = in_memory_copy(model, s, files)  # copied: its times, or why not
     if copy is not None:
-        ready["in_memory_copy_s"] = copied
+        ready.update(copied)
     engines, torch_note = make_engines(model, s, copy)
     per_engine, ceiling_times = {name: {} for name in engines}, {}
     memory_before = hardware.memory_counters()
@@ -640,28 +645,31 @@ def check_goals(results, pair):
         m = models.get(label)
         if not m:
             continue
-        fast_engine = m["engines"]["picogpt"]
-        if label == target_label:
-            context = min(fast_engine["decode"])
-            vs_floor = fast_engine["decode"][context]["vs_floor"]
-            goals.append(goal(f"{label}: decode per token <= 1.25x the bandwidth floor (context {context})",
-                              vs_floor, 1.25, vs_floor <= 1.25))
-            if "picogpt-in-memory" in m["engines"]:
-                vs_floor = m["engines"]["picogpt-in-memory"]["decode"][context]["vs_floor"]
-                goals.append(goal(f"{label}: the same with the weights in memory (in_memory=True)",
+        for engine, tag in (("picogpt", ""), ("picogpt-in-memory", " (in memory)")):
+            if engine not in m["engines"]:
+                continue
+            e = m["engines"][engine]
+            if label == target_label:
+                context = min(e["decode"])
+                vs_floor = e["decode"][context]["vs_floor"]
+                goals.append(goal(f"{label}{tag}: decode per token <= 1.25x the bandwidth floor (context {context})",
                                   vs_floor, 1.25, vs_floor <= 1.25))
-            goals.append(goal(f"{label}: ready (load + prepare) <= 2 s", m["ready"]["ready_s"], 2.0,
-                              m["ready"]["ready_s"] <= 2.0))
-        if 5 in fast_engine["score"]:
-            ratio = fast_engine["score"][5]["ratio_to_decode"]
-            goals.append(goal(f"{label}: scoring 5 positions <= {at_most}x one-token decode",
-                              ratio, at_most, ratio <= at_most))
-        if "torch" in m["engines"]:
-            for context in fast_engine["decode"]:
-                ours = fast_engine["decode"][context]["median_s"]
-                theirs = m["engines"]["torch"]["decode"][context]["median_s"]
-                goals.append(goal(f"{label}: decode no slower than transformers (context {context}), "
-                                  "picogpt / torch", ours / theirs, 1.0, ours <= theirs))
+            if 5 in e["score"]:
+                ratio = e["score"][5]["ratio_to_decode"]
+                goals.append(goal(f"{label}{tag}: scoring 5 positions <= {at_most}x one-token decode",
+                                  ratio, at_most, ratio <= at_most))
+            if "torch" in m["engines"]:
+                for context in e["decode"]:
+                    ours = e["decode"][context]["median_s"]
+                    theirs = m["engines"]["torch"]["decode"][context]["median_s"]
+                    goals.append(goal(f"{label}{tag}: decode no slower than transformers (context {context}), "
+                                      "picogpt / torch", ours / theirs, 1.0, ours <= theirs))
+        if label == target_label:
+            ready = m["ready"]
+            goals.append(goal(f"{label}: ready (load + prepare) <= 2 s", ready["ready_s"], 2.0, ready["ready_s"] <= 2.0))
+            if "in_memory_ready_s" in ready:
+                goals.append(goal(f"{label} (in_memory='background'): ready <= 2 s", ready["in_memory_ready_s"],
+                                  2.0, ready["in_memory_ready_s"] <= 2.0))
     for key, engine in (("predicted", "picogpt"), ("predicted_in_memory", "picogpt-in-memory")):
         predicted = results.get(key)
         if predicted and 4 in predicted["speedup"].get(0.9, {}):
@@ -810,7 +818,8 @@ def table(results):
         r = m["ready"]
         made = f" (fast file made first: {r['fast_file_made_s']:.1f} s)" if r["fast_file_made_s"] else ""
         if "in_memory_copy_s" in r:
-            made += f"; copied into memory in {r['in_memory_copy_s']:.1f} s"
+            made += (f"; in_memory='background': ready {r['in_memory_ready_s']:.2f} s, "
+                     f"copy done {r['in_memory_copy_s']:.1f} s")
         lines += [f"{label} ({m['source']}): {m['weight_bytes_per_token'] / 1e9:.2f} GB read per token; "
                   f"ceiling beside it {ceiling_text(m['ceiling'])}; floor {m['floor_s'] * 1e3:.1f} ms",
                   f"  ready: load {r['load_s']:.2f} s + prepare {r['prepare_s']:.2f} s = {r['ready_s']:.2f} s{made}; "
