@@ -109,12 +109,8 @@ def blas_info():
 
 
 def memory_total_gb():
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        return None
+    total = hardware.meminfo_bytes().get("MemTotal")
+    return None if total is None else round(total / 2**30, 1)
 
 
 def library_versions():

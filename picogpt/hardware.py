@@ -44,18 +44,22 @@ def measure_matmul_gflops(n=1024, repeats=5):
 # Linux's transparent huge pages allow (NumPy asks for them for big arrays). A memory-mapped
 # file lives in the OS page cache, in pieces as big as free memory allowed when it was read:
 # 2 MB on a machine whose memory is not fragmented, small and scattered after long use. The
-# share of huge pages is how we can see which case the weights are in. On the bench machine
-# tools/page_sizes.py found scattered pages slower to stream, and small pages as such not.
+# bench records the share of huge pages; on the bench machine it did not predict how fast the
+# mapped weights streamed, and tools/page_sizes.py found scattered pages slower to stream and
+# small pages as such not (benchmarks/README.md, "Mapped weights").
+
+def meminfo_bytes():
+    """Linux's /proc/meminfo as {name: bytes} ({} elsewhere)."""
+    try:
+        return {name: int(value.split()[0]) * 1024
+                for name, value in (line.split(":") for line in open("/proc/meminfo"))}
+    except (OSError, ValueError, IndexError):
+        return {}
+
 
 def available_memory_bytes():
     """Memory the OS could give this process now (Linux MemAvailable), or None if unknown."""
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return meminfo_bytes().get("MemAvailable")
 
 
 HUGE_FIELDS = ("AnonHugePages", "FilePmdMapped", "ShmemPmdMapped")  # kB in 2 MB (PMD) mappings
@@ -103,16 +107,10 @@ def memory_counters():
     from /proc/meminfo and /proc/vmstat), or None elsewhere. The bench takes them before and
     after timing: mapped weights timed while the kernel reclaims or re-reads the page cache are
     not timed at their usual speed."""
+    memory = meminfo_bytes()
     try:
-        counters = {}
-        for line in open("/proc/vmstat"):
-            name, value = line.split()
-            if name in RECLAIM_COUNTERS:
-                counters[name] = int(value)
-        for line in open("/proc/meminfo"):
-            name, value = line.split(":")
-            if name in ("MemFree", "MemAvailable"):
-                counters[name + "_bytes"] = int(value.split()[0]) * 1024
-        return counters
+        counters = {name: int(value) for name, value in (line.split() for line in open("/proc/vmstat"))
+                    if name in RECLAIM_COUNTERS}
     except (OSError, ValueError):
         return None
+    return {**counters, **{f"{name}_bytes": memory[name] for name in ("MemFree", "MemAvailable") if name in memory}}
