@@ -11,8 +11,8 @@ after a warm-up round), on:
   published shapes (written once to weights/random-<name>/; the speed of a matrix product does
   not depend on the values); the embedded teaching pair when present;
 - the engines on the same weights: picogpt's fast path (`model(ids, cache)`, memory-mapped),
-  the same with its weights copied into memory (`load(..., in_memory=True)`; for the models
-  whose weights are mapped, if memory allows), its plain path (`model.plain`, the checkpoint's
+  the same with its weights copied into memory (`load(..., in_memory="background")`, timed
+  once the copy is done; for the models whose weights are mapped, if memory allows), its plain path (`model.plain`, the checkpoint's
   own arrays) and Hugging Face transformers' GPT2LMHeadModel (torch CPU, float32,
   past_key_values, same thread count) when the `bench` extra is installed.
 
@@ -749,8 +749,8 @@ def save(results, folder=BENCH_DIR, stem="bench"):
     return paths
 
 
-ENGINE_STYLES = (("picogpt", "-o"), ("picogpt-in-memory", "-.D"), ("picogpt-plain", ":s"), ("torch", "--^"))
-ENGINE_COLORS = (("picogpt", "C0"), ("picogpt-in-memory", "C2"), ("picogpt-plain", "C7"), ("torch", "C1"))
+ENGINES = {"picogpt": ("-o", "C0"), "picogpt-in-memory": ("-.D", "C2"), "picogpt-plain": (":s", "C7"),
+           "torch": ("--^", "C1")}  # engine: (line style, colour) in the figure
 
 
 def plot(results, path):
@@ -761,7 +761,7 @@ def plot(results, path):
 
     fig, (ax_score, ax_bw, ax_pred) = plt.subplots(1, 3, figsize=(16, 4.8))
     for label, m in results["models"].items():
-        for engine, style in ENGINE_STYLES:
+        for engine, (style, _) in ENGINES.items():
             if engine in m["engines"] and m["engines"][engine]["score"]:
                 score = m["engines"][engine]["score"]
                 ax_score.plot([1, *score], [1, *(v["ratio_to_decode"] for v in score.values())], style,
@@ -773,7 +773,7 @@ def plot(results, path):
 
     names, values, colors = [], [], []
     for label, m in results["models"].items():
-        for engine, color in ENGINE_COLORS:
+        for engine, (_, color) in ENGINES.items():
             if engine in m["engines"]:
                 decode = m["engines"][engine]["decode"]
                 names.append(f"{label}\n{engine}")
@@ -781,7 +781,7 @@ def plot(results, path):
                 colors.append(color)
     ax_bw.bar(range(len(values)), values, color=colors)
     ceilings = [m["ceiling"]["gb_per_s"] for m in results["models"].values()
-                for engine, _ in ENGINE_COLORS if engine in m["engines"]]
+                for engine in ENGINES if engine in m["engines"]]
     ax_bw.plot(range(len(ceilings)), ceilings, "k_", ms=20, label="ceiling, measured beside it")
     ax_bw.set_xticks(range(len(values)), names, fontsize=6)
     ax_bw.set(ylabel="weight GB/s while decoding", title="Decode bandwidth (context 128)")

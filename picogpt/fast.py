@@ -323,16 +323,10 @@ MEMORY_MARGIN = 2**30  # bytes left free for everything else when copying the we
 
 
 def arrays_of(node):
-    """Every array in a (prepared) parameter tree."""
-    if isinstance(node, dict):
-        return [a for child in node.values() for a in arrays_of(child)]
-    if isinstance(node, list):
-        return [a for child in node for a in arrays_of(child)]
-    if isinstance(node, TiedEmbedding):
-        return [node.wte]
-    if isinstance(node, TransposedWeight):
-        return [node.t]
-    return [node]
+    """Every array in a (prepared) parameter tree, in the order `copied` visits them."""
+    found = []
+    copied(node, copy=lambda array: found.append(array) or array)
+    return found
 
 
 def copied(node, copy=np.array):
