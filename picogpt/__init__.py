@@ -14,10 +14,11 @@
 
 from .course import course_models, course_pair_names
 from .errors import CheckpointError, DownloadError, PicoGPTError
+from .gpt2 import GPT2Config
+from .io.registry import load, model_names, weights_dir
+from .io.tokenizer import tokenizer
 from .kv_cache import KVCache
-from .model import GPT2, GPT2Config
-from .registry import load, model_names, weights_dir
-from .tokenizer import tokenizer
+from .model import GPT2
 from . import rejection, sampling, speculative, theory
 from .sampling import autoregressive_sampling
 from .speculative import speculative_sampling

@@ -15,7 +15,7 @@ DEFAULT_PROMPT = "Alan Turing theorized that computers would one day become"
 
 
 def cmd_info(args):
-    from .registry import load, resolve
+    from .io.registry import load, resolve
 
     model = load(args.model)
     c = model.config
@@ -27,7 +27,7 @@ def cmd_info(args):
 
 
 def cmd_download(args):
-    from .download import download, spec_for
+    from .io.download import download, spec_for
 
     specs = [spec_for(name) for name in args.models]  # reject a bad name before any download
     for spec in specs:
@@ -55,15 +55,15 @@ class IncrementalText:
 
 def encode_prompt(text):
     """GPT-2 token ids of the prompt ('<|endoftext|>' allowed, as GPT-2's document separator)."""
-    from .tokenizer import ENDOFTEXT, tokenizer
+    from .io.tokenizer import ENDOFTEXT, tokenizer
 
     return tokenizer().encode(text, allowed_special={ENDOFTEXT})
 
 
 def load_gpt2_vocab_model(name_or_path, in_memory=False):
     """Load a model and check that it speaks GPT-2's tokenizer, which the command line decodes with."""
-    from .registry import load
-    from .tokenizer import tokenizer
+    from .io.registry import load
+    from .io.tokenizer import tokenizer
 
     model = load(name_or_path, in_memory)
     n_vocab = tokenizer().n_vocab
@@ -83,19 +83,19 @@ def sampling_options(args):
     return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
 
 
-def check_request(args, ids, models=()):
+def validate_request(args, ids, models=()):
     """Check the request (before loading any model, then against the models) so that bad input
     is reported before any text is printed."""
-    from .sampling import check_sampling_args
+    from .sampling import validate_sampling_args
 
-    check_sampling_args(ids, args.N, models, K=getattr(args, "K", None), temperature=args.temperature,
+    validate_sampling_args(ids, args.N, models, K=getattr(args, "K", None), temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p)
 
 
-def prepare(args):
+def parse_request(args):
     """Tokenise the prompt, check the request, and pick a seed if none was given."""
     ids = encode_prompt(args.prompt)
-    check_request(args, ids)
+    validate_request(args, ids)
     if args.seed is None:
         args.seed = secrets.randbelow(2**31)  # reported, so the run can be repeated
     return ids
@@ -104,11 +104,11 @@ def prepare(args):
 def cmd_generate(args):
     from .course import course_pair_names
     from .sampling import autoregressive_sampling
-    from .tokenizer import tokenizer
+    from .io.tokenizer import tokenizer
 
-    ids = prepare(args)
+    ids = parse_request(args)
     model = load_gpt2_vocab_model(args.model or course_pair_names()[1], args.in_memory)
-    check_request(args, ids, (model,))
+    validate_request(args, ids, (model,))
     warm_up(model, ids)
     text = IncrementalText(tokenizer())
     print(args.prompt, end="", flush=True)
@@ -121,7 +121,7 @@ def cmd_generate(args):
 
 def speculate_report(args, draft, target, result, ars):
     """The JSON object of `speculate --json`."""
-    from .tokenizer import tokenizer
+    from .io.tokenizer import tokenizer
 
     report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K,
                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
@@ -138,13 +138,13 @@ def cmd_speculate(args):
     from .course import course_pair_names
     from .sampling import autoregressive_sampling
     from .speculative import speculative_sampling
-    from .tokenizer import tokenizer
+    from .io.tokenizer import tokenizer
 
-    ids = prepare(args)
+    ids = parse_request(args)
     default_draft, default_target = (args.draft, args.target) if args.draft and args.target else course_pair_names()
     draft = load_gpt2_vocab_model(args.draft or default_draft, args.in_memory)
     target = load_gpt2_vocab_model(args.target or default_target, args.in_memory)
-    check_request(args, ids, (draft, target))
+    validate_request(args, ids, (draft, target))
     warm_up(draft, ids)
     warm_up(target, ids)
     stream = not args.json

@@ -53,6 +53,17 @@ def accept_or_resample(p, q, x, rng):
     return False, sample(residual(p, q), rng), r
 
 
+def accept_or_resample_many(p, q, n, rng):
+    """accept_or_resample, n independent times at once (for Monte-Carlo figures): draft x̃ ~ p,
+    keep it if r < min(1, q(x̃)/p(x̃)), else draw from (q - p)+. Returns (tokens [n], accepted [n] bool)."""
+    drafted = rng.choice(len(p), size=n, p=p)  # x̃ ~ p
+    r = rng.random(n)  # r ~ U[0, 1]
+    accepted = r < np.minimum(1.0, q[drafted] / p[drafted])
+    tokens = drafted.copy()
+    tokens[~accepted] = rng.choice(len(q), size=int((~accepted).sum()), p=residual(p, q))
+    return tokens, accepted
+
+
 def output_distribution(p, q):
     """The exact distribution of the token one step emits when x ~ p, by enumerating x:
     sum_x p(x) min(1, q(x)/p(x)) 1[y = x]  +  P(reject) (q - p)+(y). Theorem 1: this is q."""

@@ -39,7 +39,7 @@ def is_whole(x):
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-def check_controls(temperature=1.0, top_k=None, top_p=None):
+def validate_controls(temperature=1.0, top_k=None, top_p=None):
     """Raise PicoGPTError unless temperature >= 0, top_k >= 1 (or None), 0 < top_p <= 1 (or None)."""
     if not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) or temperature < 0:
         raise PicoGPTError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
@@ -49,7 +49,7 @@ def check_controls(temperature=1.0, top_k=None, top_p=None):
         raise PicoGPTError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p!r}")
 
 
-def check_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=None, top_p=None):
+def validate_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=None, top_p=None):
     """Validate a generation request before any model runs; return the prompt as a list of ints.
 
     `models` are the models that will run (one for Algorithm 1, draft and target for
@@ -60,7 +60,7 @@ def check_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=Non
         raise PicoGPTError(f"N, the number of tokens to generate, must be a whole number >= 1, got {N!r}")
     if K is not None and (not is_whole(K) or K < 1):
         raise PicoGPTError(f"K, the number of draft tokens per loop, must be a whole number >= 1, got {K!r}")
-    check_controls(temperature, top_k, top_p)
+    validate_controls(temperature, top_k, top_p)
     prompt = np.asarray(ids)
     if prompt.size == 0:
         raise PicoGPTError("the prompt is empty: give at least one token (some text, or '<|endoftext|>')")
@@ -142,7 +142,7 @@ def distribution(logits, temperature=1.0, top_k=None, top_p=None):
 
     logits [n_vocab] -> [n_vocab], or [n, n_vocab] -> [n, n_vocab] (each row separately).
     """
-    check_controls(temperature, top_k, top_p)
+    validate_controls(temperature, top_k, top_p)
     logits = np.asarray(logits, np.float64)
     if temperature == 0:
         return greedy(logits)
@@ -186,7 +186,7 @@ def autoregressive_sampling(model, ids, N, *, temperature=1.0, top_k=None, top_p
     None, or a numpy Generator (then used as is). `on_token(token)` is called as each token is
     produced (the command line streams text with it); its time is not counted in the timings.
     """
-    prompt = check_sampling_args(ids, N, (model,), temperature=temperature, top_k=top_k, top_p=top_p)
+    prompt = validate_sampling_args(ids, N, (model,), temperature=temperature, top_k=top_k, top_p=top_p)
     rng = np.random.default_rng(seed)
     cache = model.new_cache()
     result = SamplingResult(tokens=[])

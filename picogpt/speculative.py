@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
-from .sampling import check_sampling_args, distribution, sample
+from .sampling import validate_sampling_args, distribution, sample
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
     Near the end of the context the lookahead shrinks so that the K drafts fit (it never falls
     below 1, since the prompt + N must fit).
     """
-    prompt = check_sampling_args(ids, N, (draft, target), K=K, temperature=temperature,
+    prompt = validate_sampling_args(ids, N, (draft, target), K=K, temperature=temperature,
                                  top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rng = np.random.default_rng(seed)

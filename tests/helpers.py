@@ -4,7 +4,9 @@ from pathlib import Path
 
 import numpy as np
 
-from picogpt.model import GPT2, GPT2Config, expected_shapes, params_from_tensors
+from picogpt.gpt2 import GPT2Config
+from picogpt.io.params import expected_shapes, params_from_tensors
+from picogpt.model import GPT2
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PARITY = FIXTURES / "parity"

@@ -9,8 +9,10 @@ from itertools import product
 import numpy as np
 
 import helpers
-from picogpt.checkpoint import write_safetensors
-from picogpt.model import GPT2, GPT2Config, params_from_tensors
+from picogpt.io.checkpoint import write_safetensors
+from picogpt.gpt2 import GPT2Config
+from picogpt.io.params import params_from_tensors
+from picogpt.model import GPT2
 from picogpt.sampling import distribution
 
 

@@ -7,10 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from picogpt import bench, theory
-from picogpt.checkpoint import read_header
+from picogpt import theory
+from picogpt.bench import run as bench
+from picogpt.io.checkpoint import read_header
 from picogpt.cli import main
-from picogpt.model import expected_shapes, load_checkpoint
+from picogpt.io.params import expected_shapes, hf_config as hf_config_of
+from picogpt.model import load_checkpoint
 
 TINY = {"draft": dict(n_layer=1, n_head=2, n_embd=32), "target": dict(n_layer=2, n_head=2, n_embd=64)}
 SMALL_RUN = dict(n_runs=2, n_warmup=1, contexts=(8, 16), score_context=8, score_sizes=(2, 3, 5),
@@ -20,8 +22,7 @@ SMALL_RUN = dict(n_runs=2, n_warmup=1, contexts=(8, 16), score_context=8, score_
 
 
 def hf_config(n_layer, n_head, n_embd):
-    return {"model_type": "gpt2", "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd,
-            "n_positions": 64, "vocab_size": 300, "layer_norm_epsilon": 1e-5}
+    return hf_config_of(n_layer, n_head, n_embd, n_ctx=64, n_vocab=300)
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,7 @@ def test_contexts_longer_than_a_model_are_skipped_not_an_error(tiny_pair):
 
 
 def test_mapped_models_are_also_measured_with_their_weights_in_memory(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.fast, "CACHE_MIN_BYTES", 0)  # as for GPT-2 small and XL: mapped from files
+    monkeypatch.setattr(bench.layout, "CACHE_MIN_BYTES", 0)  # as for GPT-2 small and XL: mapped from files
     paths = [str(bench.random_checkpoint(label, tmp_path / label, hf_config(**shape)).parent)
              for label, shape in TINY.items()]
     results = bench.run_bench(paths, pair=("draft", "target"), measured_pair=None, log=lambda text: None,
@@ -184,7 +185,7 @@ def test_mapped_models_are_also_measured_with_their_weights_in_memory(tmp_path, 
 
 
 def test_no_in_memory_engine_where_it_would_crowd_out_the_page_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.fast, "CACHE_MIN_BYTES", 0)
+    monkeypatch.setattr(bench.layout, "CACHE_MIN_BYTES", 0)
     monkeypatch.setattr(bench, "memory_total_gb", lambda: 1.0)
     path = bench.random_checkpoint("target", tmp_path / "target", hf_config(**TINY["target"]))
     results = bench.run_bench([str(path.parent)], pair=("draft", "target"), measured_pair=None,

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from helpers import PARITY, random_tensors
-from picogpt.checkpoint import read_header, read_safetensors, write_safetensors
+from picogpt.io.checkpoint import read_header, read_safetensors, write_safetensors
 from picogpt.errors import CheckpointError, PicoGPTError
-from picogpt.model import GPT2Config, load_checkpoint
+from picogpt.gpt2 import GPT2Config
+from picogpt.model import load_checkpoint
 
 CONFIG = GPT2Config(n_layer=1, n_head=2, n_embd=8, n_ctx=6, n_vocab=11)
 

@@ -14,11 +14,11 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
-import picogpt.download as dl
+import picogpt.io.download as dl
 from picogpt.cli import main
 from picogpt.errors import DownloadError
-from picogpt.model import config_from_json
-from picogpt.registry import PRETRAINED
+from picogpt.io.params import config_from_json
+from picogpt.io.registry import PRETRAINED
 
 PAYLOAD = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()

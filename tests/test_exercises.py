@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
-from picogpt.exercises import (
+from picogpt.course.exercises import (
     Check, block_params, check_arithmetic_intensity, check_block_params, check_kv_cache_bytes,
     check_kv_cache_saving, check_min_time_per_token_ms, check_number, check_top_k, kv_cache_bytes,
     positions_processed)
-from picogpt.model import GPT2Config, expected_shapes
+from picogpt.gpt2 import GPT2Config
+from picogpt.io.params import expected_shapes
 
 
 def test_check_is_truthy_only_when_right_and_says_so():

@@ -4,7 +4,7 @@ mistakes get their hint, other wrong answers the method."""
 import numpy as np
 import pytest
 
-from picogpt import exercises_speculative as ex
+from picogpt.course import exercises_speculative as ex
 from picogpt import rejection
 
 NUMBER_CHECKS = [  # (checker, right answer, a known mistake and a word of its hint)

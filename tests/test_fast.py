@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from helpers import random_gpt2, random_tensors
-from picogpt import fast
-from picogpt.checkpoint import read_metadata, write_safetensors
 from picogpt.errors import PicoGPTError
-from picogpt.fast import (BIG_MATRIX, MAX_STREAMED_ROWS, SMALL_GEMM, TiedEmbedding, TransposedWeight,
-                          matmul_transposed, prepare, rows_per_block, streamed, transpose)
+from picogpt.io.checkpoint import read_metadata, write_safetensors
 from picogpt.model import load_checkpoint
+from picogpt.perf import kernels, layout as fast
+from picogpt.perf.kernels import (BIG_MATRIX, MAX_STREAMED_ROWS, SMALL_GEMM, TiedEmbedding, TransposedWeight,
+                                  matmul, matmul_transposed, rows_per_block, streamed, transpose)
+from picogpt.perf.layout import fast_params as prepare
 
 RELATIVE = 1e-5
 
@@ -29,7 +30,7 @@ def relative_diff(got, reference):
 @pytest.mark.parametrize("n_items", [0, 1, 2, 7, 1000])
 def test_parallel_covers_every_item_once(n_items):
     seen = []
-    fast.parallel(lambda start, stop: seen.extend(range(start, stop)), n_items)
+    kernels.parallel(lambda start, stop: seen.extend(range(start, stop)), n_items)
     assert sorted(seen) == list(range(n_items))
 
 
@@ -39,7 +40,7 @@ def test_parallel_hands_an_error_to_the_caller():
             raise ZeroDivisionError("chunk with 500")
 
     with pytest.raises(ZeroDivisionError, match="chunk with 500"):
-        fast.parallel(fail_at_500, 1000)
+        kernels.parallel(fail_at_500, 1000)
 
 
 @pytest.mark.parametrize("n_in, n_out", [(32, 97), (1024, 1030)])  # 1024 x 1030: GEMV, threads
@@ -48,7 +49,7 @@ def test_matmul_transposed_is_x_at_w(n_in, n_out, n_rows):
     rng = np.random.default_rng(n_rows)
     weight = rng.standard_normal((n_in, n_out)).astype(np.float32)
     x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
-    got = x @ TransposedWeight(transpose(weight))
+    got = matmul(x, TransposedWeight(transpose(weight)))
     reference = x.astype(np.float64) @ weight.astype(np.float64)
     assert got.shape == (n_rows, n_out) and got.dtype == np.float32 and got.flags.c_contiguous
     assert relative_diff(got, reference) < RELATIVE
@@ -62,7 +63,7 @@ def test_the_big_matrix_of_the_test_above_takes_the_all_core_paths():
 @pytest.mark.parametrize("n_rows", [1, 2, 5, 16])
 @pytest.mark.parametrize("n_in, n_out", [(7, 5), (64, 64), (100, 1030)])
 def test_streamed_blocks_on_one_core_or_all(monkeypatch, big_matrix, n_rows, n_in, n_out):
-    monkeypatch.setattr(fast, "BIG_MATRIX", big_matrix)
+    monkeypatch.setattr(kernels, "BIG_MATRIX", big_matrix)
     rng = np.random.default_rng(n_in + n_rows)
     weight_t = rng.standard_normal((n_out, n_in)).astype(np.float32)
     x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
@@ -89,7 +90,7 @@ def test_transpose_copies_exactly(shape):
 @pytest.mark.parametrize("n_rows", [2, 5, 9, 16])
 def test_blocks_stay_small(n_in, n_rows):
     block = rows_per_block(n_in, n_rows)
-    assert 1 <= block <= fast.MAX_BLOCK_ROWS
+    assert 1 <= block <= kernels.MAX_BLOCK_ROWS
     assert block == 1 or block * n_in * n_rows <= SMALL_GEMM
 
 

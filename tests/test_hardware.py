@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from picogpt.hardware import (RECLAIM_COUNTERS, available_memory_bytes, huge_page_fraction, memory_counters,
+from picogpt.perf.machine import (RECLAIM_COUNTERS, available_memory_bytes, huge_page_fraction, memory_counters,
                               parse_smaps)
 
 SMAPS = """\

@@ -8,7 +8,7 @@ import pytest
 from helpers import random_gpt2
 from picogpt.errors import PicoGPTError
 from picogpt.kv_cache import KVCache
-from picogpt.model import causal_mask, gelu, layer_norm, softmax
+from picogpt.gpt2 import causal_mask, gelu, layer_norm, softmax
 
 TOLERANCE = 1e-4
 

@@ -5,7 +5,7 @@ import pytest
 
 from helpers_sampling import InstrumentedModel, chi_square_test, joint_distribution, random_gpt2
 from picogpt import PicoGPTError, autoregressive_sampling
-from picogpt.sampling import check_sampling_args, distribution, sample
+from picogpt.sampling import validate_sampling_args, distribution, sample
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,19 +102,19 @@ def test_bad_arguments_raise_one_readable_error(small_pair, kwargs, words):
     args = dict(ids=[1, 2, 3], N=5, K=4, temperature=1.0, top_k=None, top_p=None) | kwargs
     ids, N = args.pop("ids"), args.pop("N")
     with pytest.raises(PicoGPTError, match=words):
-        check_sampling_args(ids, N, small_pair, **args)
+        validate_sampling_args(ids, N, small_pair, **args)
 
 
 def test_the_context_limit_counts_the_prompt_and_N(small_pair):
-    assert check_sampling_args([1, 2, 3], 13, small_pair[1:]) == [1, 2, 3]  # 16 <= 24
-    assert check_sampling_args([1, 2, 3], 13, small_pair) == [1, 2, 3]  # 16 <= 16: fits exactly
+    assert validate_sampling_args([1, 2, 3], 13, small_pair[1:]) == [1, 2, 3]  # 16 <= 24
+    assert validate_sampling_args([1, 2, 3], 13, small_pair) == [1, 2, 3]  # 16 <= 16: fits exactly
     with pytest.raises(PicoGPTError, match="3 tokens.*N=14.*17 positions.*random-1's context of 16"):
-        check_sampling_args([1, 2, 3], 14, small_pair)
+        validate_sampling_args([1, 2, 3], 14, small_pair)
 
 
 def test_draft_and_target_must_share_a_vocabulary():
     with pytest.raises(PicoGPTError, match="vocabularies differ"):
-        check_sampling_args([1], 2, (random_gpt2(1, n_vocab=8), random_gpt2(2, n_vocab=9)))
+        validate_sampling_args([1], 2, (random_gpt2(1, n_vocab=8), random_gpt2(2, n_vocab=9)))
 
 
 def test_bad_sampling_controls_are_rejected_by_distribution_too():

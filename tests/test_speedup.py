@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from helpers_sampling import random_gpt2
-from picogpt import speedup, theory
+from picogpt import theory
+from picogpt.perf import speedup
 from picogpt.errors import PicoGPTError
 
 PROMPT = [1, 2, 3]

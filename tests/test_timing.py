@@ -7,8 +7,8 @@ import pytest
 
 from helpers import random_gpt2
 from picogpt.errors import PicoGPTError
-from picogpt.hardware import measure_bandwidth_gbs, measure_matmul_gflops
-from picogpt.timing import median_seconds, time_per_token_s
+from picogpt.perf.machine import measure_bandwidth_gbs, measure_matmul_gflops
+from picogpt.perf.timing import median_seconds, time_per_token_s
 
 
 @pytest.fixture(scope="module")

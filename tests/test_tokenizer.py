@@ -14,7 +14,7 @@ import tiktoken
 import tiktoken.load
 import tiktoken.registry
 
-from picogpt.tokenizer import DATA, ENDOFTEXT, tokenizer
+from picogpt.io.tokenizer import DATA, ENDOFTEXT, tokenizer
 
 BPE_URLS = {  # the URLs tiktoken_ext.openai_public.gpt2() fetches, and our file for each
     "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe": "vocab.bpe",

@@ -6,8 +6,8 @@ import pytest
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 
-from picogpt import viz  # noqa: E402
-from picogpt.tokenizer import tokenizer  # noqa: E402
+from picogpt.course import viz  # noqa: E402
+from picogpt.io.tokenizer import tokenizer  # noqa: E402
 
 
 def test_top_tokens_most_probable_first_ties_by_lower_id():

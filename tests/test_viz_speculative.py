@@ -12,7 +12,9 @@ from matplotlib.figure import Figure
 
 import picogpt
 from helpers_sampling import random_gpt2
-from picogpt import speedup, theory, viz
+from picogpt import theory
+from picogpt.course import viz
+from picogpt.perf import speedup
 from picogpt.errors import PicoGPTError
 from picogpt.speculative import LoopTrace, speculative_sampling
 

@@ -13,7 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import picogpt
-from picogpt import viz
+from picogpt.course import viz
 from picogpt.errors import PicoGPTError
 
 P_SMALL = np.array([0.5, 0.5, 0.0])

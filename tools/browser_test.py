@@ -54,7 +54,7 @@ LOCAL_URLS = ("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "about:"
 EXPLORER = "04-theorem-1.ipynb"
 MC_BUTTON = "Run Monte-Carlo"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-# code that shows widgets: ipywidgets itself, interact, or a picogpt.viz explorer
+# code that shows widgets: ipywidgets itself, interact, or a picogpt.course.viz explorer
 WIDGET_CODE = re.compile(r"ipywidgets|\binteract(?:ive)?\(|_explorer\(")
 # what ipywidgets / jupyterlab_widgets write where a widget could not be drawn
 WIDGET_ERRORS = ("Error displaying widget", "Error rendering widget", "Error creating widget",

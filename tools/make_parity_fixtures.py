@@ -29,8 +29,8 @@ import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from picogpt.checkpoint import write_safetensors  # noqa: E402
-from picogpt.model import strip_names  # noqa: E402
+from picogpt.io.checkpoint import write_safetensors  # noqa: E402
+from picogpt.io.params import strip_names  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "parity"
 SEED = 1234

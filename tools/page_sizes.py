@@ -27,7 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picogpt import bench, fast, hardware  # noqa: E402
+from picogpt.bench import run as bench  # noqa: E402
+from picogpt.perf import kernels, layout, machine  # noqa: E402
 from picogpt.model import load_checkpoint  # noqa: E402
 
 LAYOUTS = {  # name: (advice, first touch of the pages in a random order)
@@ -38,7 +39,7 @@ LAYOUTS = {  # name: (advice, first touch of the pages in a random order)
 
 
 def copier(n_bytes, advice, scatter):
-    """copy(array) for fast.copied: consecutive copies in one anonymous mapping, advised before
+    """copy(array) for layout.copied: consecutive copies in one anonymous mapping, advised before
     any page of it exists (the page size is chosen when a page is first touched). With scatter,
     the pages are first touched in a random order: the OS hands out physical pages roughly in
     the order they are asked for, so neighbouring addresses land far apart in physical memory,
@@ -68,12 +69,12 @@ def main():
     args = parser.parse_args()
     (label, (path, source)), = bench.resolve_models([args.model])[0].items()
     model = load_checkpoint(path).prepare()
-    n_bytes = sum(-(-a.nbytes // 64) * 64 for a in fast.arrays_of(model.fast_params))
+    n_bytes = sum(-(-a.nbytes // 64) * 64 for a in layout.arrays_of(model.fast_params))
     engines = {}
     for name, (advice, scatter) in LAYOUTS.items():
         print(f"copying {n_bytes / 1e9:.1f} GB of weights into memory in {name}", file=sys.stderr, flush=True)
         copy = load_checkpoint(path)
-        copy.fast_params = fast.copied(model.fast_params, copier(n_bytes, advice, scatter))
+        copy.fast_params = layout.copied(model.fast_params, copier(n_bytes, advice, scatter))
         engines[name] = bench.NumpyEngine(copy)
     ids = bench.prompt_ids(129, model.config.n_vocab)
     for engine in engines.values():
@@ -85,14 +86,14 @@ def main():
     print(f"timing {args.runs} interleaved rounds", file=sys.stderr, flush=True)
     times = bench.interleaved(tasks, args.runs, 1)
     ceiling = bench.describe_ceiling({way: t for (kind, way), t in times.items() if kind == "ceiling"}, matrices)
-    floor_s = bench.weight_bytes_per_token(model) / 1e9 / ceiling["gb_per_s"]
+    floor_s = model.bytes_per_token / 1e9 / ceiling["gb_per_s"]
     results = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "model": label, "source": source,
                "command": " ".join(["python tools/page_sizes.py", *sys.argv[1:]]), "machine": bench.machine_info(),
                "context": 128, "ceiling": ceiling, "floor_s": floor_s, "engines": {}}
     for name, engine in engines.items():
         median = float(np.median(times[(name, 1)]))
         results["engines"][name] = {"median_s": median, "vs_floor": median / floor_s, "runs_s": times[(name, 1)],
-                                    "huge_page_fraction": hardware.huge_page_fraction(engine.weights)}
+                                    "huge_page_fraction": machine.huge_page_fraction(engine.weights)}
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(f"{label}: ceiling {ceiling['gb_per_s']:.1f} GB/s, floor {floor_s * 1e3:.1f} ms")
     for name, e in results["engines"].items():

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from . import rejection, theory
+from .. import rejection, theory
 from .exercises import Check, check_number, not_answered
 
 # ---------------------------------------------------------------------------------------------

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PicoGPTError
-from .rejection import residual
-from .sampling import distribution
-from .theory import acceptance_rate
+from ..errors import PicoGPTError
+from ..rejection import accept_or_resample_many, residual
+from ..sampling import distribution
+from ..theory import acceptance_rate
 
 try:
     import matplotlib.pyplot as plt
@@ -115,7 +115,7 @@ class Theorem1Panel:
     identity_error: float  # max |min(p, q) + max(0, q - p) - q|: zero up to rounding
 
 
-def check_pair(p, q):
+def validate_pair(p, q):
     """p and q as float64 probability vectors over the same vocabulary, or a readable error."""
     p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
     if p.ndim != 1 or p.shape != q.shape:
@@ -128,7 +128,7 @@ def check_pair(p, q):
 
 def theorem1_panel(p, q):
     """Everything the proof of Theorem 1 adds up, for one pair of distributions."""
-    p, q = check_pair(p, q)
+    p, q = validate_pair(p, q)
     overlap, excess = np.minimum(p, q), np.maximum(0.0, q - p)
     return Theorem1Panel(p=p, q=q, overlap=overlap, excess=excess, residual=residual(p, q),
                          p_accept=acceptance_rate(p, q),
@@ -156,17 +156,6 @@ def lump(d, shown):
     return np.append(d[shown], 1.0 - d[shown].sum())  # [len(shown) + 1]
 
 
-def accept_or_resample_many(p, q, n, rng):
-    """n independent accept/resample steps at once: draft x̃ ~ p, accept if r < min(1, q(x̃)/p(x̃)),
-    else draw from (q - p)+. Returns (tokens [n], accepted [n] bool)."""
-    drafted = rng.choice(len(p), size=n, p=p)  # x̃ ~ p
-    r = rng.random(n)  # r ~ U[0, 1]
-    accepted = r < np.minimum(1.0, q[drafted] / p[drafted])
-    tokens = drafted.copy()
-    tokens[~accepted] = rng.choice(len(q), size=int((~accepted).sum()), p=residual(p, q))
-    return tokens, accepted
-
-
 @dataclass(frozen=True)
 class MonteCarlo:
     counts: np.ndarray  # how often each token came out [n_vocab]
@@ -184,7 +173,7 @@ class MonteCarlo:
 
 def monte_carlo(p, q, n, seed=0):
     """n accept/resample trials: the empirical distribution of the output token, and its TV to q."""
-    p, q = check_pair(p, q)
+    p, q = validate_pair(p, q)
     if int(n) < 1:
         raise PicoGPTError(f"the number of Monte-Carlo trials n must be at least 1, got {n}")
     tokens, accepted = accept_or_resample_many(p, q, int(n), np.random.default_rng(seed))
@@ -194,7 +183,7 @@ def monte_carlo(p, q, n, seed=0):
 
 def tv_by_n(p, q, ns, seed=0):
     """TV(empirical, q) after the first n trials of one long run, for each n in ns."""
-    p, q = check_pair(p, q)
+    p, q = validate_pair(p, q)
     tokens, _ = accept_or_resample_many(p, q, int(max(ns)), np.random.default_rng(seed))
     return np.array([tv_distance(np.bincount(tokens[:n], minlength=len(q)) / n, q) for n in ns])
 

@@ -1,7 +1,7 @@
 """GPT-2's tokenizer, offline: tiktoken's `gpt2` encoding built from files shipped in the package.
 
 `tiktoken.get_encoding("gpt2")` downloads `vocab.bpe` and `encoder.json` on first use. We ship
-those two files (OpenAI, MIT licence) in `picogpt/data/`, check their published sha256, and
+those two files (OpenAI, MIT licence) in `picogpt/io/data/`, check their published sha256, and
 hand them to tiktoken, so tokenising never touches the network and the tokens are identical.
 """
 
@@ -13,7 +13,8 @@ import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 from tiktoken_ext.openai_public import r50k_pat_str
 
-from .errors import PicoGPTError
+from ..errors import PicoGPTError
+from .params import N_VOCAB
 
 DATA = Path(__file__).parent / "data"
 BPE_FILES = {  # file -> sha256, as pinned by tiktoken (tiktoken_ext/openai_public.py, gpt2())
@@ -23,7 +24,7 @@ BPE_FILES = {  # file -> sha256, as pinned by tiktoken (tiktoken_ext/openai_publ
 ENDOFTEXT = "<|endoftext|>"
 
 
-def check_bpe_files(folder=DATA):
+def verify_bpe_files(folder=DATA):
     for name, sha256 in BPE_FILES.items():
         path = Path(folder) / name
         if not path.is_file():
@@ -36,9 +37,9 @@ def check_bpe_files(folder=DATA):
 @functools.lru_cache(maxsize=None)
 def tokenizer():
     """The GPT-2 tokenizer (a `tiktoken.Encoding`, identical to `tiktoken.get_encoding("gpt2")`)."""
-    check_bpe_files()
+    verify_bpe_files()
     ranks = data_gym_to_mergeable_bpe_ranks(
         vocab_bpe_file=str(DATA / "vocab.bpe"), encoder_json_file=str(DATA / "encoder.json"),
         vocab_bpe_hash=BPE_FILES["vocab.bpe"], encoder_json_hash=BPE_FILES["encoder.json"])
-    return tiktoken.Encoding(name="gpt2", explicit_n_vocab=50257, pat_str=r50k_pat_str,
+    return tiktoken.Encoding(name="gpt2", explicit_n_vocab=N_VOCAB, pat_str=r50k_pat_str,
                              mergeable_ranks=ranks, special_tokens={ENDOFTEXT: 50256})

@@ -36,15 +36,16 @@ from pathlib import Path
 
 import numpy as np
 
-from . import fast, hardware, theory
-from .checkpoint import write_safetensors
-from .errors import PicoGPTError
-from .model import GPT2, expected_shapes, load_checkpoint
-from .registry import EMBEDDED, PRETRAINED, checkpoint_path, is_available, weights_dir
+from .. import theory
+from ..errors import PicoGPTError
+from ..io.checkpoint import write_safetensors
+from ..io.params import config_from_json, expected_shapes
+from ..io.registry import EMBEDDED, PRETRAINED, checkpoint_path, is_available, published_config, weights_dir
+from ..model import GPT2, load_checkpoint
+from ..perf import kernels, layout, machine
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = REPO / "benchmarks"
-GPT2_VOCAB, GPT2_CTX = 50257, 1024
 ALPHAS = (0.6, 0.7, 0.8, 0.9)
 KS = tuple(range(1, 9))
 PAUSE_S = 0.2  # after each timed call: OpenBLAS's idle threads spin ~0.1 s before they sleep
@@ -109,7 +110,7 @@ def blas_info():
 
 
 def memory_total_gb():
-    total = hardware.meminfo_bytes().get("MemTotal")
+    total = machine.meminfo_bytes().get("MemTotal")
     return None if total is None else round(total / 2**30, 1)
 
 
@@ -124,7 +125,7 @@ def library_versions():
 
 
 def machine_info():
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "threads_used": fast.n_threads(),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "threads_used": kernels.n_threads(),
             "memory_gb": memory_total_gb(), "os": platform.platform(), "blas": blas_info(),
             "versions": library_versions(),
             "torch_env": {key: os.environ.get(key) for key in TORCH_ENV}}
@@ -177,25 +178,16 @@ class RandomTensor:
         return rng.standard_normal(self.shape, np.float32) * np.float32(0.02)
 
 
-def hf_config(name):
-    shape = PRETRAINED[name]
-    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": shape["n_layer"],
-            "n_head": shape["n_head"], "n_embd": shape["n_embd"], "n_positions": GPT2_CTX,
-            "n_ctx": GPT2_CTX, "vocab_size": GPT2_VOCAB, "layer_norm_epsilon": 1e-5}
-
-
 def random_checkpoint(name, folder=None, config=None):
     """weights/random-<name>/model.safetensors: random F32 weights with the bare Hugging Face
     names and exact shapes of the published checkpoint `name` (or of the Hugging Face `config`
     dict given), + config.json. Made once, then reused."""
-    from .model import config_from_json
-
     folder = Path(folder or weights_dir() / f"random-{name}")
     path = folder / "model.safetensors"
     if path.exists() and (folder / "config.json").exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config or hf_config(name), indent=2))
+    (folder / "config.json").write_text(json.dumps(config or published_config(name), indent=2))
     shapes = expected_shapes(config_from_json(folder / "config.json"))
     n_bytes = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
     print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {folder} (once)", file=sys.stderr, flush=True)
@@ -284,9 +276,9 @@ def ceiling_matrices(n_bytes):
 
 def ceiling_tasks(matrices, x):
     """One-row products over every matrix, two ways: OpenBLAS's threaded GEMV (`W @ x`) and
-    picogpt's streamed blocks (fast.py)."""
+    picogpt's streamed blocks (perf/kernels.py)."""
     return {"openblas_gemv": (lambda: [m @ x for m in matrices], lambda: None),
-            "picogpt_streamed": (lambda: [fast.streamed(x[None], m) for m in matrices], lambda: None)}
+            "picogpt_streamed": (lambda: [kernels.streamed(x[None], m) for m in matrices], lambda: None)}
 
 
 def describe_ceiling(times, matrices):
@@ -312,7 +304,7 @@ class NumpyEngine:
     @property
     def weights(self):
         """The arrays this engine reads."""
-        return fast.arrays_of(self.model.params if self.plain else self.model.fast_params)
+        return layout.arrays_of(self.model.params if self.plain else self.model.fast_params)
 
     def start(self, ids):
         self.cache = self.model.new_cache()
@@ -351,7 +343,7 @@ def torch_gpt2(model):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     c = model.config
-    torch.set_num_threads(fast.n_threads())
+    torch.set_num_threads(kernels.n_threads())
     config = GPT2Config(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, n_positions=c.n_ctx,
                         vocab_size=c.n_vocab, layer_norm_epsilon=c.layer_norm_epsilon,
                         bos_token_id=0, eos_token_id=0)
@@ -407,12 +399,6 @@ class TorchEngine:
 # Measurements on one model
 # ---------------------------------------------------------------------------------------------
 
-def weight_bytes_per_token(model):
-    """Bytes of weights one decoding step reads: all of them, except that wpe is read one row."""
-    wpe = model.params["wpe"]["weight"]
-    return model.nbytes - wpe.nbytes + wpe[0].nbytes
-
-
 def prompt_ids(n_tokens, n_vocab):
     """A fixed prompt of n_tokens ids (the timings do not depend on which)."""
     return (np.arange(n_tokens) * 7 + 1000) % n_vocab
@@ -425,9 +411,9 @@ def time_to_ready(path, n_prompt):
       size and up: memory-map the transposed copy beside it; made first if missing, timed apart);
     - the plain path: load + first token straight from the mapped checkpoint.
     (bench_model adds the time to prepare in memory, as if that file could not be written.)"""
-    cache, built_s = fast.cache_path(path), None
+    cache, built_s = layout.cache_path(path), None
     probe = load_checkpoint(path)
-    if fast.wants_cache_file(probe.params) and not fast.cache_is_fresh(path):
+    if layout.wants_cache_file(probe.params) and not layout.cache_is_fresh(path):
         built_s, _ = timed(probe.prepare)  # made once per checkpoint
     del probe
     files = [path, *([cache] if cache.exists() else [])]
@@ -489,9 +475,9 @@ def in_memory_copy(model, s, files):
     until its copy was done}; (None, None) if the model's weights are not mapped, and (None,
     why) if the copy would not leave the mapped files room in the page cache (the other
     engines read them)."""
-    if not (s["with_in_memory"] and model.checkpoint and fast.wants_cache_file(model.params)):
+    if not (s["with_in_memory"] and model.checkpoint and layout.wants_cache_file(model.params)):
         return None, None
-    n_bytes = sum(a.nbytes for a in fast.arrays_of(model.fast_params))
+    n_bytes = sum(a.nbytes for a in layout.arrays_of(model.fast_params))
     total_gb = memory_total_gb()
     needed = n_bytes + sum(Path(f).stat().st_size for f in files) + s["ceiling_bytes"] + 2 * 2**30
     if total_gb is None or needed > total_gb * 2**30:
@@ -511,7 +497,7 @@ def memory_while_timing(before, after):
     if before is None or after is None:
         return None
     return {"free_gb_before": before["MemFree_bytes"] / 1e9, "available_gb_before": before["MemAvailable_bytes"] / 1e9,
-            **{name: after[name] - before[name] for name in hardware.RECLAIM_COUNTERS if name in before}}
+            **{name: after[name] - before[name] for name in machine.RECLAIM_COUNTERS if name in before}}
 
 
 def make_engines(model, s, copy=None):
@@ -542,7 +528,7 @@ def bench_model(label, path, source, s, ceiling, log):
         ready.update(copied)
     engines, torch_note = make_engines(model, s, copy)
     per_engine, ceiling_times = {name: {} for name in engines}, {}
-    memory_before = hardware.memory_counters()
+    memory_before = machine.memory_counters()
     for context in contexts:
         log(f"{label}: decode and score at context {context} ({', '.join(engines)}, ceiling)")
         for (name, n), (runs, first_runs) in decode_and_score(engines, ids, s, context, ceiling).items():
@@ -551,13 +537,13 @@ def bench_model(label, path, source, s, ceiling, log):
             else:
                 per_engine[name].setdefault(context, {})[n] = {**summary(runs), "after_pause": summary(first_runs)}
     beside = describe_ceiling(ceiling_times, ceiling[0])
-    memory = memory_while_timing(memory_before, hardware.memory_counters())
-    huge_pages = {name: hardware.huge_page_fraction(engine.weights)
+    memory = memory_while_timing(memory_before, machine.memory_counters())
+    huge_pages = {name: machine.huge_page_fraction(engine.weights)
                   for name, engine in engines.items() if isinstance(engine, NumpyEngine)}
     page_cache_after = {file: page_cache_fraction(file) for file in files}
     del engines, copy  # measured last: 6 GB of fresh memory for XL would push the files out of the page cache
-    ready["prepare_in_memory_s"], _ = timed(lambda: fast.prepare(model.params))
-    bytes_per_token = weight_bytes_per_token(model)
+    ready["prepare_in_memory_s"], _ = timed(lambda: layout.fast_params(model.params))
+    bytes_per_token = model.bytes_per_token
     c = model.config
     result = {"source": source, "path": str(path), "load_average_at_start": load_at_start,
               "config": {k: getattr(c, k) for k in
@@ -601,8 +587,8 @@ def predicted_speedups(draft, target, engine="picogpt"):
 def measured_speculative(draft, target, s):
     """Speculative (Algorithm 2) vs autoregressive (Algorithm 1) sampling of the same N tokens
     from the same prompt, interleaved, median wall times; greedy-free default controls."""
-    from .sampling import autoregressive_sampling
-    from .speculative import speculative_sampling
+    from ..sampling import autoregressive_sampling
+    from ..speculative import speculative_sampling
 
     prompt = list(prompt_ids(s["prompt_tokens"], target.config.n_vocab))
     N, K, results = s["speculative_tokens"], s["speculative_K"], {}
@@ -634,7 +620,7 @@ def goal(text, value, limit, met):
     return {"goal": text, "value": value, "limit": limit, "met": bool(met)}
 
 
-def check_goals(results, pair):
+def score_goals(results, pair):
     goals, models = [], results["models"]
     draft_label, target_label = pair
     for label, at_most in ((target_label, 1.5), (draft_label, 2.0)):
@@ -714,7 +700,7 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), me
         results["speculative"] = measured_speculative(*(loaded[label] for label in measured_pair), s)
     elif measured_pair:
         notes.append(f"measured speculative sampling needs {' and '.join(measured_pair)}: skipped")
-    results["goals"] = check_goals(results, pair)
+    results["goals"] = score_goals(results, pair)
     results["load_average_after"] = load_average()
     return results
 

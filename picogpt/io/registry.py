@@ -11,10 +11,11 @@ the repository's `weights/` and is found there either way.
 import os
 from pathlib import Path
 
-from .errors import CheckpointError, PicoGPTError
-from .model import load_checkpoint
+from ..errors import CheckpointError, PicoGPTError
+from ..model import load_checkpoint
+from .params import hf_config
 
-REPO_WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
+REPO_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
 
 # The public OpenAI GPT-2 checkpoints on the Hugging Face hub (openai-community/<name>).
 PRETRAINED = {
@@ -24,6 +25,12 @@ PRETRAINED = {
     "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, params="1558M"),
 }
 EMBEDDED = ("tiny-draft", "tiny-target")  # the teaching pair, committed in weights/
+
+
+def published_config(name):
+    """The Hugging Face config.json dict of the published checkpoint `name`."""
+    shape = PRETRAINED[name]
+    return hf_config(n_layer=shape["n_layer"], n_head=shape["n_head"], n_embd=shape["n_embd"])
 
 
 def weights_dir():

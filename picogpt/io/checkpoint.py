@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
@@ -65,12 +65,12 @@ def read_header(path):
     n_data = Path(path).stat().st_size - data_start
     entries = {}
     for name, info in header.items():
-        entries[name] = _check_entry(path, name, info, n_data)
-    _check_no_overlap(path, entries)
+        entries[name] = _validate_entry(path, name, info, n_data)
+    _validate_no_overlap(path, entries)
     return entries, data_start
 
 
-def _check_entry(path, name, info, n_data):
+def _validate_entry(path, name, info, n_data):
     try:
         dtype, shape, (begin, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
         ok = all(isinstance(v, int) and v >= 0 for v in [*shape, begin, end])
@@ -91,7 +91,7 @@ def _check_entry(path, name, info, n_data):
     return dtype, tuple(shape), begin, end
 
 
-def _check_no_overlap(path, entries):
+def _validate_no_overlap(path, entries):
     spans = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
     for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
         if begin_b < end_a:

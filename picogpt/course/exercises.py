@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sampling import distribution
+from ..sampling import distribution
 
 
 @dataclass(frozen=True)

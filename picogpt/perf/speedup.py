@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import theory
-from .errors import PicoGPTError
-from .sampling import autoregressive_sampling, distribution
-from .speculative import speculative_sampling
+from .. import theory
+from ..errors import PicoGPTError
+from ..sampling import autoregressive_sampling, distribution
+from ..speculative import speculative_sampling
 from .timing import median_seconds
 
-BENCH_JSON = Path(__file__).resolve().parent.parent / "benchmarks" / "bench.json"  # `python -m picogpt bench`
+BENCH_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "bench.json"  # `python -m picogpt bench`
 
 
 def cached_call_s(model, ids, n_new, repeats=5):

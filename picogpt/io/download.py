@@ -24,7 +24,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DownloadError
+from ..errors import DownloadError
+from .params import hf_config
 from .registry import EMBEDDED, PRETRAINED, weights_dir
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -54,9 +55,7 @@ class WeightSpec:
 
     def config(self):
         """The Hugging Face config.json keys picogpt reads (see model.config_from_json)."""
-        return {"model_type": "gpt2", "n_layer": self.n_layer, "n_head": self.n_head,
-                "n_embd": self.n_embd, "n_positions": 1024, "n_ctx": 1024, "vocab_size": 50257,
-                "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+        return {**hf_config(self.n_layer, self.n_head, self.n_embd), "activation_function": "gelu_new",
                 "_source": f"https://huggingface.co/{self.repo}/tree/{self.revision}"}
 
 
@@ -103,7 +102,7 @@ def sha256_of(path, hasher=None):
     return hasher
 
 
-def check_disk_space(folder, n_bytes_needed):
+def ensure_disk_space(folder, n_bytes_needed):
     free = shutil.disk_usage(folder).free
     if free < n_bytes_needed + SPARE_BYTES:
         raise DownloadError(f"not enough disk space in {folder}: the download needs "
@@ -257,12 +256,12 @@ def download_spec(spec, folder, progress=True, log=print):
     if spec.n_bytes is not None:  # check the disk before touching the network
         if part.exists() and part.stat().st_size > spec.n_bytes:
             part.unlink()  # a .part longer than the file can only be garbage
-        check_disk_space(folder, spec.n_bytes - (part.stat().st_size if part.exists() else 0))
+        ensure_disk_space(folder, spec.n_bytes - (part.stat().st_size if part.exists() else 0))
     response, n_have = open_resumable(url, part, spec.name, log)
     try:
         n_expected = expected_bytes(spec, response, n_have, url, log)
         if spec.n_bytes is None:
-            check_disk_space(folder, n_expected - n_have)
+            ensure_disk_space(folder, n_expected - n_have)
     except DownloadError:
         response.close()
         raise

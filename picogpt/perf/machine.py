@@ -8,7 +8,7 @@ a token can take no less than `model.nbytes / bandwidth` seconds.
 
 import numpy as np
 
-from .errors import PicoGPTError
+from ..errors import PicoGPTError
 from .timing import median_seconds
 
 N_COLS = 1024  # width of the benchmark matrix; the height gives the requested size

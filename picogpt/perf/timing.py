@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from .errors import PicoGPTError
+from ..errors import PicoGPTError
 
 
 def median_seconds(fn, repeats=5):
