@@ -94,8 +94,11 @@ def validate_request(args, ids, models=()):
 
 def parse_request(args):
     """Tokenise the prompt, check the request, and pick a seed if none was given."""
+    from .sampling import random_generator
+
     ids = encode_prompt(args.prompt)
     validate_request(args, ids)
+    random_generator(args.seed)  # a bad seed (-1) is reported before any model loads
     if args.seed is None:
         args.seed = secrets.randbelow(2**31)  # reported, so the run can be repeated
     return ids
@@ -189,6 +192,8 @@ def cmd_bench(args):
     from .bench import BENCH_DIR, run_bench, save, table, to_json
 
     overrides = {"with_torch": not args.no_torch}
+    if args.runs is not None and args.runs < 1:
+        raise PicoGPTError(f"--runs {args.runs}: the number of timed runs per figure must be at least 1")
     if args.runs is not None:
         overrides["n_runs"] = args.runs
     results = run_bench(args.models, quick=args.quick, **overrides)
@@ -242,12 +247,32 @@ def build_parser():
     return parser
 
 
+def error_line(message):
+    """One line on stderr: 'error: ' and the message, its line breaks folded into spaces."""
+    print("error: " + " ".join(str(message).split()), file=sys.stderr)
+
+
+def tolerant_stdout():
+    """Print what the terminal's encoding cannot show (a token in cp1252, a lone surrogate from
+    a badly encoded argument) as backslash escapes instead of failing mid-stream."""
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    tolerant_stdout()
     try:
         return args.run(args) or 0
     except PicoGPTError as e:
-        print(f"error: {e}", file=sys.stderr)
+        error_line(e)
+        return 2
+    except OSError as e:  # the environment: a full disk, a file or folder we may not read or write
+        if isinstance(e, BrokenPipeError):  # the reader went away (| head): not ours to report
+            raise
+        where = f" ({e.filename})" if e.filename else ""
+        error_line(f"{e.strerror or e}{where}: check the disk's free space and the permissions of "
+                   "that path (or set PICOGPT_WEIGHTS_DIR to another folder) and run the command again")
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

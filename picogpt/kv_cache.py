@@ -9,14 +9,20 @@ doubling, so appending a token copies only that token (plus an occasional doubli
 whole cache.
 """
 
+import numbers
+
 import numpy as np
 
 from .errors import PicoGPTError
 
 
 class KVCache:
+    """The keys and values of one model. It remembers that model's shape (`model_shape`), and
+    the model refuses a cache made for another: its keys would not fit, or fit and mean nothing."""
+
     def __init__(self, n_layer, n_head, head_dim, n_ctx, capacity=64):
         self.n_ctx = n_ctx
+        self.model_shape = dict(n_layer=n_layer, n_head=n_head, head_dim=head_dim, n_ctx=n_ctx)
         capacity = min(capacity, n_ctx)
         self.k = np.empty((n_layer, n_head, capacity, head_dim), np.float32)
         self.v = np.empty_like(self.k)
@@ -57,7 +63,10 @@ class KVCache:
 
     def truncate(self, n):
         """Roll back to the first n positions (the rejected draft tokens are forgotten)."""
+        if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)):
+            raise PicoGPTError(f"cannot truncate a cache to {n!r} positions: expected a whole number "
+                               f"0 <= n <= {self.length}")
         if not 0 <= n <= self.length:
             raise PicoGPTError(f"cannot truncate a cache of {self.length} positions to {n} "
                                f"(expected 0 <= n <= {self.length})")
-        self.length = n
+        self.length = int(n)

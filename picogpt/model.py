@@ -12,7 +12,8 @@ import numpy as np
 from .errors import PicoGPTError
 from .gpt2 import gpt2
 from .io.checkpoint import read_safetensors
-from .io.params import config_from_json, infer_config, leaves, params_from_tensors, strip_names
+from .io.params import (config_from_json, infer_config, leaves, params_from_tensors, strip_names,
+                        validate_config)
 from .kv_cache import KVCache
 from .perf import kernels, layout
 
@@ -33,7 +34,7 @@ class GPT2:
         if in_memory not in IN_MEMORY:
             raise PicoGPTError(f"in_memory={in_memory!r}: expected False (memory-mapped weights), True (copied "
                                "into memory when the model is first run) or 'background' (copied while it runs)")
-        self.params, self.config, self.name = params, config, name
+        self.params, self.config, self.name = params, validate_config(config, name), name
         self.checkpoint = checkpoint  # the file params were read from, if any
         self.in_memory = in_memory  # copy the fast path's weights out of the mapped files
         self.fast = fast  # run on the fast path (perf/) or as gpt2.py reads
@@ -65,8 +66,7 @@ class GPT2:
         return self.nbytes - wpe.nbytes + wpe[0].nbytes
 
     def new_cache(self):
-        c = self.config
-        return KVCache(c.n_layer, c.n_head, c.head_dim, c.n_ctx)
+        return KVCache(**self.shape_of_cache())
 
     def validate_ids(self, ids, n_past=0):
         ids = np.asarray(ids)
@@ -81,6 +81,33 @@ class GPT2:
             raise PicoGPTError(f"{n_past + ids.size} positions exceed {self.name}'s context of "
                                f"{self.config.n_ctx} tokens; shorten the prompt or generate fewer")
         return ids.astype(np.int64)
+
+    def shape_of_cache(self):
+        """The shape a KVCache must have to hold this model's keys and values."""
+        c = self.config
+        return dict(n_layer=c.n_layer, n_head=c.n_head, head_dim=c.head_dim, n_ctx=c.n_ctx)
+
+    def validate_cache(self, cache):
+        """Refuse a KVCache made for a model of another shape (a draft's cache given to the target)."""
+        if isinstance(cache, KVCache) and cache.model_shape != self.shape_of_cache():
+            made_for = ", ".join(f"{k}={v}" for k, v in cache.model_shape.items())
+            mine = ", ".join(f"{k}={v}" for k, v in self.shape_of_cache().items())
+            raise PicoGPTError(f"this cache was made for a model with {made_for}, not {self.name} "
+                               f"({mine}): give each model its own cache, from {self.name}.new_cache()")
+
+    def validate_inputs(self, ids, cache):
+        self.validate_cache(cache)
+        return self.validate_ids(ids, len(cache) if cache is not None else 0)
+
+    def ensure_finite(self, logits):
+        """The logits, if every one is finite; else a PicoGPTError naming the likely cause.
+        One pass over [n_new, n_vocab] numbers, small next to the forward pass's matmuls."""
+        if not np.isfinite(logits).all():
+            raise PicoGPTError(f"{self.name} produced non-finite logits (NaN or inf): its weights hold "
+                               "NaN or inf or values that overflow float32, or its config is wrong "
+                               f"(layer_norm_epsilon={self.config.layer_norm_epsilon:g}); check the "
+                               "checkpoint and its config.json")
+        return logits
 
     def prepare(self):
         """Get the fast path's transposed weights now rather than on the first call (layout.py:
@@ -97,16 +124,17 @@ class GPT2:
         return self
 
     def __call__(self, ids, cache=None):
-        ids = self.validate_ids(ids, len(cache) if cache is not None else 0)
+        ids = self.validate_inputs(ids, cache)
         if self.fast:  # the fast path: the same forward pass, another weight layout and matmul
-            return gpt2(ids, self.prepare().fast_params, self.config, cache, matmul=kernels.matmul)
-        return gpt2(ids, self.params, self.config, cache)
+            return self.ensure_finite(gpt2(ids, self.prepare().fast_params, self.config, cache,
+                                           matmul=kernels.matmul))
+        return self.ensure_finite(gpt2(ids, self.params, self.config, cache))
 
     def plain(self, ids, cache=None):
         """The same logits from the checkpoint's arrays as they are, by gpt2.py with np.matmul:
         the reference path."""
-        ids = self.validate_ids(ids, len(cache) if cache is not None else 0)
-        return gpt2(ids, self.params, self.config, cache)
+        ids = self.validate_inputs(ids, cache)
+        return self.ensure_finite(gpt2(ids, self.params, self.config, cache))
 
 
 def load_checkpoint(path, name=None, in_memory=False):

@@ -7,7 +7,10 @@ Decoding with Speculative Sampling", arXiv 2302.01318.
 usual controls, always in this order:
 
 1. temperature T: softmax(logits / T). T = 0 means greedy: a one-hot on the argmax (ties go to
-   the lowest token id), not logits / (T + eps).
+   the lowest token id), not logits / (T + eps). A positive T below MIN_TEMPERATURE (1e-30) is
+   refused, not rounded to greedy: there softmax(logits / T) is already one-hot in float64 for
+   any two float32 logits that differ, and smaller T (1e-310) makes logits / T overflow to inf
+   and the probabilities NaN. Use T = 0 for greedy.
 2. top-k: keep the k most probable tokens (ties at the boundary go to the lowest ids, so exactly
    k survive), renormalise.
 3. top-p (nucleus, Holtzman et al. 2020): keep the smallest set of most probable tokens whose
@@ -29,6 +32,7 @@ import numpy as np
 from .errors import PicoGPTError
 
 TOP_P_ROUNDING = 1e-12  # cumulative sums within this of top_p count as reaching it
+MIN_TEMPERATURE = 1e-30  # smallest positive temperature accepted (0 is greedy); see above
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,13 +44,28 @@ def is_whole(x):
 
 
 def validate_controls(temperature=1.0, top_k=None, top_p=None):
-    """Raise PicoGPTError unless temperature >= 0, top_k >= 1 (or None), 0 < top_p <= 1 (or None)."""
+    """Raise PicoGPTError unless temperature is 0 or in [MIN_TEMPERATURE, inf), top_k >= 1 (or
+    None), 0 < top_p <= 1 (or None)."""
     if not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) or temperature < 0:
         raise PicoGPTError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise PicoGPTError(f"temperature {temperature!r} is below {MIN_TEMPERATURE:g}, where logits / "
+                           "temperature overflow and sampling is greedy anyway: use temperature=0 for greedy")
     if top_k is not None and (not is_whole(top_k) or top_k < 1):
         raise PicoGPTError(f"top_k must be a whole number >= 1 (or None to keep every token), got {top_k!r}")
     if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
         raise PicoGPTError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p!r}")
+
+
+def random_generator(seed):
+    """The numpy Generator every random draw uses: from an int >= 0, None (fresh entropy), or a
+    Generator, used as is (anything else numpy.random.default_rng takes works too)."""
+    try:
+        if isinstance(seed, bool) or is_whole(seed) and seed < 0:
+            raise ValueError
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError):
+        raise PicoGPTError(f"seed must be a whole number >= 0 (or None for a random one), got {seed!r}") from None
 
 
 def validate_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=None, top_p=None):
@@ -144,6 +163,9 @@ def distribution(logits, temperature=1.0, top_k=None, top_p=None):
     """
     validate_controls(temperature, top_k, top_p)
     logits = np.asarray(logits, np.float64)
+    if not np.isfinite(logits).all():
+        raise PicoGPTError("the logits hold NaN or inf, so they give no distribution: the model's "
+                           "weights or config are bad (a GPT2 model says which model)")
     if temperature == 0:
         return greedy(logits)
     probs = softmax64(logits / temperature if temperature != 1 else logits)
@@ -187,7 +209,7 @@ def autoregressive_sampling(model, ids, N, *, temperature=1.0, top_k=None, top_p
     produced (the command line streams text with it); its time is not counted in the timings.
     """
     prompt = validate_sampling_args(ids, N, (model,), temperature=temperature, top_k=top_k, top_p=top_p)
-    rng = np.random.default_rng(seed)
+    rng = random_generator(seed)
     cache = model.new_cache()
     result = SamplingResult(tokens=[])
     new = prompt  # the tokens the model has not seen yet

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
-from .sampling import validate_sampling_args, distribution, sample
+from .sampling import distribution, random_generator, sample, validate_sampling_args
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
     prompt = validate_sampling_args(ids, N, (draft, target), K=K, temperature=temperature,
                                  top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    rng = np.random.default_rng(seed)
+    rng = random_generator(seed)
     n_ctx = min(draft.config.n_ctx, target.config.n_ctx)
     draft_cache, target_cache = draft.new_cache(), target.new_cache()
     sequence = list(prompt)  # x_1 .. x_n: the prompt and every token emitted so far

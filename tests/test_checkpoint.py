@@ -12,6 +12,7 @@ from helpers import PARITY, random_tensors
 from picogpt.io.checkpoint import read_header, read_safetensors, write_safetensors
 from picogpt.errors import CheckpointError, PicoGPTError
 from picogpt.gpt2 import GPT2Config
+from picogpt.io.params import expected_shapes, infer_config
 from picogpt.model import load_checkpoint
 
 CONFIG = GPT2Config(n_layer=1, n_head=2, n_embd=8, n_ctx=6, n_vocab=11)
@@ -206,17 +207,22 @@ def test_transformer_prefix_buffers_and_lm_head_are_accepted(tmp_path):
                                   load_checkpoint(tmp_path / "bare.safetensors")(ids))
 
 
-def test_config_is_inferred_from_shapes_without_config_json(tmp_path):
+def test_without_config_json_a_head_count_that_is_only_a_guess_is_refused(tmp_path):
+    """head64's 128 wide layer fits n_head 1, 2, 4...: each gives other text, so no guess."""
     shutil.copy(PARITY / "head64" / "bare-f32.safetensors", tmp_path / "model.safetensors")
-    model = load_checkpoint(tmp_path)
-    hf = json.loads((PARITY / "head64" / "config.json").read_text())
-    assert model.config == GPT2Config(n_layer=hf["n_layer"], n_head=hf["n_embd"] // 64,
-                                      n_embd=hf["n_embd"], n_ctx=hf["n_positions"],
-                                      n_vocab=hf["vocab_size"])
-    assert model.config.n_head == hf["n_head"]  # this fixture follows GPT-2's head size of 64
+    with pytest.raises(CheckpointError, match="n_head cannot be inferred.*put the model's config.json"):
+        load_checkpoint(tmp_path)
+    shutil.copy(PARITY / "head64" / "config.json", tmp_path / "config.json")
     reference = np.load(PARITY / "head64" / "logits.npy")
-    logits = model(np.load(PARITY / "head64" / "ids.npy"))
+    logits = load_checkpoint(tmp_path)(np.load(PARITY / "head64" / "ids.npy"))
     assert np.abs(logits - reference).max() <= 1e-4 * np.abs(reference).max()
+
+
+def test_without_config_json_a_published_gpt2_shape_gives_its_config():
+    """gpt2-medium's 24 layers of width 1024 have 16 heads (shapes only: no weights are made)."""
+    config = GPT2Config(n_layer=24, n_head=16, n_embd=1024, n_ctx=1024, n_vocab=50257)
+    tensors = {name: np.broadcast_to(np.float32(0), shape) for name, shape in expected_shapes(config).items()}
+    assert infer_config(tensors, "gpt2-medium.safetensors") == config
 
 
 def test_f32_tensors_are_memory_mapped_not_copied(tmp_path):
@@ -228,7 +234,7 @@ def test_f32_tensors_are_memory_mapped_not_copied(tmp_path):
 
 def test_head_count_that_cannot_be_inferred_is_an_error(tmp_path):
     shutil.copy(PARITY / "head16" / "bare-f32.safetensors", tmp_path / "model.safetensors")  # n_embd 48
-    with pytest.raises(CheckpointError, match="n_embd=48 is not a multiple of GPT-2's head size 64"):
+    with pytest.raises(CheckpointError, match=r"n_embd=48\) are not those of a published GPT-2"):
         load_checkpoint(tmp_path)
 
 

@@ -181,18 +181,31 @@ class RandomTensor:
 def random_checkpoint(name, folder=None, config=None):
     """weights/random-<name>/model.safetensors: random F32 weights with the bare Hugging Face
     names and exact shapes of the published checkpoint `name` (or of the Hugging Face `config`
-    dict given), + config.json. Made once, then reused."""
+    dict given), + config.json. Made once, then reused. Both files are written to temporary
+    names and renamed into place, so a full disk or Ctrl-C never leaves a partial file there."""
     folder = Path(folder or weights_dir() / f"random-{name}")
     path = folder / "model.safetensors"
     if path.exists() and (folder / "config.json").exists():
         return path
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config or published_config(name), indent=2))
-    shapes = expected_shapes(config_from_json(folder / "config.json"))
-    n_bytes = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
-    print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {folder} (once)", file=sys.stderr, flush=True)
-    write_safetensors(path, {n: RandomTensor(n, shape) for n, shape in shapes.items()},
-                      metadata={"picogpt": f"random weights with the shapes of {name}"})
+    tmp = folder / f"config.json.{os.getpid()}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(config or published_config(name), indent=2))
+        os.replace(tmp, folder / "config.json")
+        shapes = expected_shapes(config_from_json(folder / "config.json"))
+        n_bytes = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
+        if shutil.disk_usage(folder).free < n_bytes:
+            raise PicoGPTError(f"bench: random-weight {name} needs {n_bytes / 1e9:.2f} GB in {folder} and only "
+                               f"{shutil.disk_usage(folder).free / 1e9:.2f} GB is free: free some space, set "
+                               "PICOGPT_WEIGHTS_DIR to another disk, or bench fewer --models")
+        print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {folder} (once)", file=sys.stderr, flush=True)
+        write_safetensors(path, {n: RandomTensor(n, shape) for n, shape in shapes.items()},
+                          metadata={"picogpt": f"random weights with the shapes of {name}"})
+    except OSError as e:
+        tmp.unlink(missing_ok=True) if folder.is_dir() else None
+        raise PicoGPTError(f"bench: could not write random-weight {name} to {folder} ({e.strerror or e}); "
+                           "nothing partial was left at model.safetensors: free some space, set "
+                           "PICOGPT_WEIGHTS_DIR to a writable disk, or bench fewer --models") from None
     return path
 
 

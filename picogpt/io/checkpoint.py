@@ -12,8 +12,10 @@ error that names the file and the tensor instead of garbage logits.
 """
 
 import json
+import math
 import mmap
 import os
+import secrets
 import struct
 from pathlib import Path
 
@@ -30,11 +32,23 @@ def _bf16_to_f32(raw):
     return (raw.astype(np.uint32) << 16).view(np.float32)
 
 
+def open_checkpoint(path):
+    """Open a checkpoint for reading, or say why it cannot be read (permissions, a folder...)."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} not found") from None
+    except OSError as e:
+        hint = ("check its permissions (ls -l; chmod a+r)" if isinstance(e, PermissionError)
+                else "check that it is a readable file")
+        raise CheckpointError(f"cannot read {path} ({e.strerror or e}): {hint}") from None
+
+
 def read_raw_header(path):
     """The header as parsed JSON (its __metadata__ included) and where the tensor data starts."""
     path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with open_checkpoint(path) as f:
+        size = os.fstat(f.fileno()).st_size
         prefix = f.read(8)
         if len(prefix) < 8:
             raise CheckpointError(f"{path}: file is {size} bytes, too short to be a safetensors file "
@@ -47,6 +61,9 @@ def read_raw_header(path):
             header = json.loads(f.read(n_header))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
+        except RecursionError:
+            raise CheckpointError(f"{path}: header nests too deeply to be a safetensors header "
+                                  "(corrupt or not a safetensors file)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: header is not a JSON object")
     return header, 8 + n_header
@@ -70,21 +87,26 @@ def read_header(path):
     return entries, data_start
 
 
+def is_count(v):
+    """A whole number >= 0 as JSON gives it (true and false are not counts)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def _validate_entry(path, name, info, n_data):
     try:
         dtype, shape, (begin, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
-        ok = all(isinstance(v, int) and v >= 0 for v in [*shape, begin, end])
+        ok = isinstance(dtype, str) and all(is_count(v) for v in [*shape, begin, end])
     except (KeyError, TypeError, ValueError):
         ok = False
     if not ok:
-        raise CheckpointError(f"{path}: tensor '{name}' has a malformed header entry: {info!r}")
+        raise CheckpointError(f"{path}: tensor '{name}' has a malformed header entry: {str(info)[:200]}")
     if dtype not in DTYPES:
-        raise CheckpointError(f"{path}: tensor '{name}' has dtype {dtype}; "
+        raise CheckpointError(f"{path}: tensor '{name}' has dtype {dtype[:20]}; "
                               f"picogpt reads {', '.join(DTYPES)}")
     if not begin <= end <= n_data:
         raise CheckpointError(f"{path}: tensor '{name}' has offsets [{begin}, {end}] outside the "
                               f"{n_data:,} bytes of tensor data (truncated file?)")
-    expected = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
+    expected = math.prod(shape) * DTYPES[dtype].itemsize  # exact: Python integers never overflow
     if end - begin != expected:
         raise CheckpointError(f"{path}: tensor '{name}' holds {end - begin:,} bytes but {dtype} "
                               f"x {shape} needs {expected:,}")
@@ -104,8 +126,8 @@ def read_safetensors(path):
     if not path.is_file():
         raise CheckpointError(f"{path} not found")
     entries, data_start = read_header(path)
-    with open(path, "rb") as f:
-        if path.stat().st_size == 0:
+    with open_checkpoint(path) as f:
+        if os.fstat(f.fileno()).st_size == 0:
             raise CheckpointError(f"{path}: empty file")
         buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # stays open via the arrays
     tensors = {}
@@ -128,7 +150,10 @@ def _f32_to_bf16(x):
 
 
 def write_safetensors(path, tensors, dtype="F32", metadata=None):
-    """Write {name: array} as a safetensors file, atomically (temporary file, then rename).
+    """Write {name: array} as a safetensors file, atomically: into a temporary file of a name no
+    other writer uses, flushed to disk, then renamed over `path`. So `path` is either absent, the
+    old file, or the whole new one; on any failure (a full disk, Ctrl-C) the temporary file is
+    deleted and the error raised.
 
     Tensors are converted and written one at a time, so writing GPT-2 XL (6.4 GB) needs no
     second copy of the weights in memory."""
@@ -144,12 +169,18 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # pad so tensor data starts 8-byte aligned
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for array in tensors.values():
-            array = np.asarray(array, np.float32)
-            raw = _f32_to_bf16(array) if dtype == "BF16" else np.ascontiguousarray(array, DTYPES[dtype])
-            f.write(raw.data)
-    os.replace(tmp, path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for array in tensors.values():
+                array = np.asarray(array, np.float32)
+                raw = _f32_to_bf16(array) if dtype == "BF16" else np.ascontiguousarray(array, DTYPES[dtype])
+                f.write(raw.data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -7,7 +7,9 @@ published sha256 before it is put in place:
     1. stream into `model.safetensors.part`, hashing while writing;
     2. if the connection breaks, the `.part` file stays, and the next run resumes it with an
        HTTP `Range` request (re-hashing the bytes already there);
-    3. only a file whose size and sha256 match is renamed (atomically) to `model.safetensors`.
+    3. only a file whose size and sha256 match is renamed (atomically) to `model.safetensors`;
+    4. if writing fails (a full disk, a file system that cannot hold the file), the `.part` file
+       is deleted, freeing the disk, and the error says how much room the file needs.
 
 So there is never a file at the final path that was not verified. `config.json` is written from
 the known hyperparameters (no network needed). Only the standard library speaks HTTP; tqdm draws
@@ -120,22 +122,35 @@ def open_url(url, start_byte=0):
     except urllib.error.HTTPError as e:
         if e.code == 416:  # range not satisfiable: the .part is already as long as the file (or longer)
             return e
+        if 300 <= e.code < 400:  # urllib gives up on a redirect loop (or too many redirects)
+            raise DownloadError(f"{url} redirects in a loop (HTTP {e.code}): check HF_ENDPOINT, "
+                                "or try again later") from None
         hint = ("the file or revision is not on the server; check HF_ENDPOINT"
                 if e.code == 404 else "the server refused; try again later")
-        raise DownloadError(f"HTTP {e.code} {e.reason} for {url}: {hint}") from None
+        raise DownloadError(f"HTTP {e.code} {' '.join(str(e.reason).split())} for {url}: {hint}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise DownloadError(f"could not connect to {url} ({reason}): check your network "
                             "connection (or HF_ENDPOINT) and run the same command again") from None
 
 
+def header_count(response, name, text):
+    """A byte count from an HTTP header, or a DownloadError if the server sent something else."""
+    if not text.strip().isdigit():
+        raise DownloadError(f"{response.geturl()}: the server sent an invalid {name} header {text[:40]!r} "
+                            "(expected a number of bytes): check HF_ENDPOINT, or try again later")
+    return int(text)
+
+
 def response_total_bytes(response, start_byte):
     """The size of the whole file, from Content-Range (206) or Content-Length (200); None if absent."""
     content_range = response.headers.get("Content-Range", "")
     if response.status == 206 and "/" in content_range and not content_range.endswith("*"):
-        return int(content_range.rsplit("/", 1)[1])
+        return header_count(response, "Content-Range", content_range.rsplit("/", 1)[1])
     length = response.headers.get("Content-Length")
-    return None if length is None else start_byte * (response.status == 206) + int(length)
+    if length is None:
+        return None
+    return start_byte * (response.status == 206) + header_count(response, "Content-Length", length)
 
 
 def resumes_at(response, start_byte):
@@ -148,8 +163,14 @@ def resumes_at(response, start_byte):
 # The download itself
 # ---------------------------------------------------------------------------------------------
 
+class PartWriteError(OSError):
+    """Writing the .part file failed: a full disk (ENOSPC), a file larger than the file system
+    allows (EFBIG), or a file we may not write."""
+
+
 def stream_to_part(response, part, hasher, n_have, n_total, label, progress):
-    """Append the response body to the .part file, hashing as we write. Returns bytes held."""
+    """Append the response body to the .part file, hashing as we write. Returns bytes held.
+    Raises DownloadError if the connection breaks, PartWriteError if writing fails."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=n_total, initial=n_have, unit="B", unit_scale=True, unit_divisor=1024,
@@ -164,9 +185,12 @@ def stream_to_part(response, part, hasher, n_have, n_total, label, progress):
                 if not chunk:
                     return n_have
                 f.write(chunk)
+                f.flush()
                 hasher.update(chunk)
                 n_have += len(chunk)
                 bar.update(len(chunk))
+    except OSError as e:  # from open, write, flush or close: ENOSPC, EFBIG, EACCES
+        raise PartWriteError(e.errno, e.strerror) from None
     finally:
         bar.close()
         response.close()
@@ -188,9 +212,26 @@ def write_config(folder, spec):
     """config.json from the known hyperparameters, written atomically."""
     path = Path(folder) / "config.json"
     tmp = path.with_name("config.json.tmp")
-    tmp.write_text(json.dumps(spec.config(), indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(spec.config(), indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise DownloadError(f"could not write {path} ({e.strerror or e}): free some disk space or "
+                            "set PICOGPT_WEIGHTS_DIR to a writable folder, then run the same command again") from None
     return path
+
+
+def make_folder(folder):
+    """Create the download folder, or explain why it cannot be (not writable, under a file)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".picogpt-write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise DownloadError(f"cannot write to the weights folder {folder} ({e.strerror or e}): set "
+                            "PICOGPT_WEIGHTS_DIR to a folder you can write to") from None
 
 
 def already_verified(final, spec):
@@ -242,7 +283,7 @@ def download_spec(spec, folder, progress=True, log=print):
     never leaves an unverified file at the final path.
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     final, part = folder / spec.filename, folder / (spec.filename + ".part")
     url = spec.url()
     if already_verified(final, spec):
@@ -274,6 +315,15 @@ def download_spec(spec, folder, progress=True, log=print):
     except DownloadError as e:
         raise DownloadError(f"{url}: {e}; the partial file {part} was kept — run the same command "
                             "again to resume") from None
+    except PartWriteError as e:
+        try:
+            part.unlink(missing_ok=True)  # frees the disk; nothing was put at the final path
+        except OSError:
+            pass
+        raise DownloadError(f"writing {part} failed ({e.strerror}): the "
+                            f"partial file was deleted and nothing was installed. {spec.name} needs "
+                            f"{n_expected / 1e9:,.2f} GB (in one file) on that disk: free some space or set "
+                            "PICOGPT_WEIGHTS_DIR to another disk, then run the same command again") from None
     if n_have < n_expected:
         raise DownloadError(f"{url}: connection closed after {n_have:,} of {n_expected:,} bytes; "
                             f"the partial file {part} was kept — run the same command again to resume")

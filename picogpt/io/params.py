@@ -6,6 +6,8 @@ Every name and shape is checked against the config before the model runs.
 """
 
 import json
+import math
+import numbers
 from pathlib import Path
 
 from ..errors import CheckpointError
@@ -13,6 +15,14 @@ from ..gpt2 import GPT2Config
 
 N_VOCAB = 50257  # GPT-2's BPE vocabulary (OpenAI's published checkpoints)
 N_CTX = 1024  # GPT-2's context length
+
+# The public OpenAI GPT-2 checkpoints on the Hugging Face hub (openai-community/<name>).
+PRETRAINED = {
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, params="124M"),
+    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, params="355M"),
+    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280, params="774M"),
+    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, params="1558M"),
+}
 
 
 def hf_config(n_layer, n_head, n_embd, n_ctx=N_CTX, n_vocab=N_VOCAB, layer_norm_epsilon=1e-5):
@@ -80,39 +90,74 @@ def strip_names(tensors):
     return out
 
 
+def validate_config(config, path="config"):
+    """Raise CheckpointError unless every size is a whole number >= 1, n_head divides n_embd,
+    and layer_norm_epsilon is a finite number > 0 (0 or less divides by zero, or by a negative
+    variance, in layer_norm). Returns the config."""
+    for key, json_key in (("n_layer", "n_layer"), ("n_head", "n_head"), ("n_embd", "n_embd"),
+                          ("n_ctx", "n_positions"), ("n_vocab", "vocab_size")):
+        value = getattr(config, key)
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise CheckpointError(f"{path}: {json_key}={value!r}, expected a whole number >= 1; "
+                                  "fix config.json (it must describe the checkpoint beside it)")
+    if config.n_embd % config.n_head:
+        raise CheckpointError(f"{path}: n_embd={config.n_embd} is not divisible by n_head={config.n_head} "
+                              "(each head takes n_embd / n_head of the width); fix config.json")
+    eps = config.layer_norm_epsilon
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps) or eps <= 0:
+        raise CheckpointError(f"{path}: layer_norm_epsilon={eps!r}, expected a finite number > 0 "
+                              "(GPT-2 uses 1e-05); fix config.json")
+    return config
+
+
 def config_from_json(path):
-    """Read the Hugging Face config.json keys GPT-2 needs."""
+    """Read the Hugging Face config.json keys GPT-2 needs, and validate them."""
     try:
         hf = json.loads(Path(path).read_text())
-        return GPT2Config(
-            n_layer=int(hf["n_layer"]), n_head=int(hf["n_head"]), n_embd=int(hf["n_embd"]),
-            n_ctx=int(hf.get("n_positions", hf.get("n_ctx"))), n_vocab=int(hf["vocab_size"]),
-            layer_norm_epsilon=float(hf.get("layer_norm_epsilon", 1e-5)))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        config = GPT2Config(
+            n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
+            n_ctx=hf.get("n_positions", hf.get("n_ctx")), n_vocab=hf["vocab_size"],
+            layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise CheckpointError(f"{path}: not a usable GPT-2 config.json ({type(e).__name__}: {e})") from None
+    return validate_config(config, path)
+
+
+def published_n_head(n_layer, n_embd):
+    """n_head of the published GPT-2 with this depth and width, or None if there is none."""
+    for shape in PRETRAINED.values():
+        if (shape["n_layer"], shape["n_embd"]) == (n_layer, n_embd):
+            return shape["n_head"]
+    return None
 
 
 def infer_config(tensors, path):
-    """With no config.json: read the sizes off the tensor shapes, assuming head size 64."""
+    """With no config.json: read the sizes off the tensor shapes.
+
+    The shapes give n_layer, n_embd, n_ctx and n_vocab but not n_head (any divisor of n_embd
+    fits the same tensors, and each gives different text). So n_head is inferred only when
+    n_layer and n_embd are those of a published GPT-2 (PRETRAINED: head size 64); any other
+    checkpoint is refused, with a request for its config.json."""
     try:
         n_vocab, n_embd = tensors["wte.weight"].shape
         n_ctx = tensors["wpe.weight"].shape[0]
-    except KeyError as e:
-        raise CheckpointError(f"{path}: tensor {e} is missing (is this a GPT-2 checkpoint?)") from None
-    if n_embd % 64:
-        raise CheckpointError(f"{path}: no config.json beside it, and n_embd={n_embd} is not a "
-                              "multiple of GPT-2's head size 64, so n_head cannot be inferred: "
-                              "put the model's config.json next to the checkpoint")
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(f"{path}: tensor {e} is missing or misshapen (is this a GPT-2 checkpoint?)") from None
     n_layer = len({name.split(".")[1] for name in tensors if name.startswith("h.")})
-    return GPT2Config(n_layer=n_layer, n_head=n_embd // 64, n_embd=n_embd,
-                      n_ctx=n_ctx, n_vocab=n_vocab)
+    n_head = published_n_head(n_layer, n_embd)
+    if n_head is None:
+        raise CheckpointError(f"{path}: no config.json beside it, and its shapes (n_layer={n_layer}, "
+                              f"n_embd={n_embd}) are not those of a published GPT-2, so its head count "
+                              "n_head cannot be inferred (each choice gives different text): put the "
+                              "model's config.json next to the checkpoint")
+    return validate_config(GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_ctx=n_ctx,
+                                      n_vocab=n_vocab), path)
 
 
 def params_from_tensors(tensors, config, path="checkpoint"):
     """Check every name and shape, then nest `h.3.attn.c_attn.weight` as
     params["h"][3]["attn"]["c_attn"]["weight"]."""
-    if config.n_embd % config.n_head:
-        raise CheckpointError(f"{path}: n_embd={config.n_embd} is not divisible by n_head={config.n_head}")
+    validate_config(config, path)
     layers = {int(part) for part in (name.split(".")[1] for name in tensors if name.startswith("h."))
               if part.isdigit()}
     extra_layers = sorted(layer for layer in layers if layer >= config.n_layer)

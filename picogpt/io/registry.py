@@ -13,17 +13,10 @@ from pathlib import Path
 
 from ..errors import CheckpointError, PicoGPTError
 from ..model import load_checkpoint
-from .params import hf_config
+from .params import PRETRAINED, hf_config  # PRETRAINED: the published GPT-2 shapes
 
 REPO_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
 
-# The public OpenAI GPT-2 checkpoints on the Hugging Face hub (openai-community/<name>).
-PRETRAINED = {
-    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, params="124M"),
-    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, params="355M"),
-    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280, params="774M"),
-    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, params="1558M"),
-}
 EMBEDDED = ("tiny-draft", "tiny-target")  # the teaching pair, committed in weights/
 
 
