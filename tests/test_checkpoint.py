@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import PARITY, random_tensors
+from picogpt.cli import main
 from picogpt.io.checkpoint import read_header, read_safetensors, write_safetensors
 from picogpt.errors import CheckpointError, PicoGPTError
 from picogpt.gpt2 import GPT2Config
@@ -80,6 +81,31 @@ def test_header_not_an_object(tmp_path):
 def test_malformed_entry_names_the_tensor(tmp_path):
     header = {"wte.weight": {"dtype": "F32", "shape": [2, -1], "data_offsets": [0, 8]}}
     expect_error(write_raw(tmp_path / "x.safetensors", header, bytes(8)), "'wte.weight'", "malformed")
+
+
+@pytest.mark.parametrize("entry", [
+    {"dtype": "F32", "shape": [True, 2], "data_offsets": [0, 8]},  # true is not a size
+    {"dtype": ["F16"], "shape": [4], "data_offsets": [0, 8]},  # a list is not a dtype
+    {"dtype": "F32", "shape": [2], "data_offsets": [False, 8]},
+    [1, 2, 3],
+])
+def test_hand_made_entries_of_the_wrong_type_are_malformed(tmp_path, entry):
+    path = write_raw(tmp_path / "x.safetensors", {"wte.weight": entry}, bytes(8))
+    expect_error(path, "'wte.weight'", "malformed")
+
+
+def test_shape_whose_element_count_overflows_int64(tmp_path):
+    """2**62 x 4 elements x 4 bytes wraps to 0 in int64: exactly, it is 2**66 bytes."""
+    header = {"wte.weight": {"dtype": "F32", "shape": [2**62, 4], "data_offsets": [0, 0]}}
+    path = write_raw(tmp_path / "x.safetensors", header, bytes(8))
+    expect_error(path, "'wte.weight'", "holds 0 bytes", f"needs {2**66:,}")
+
+
+def test_deeply_nested_header_is_one_error(tmp_path, capsys):
+    path = write_raw(tmp_path / "x.safetensors", b"[" * 200_000 + b"]" * 200_000)
+    expect_error(path, "nests too deeply")
+    assert main(["info", str(path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_offsets_out_of_range(tmp_path):

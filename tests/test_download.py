@@ -4,9 +4,13 @@ Every test serves a small file from a local HTTP server on 127.0.0.1 (HF_ENDPOIN
 it) under a test WeightSpec whose sha256 the test supplies; the real 6 GB files are never needed.
 """
 
+import builtins
+import errno
 import hashlib
 import http.server
 import json
+import os
+import pathlib
 import socket
 import threading
 from collections import namedtuple
@@ -28,7 +32,8 @@ PATH = f"/test-org/toy/resolve/{REVISION}/model.safetensors"
 
 class Server:
     """A tiny file server. `mode`: "ok" (honours Range), "cut" (the first response stops
-    halfway and closes the connection), "ignore-range" (always 200 with the whole file)."""
+    halfway and closes the connection), "ignore-range" (always 200 with the whole file),
+    "bad-length" (Content-Length: abc), "loop" (redirects to itself)."""
 
     def __init__(self):
         self.mode, self.requests, self.n_served = "ok", [], 0
@@ -39,6 +44,12 @@ class Server:
                 server.requests.append(dict(path=self.path, range=self.headers.get("Range")))
                 if self.path != PATH:
                     self.send_error(404, "Not Found")
+                    return
+                if server.mode == "loop":
+                    self.send_response(302)
+                    self.send_header("Location", PATH)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return
                 start = 0
                 if self.headers.get("Range") and server.mode != "ignore-range":
@@ -51,7 +62,7 @@ class Server:
                 else:
                     self.send_response(200)
                 body = PAYLOAD[start:]
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", "abc" if server.mode == "bad-length" else str(len(body)))
                 self.end_headers()
                 if server.mode == "cut" and server.n_served == 0:
                     body = body[: len(body) // 2]  # then the connection closes mid-file
@@ -283,6 +294,81 @@ def test_download_spec_raises_download_error(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: refused
     with pytest.raises(DownloadError, match="could not connect"):
         dl.download_spec(toy_spec(), tmp_path, progress=False, log=lambda message: None)
+
+
+# ---- the environment: full disks, unwritable folders, odd servers (issue 15) ----------------------
+
+class FillingFile:
+    """A file whose writes fail with `error` once `room` bytes are written (a disk filling up)."""
+
+    def __init__(self, f, room, error):
+        self.f, self.room, self.error = f, room, error
+
+    def write(self, data):
+        if self.room < len(data):
+            raise OSError(self.error, os.strerror(self.error))
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EFBIG])
+def test_disk_filling_during_the_download_deletes_the_part_and_says_what_to_do(server, monkeypatch, capsys, error):
+    files = register(monkeypatch)
+    monkeypatch.setattr(dl, "open", lambda path, mode="r": FillingFile(builtins.open(path, mode), 50_000, error),
+                        raising=False)
+    status, _, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2 and os.strerror(error) in line and "PICOGPT_WEIGHTS_DIR" in line
+    assert "run the same command again" in line
+    assert not files.final.exists() and not files.part.exists()
+
+
+def test_weights_folder_under_a_regular_file(server, monkeypatch, capsys, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("PICOGPT_WEIGHTS_DIR", str(tmp_path / "a-file" / "weights"))
+    register(monkeypatch)
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "cannot write to the weights folder" in error_line(err)
+    assert server.requests == []
+
+
+def test_weights_folder_that_cannot_be_written(server, monkeypatch, capsys):
+    """chmod does not stop root, so a refused write is simulated."""
+    files = register(monkeypatch)
+    files.final.parent.mkdir(parents=True)
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "touch", refuse)
+    monkeypatch.setattr(dl, "open", lambda path, mode="r": refuse(path), raising=False)
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "Permission denied" in error_line(err) and "PICOGPT_WEIGHTS_DIR" in err
+
+
+def test_invalid_content_length_is_one_line(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    server.mode = "bad-length"
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "invalid Content-Length header 'abc'" in error_line(err)
+    assert not files.final.exists()
+
+
+def test_redirect_loop_is_one_line(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    server.mode = "loop"
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "redirects in a loop" in error_line(err)
+    assert not files.final.exists()
 
 
 # ---- the pinned table ------------------------------------------------------------------------------

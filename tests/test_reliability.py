@@ -1,0 +1,325 @@
+"""Nothing silently wrong (issue 15): every fault is one clear PicoGPTError (one line, exit 2 on
+the command line), non-finite numbers are caught, a KV cache belongs to one model's shape, no
+head count is guessed, and nothing half-written is left where a good file is expected.
+
+Downloads' faults are tested in tests/test_download.py, malformed headers in test_checkpoint.py.
+"""
+
+import errno
+import io
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+import picogpt.io.checkpoint as checkpoint_module
+from helpers import random_gpt2, random_tensors
+from helpers_sampling import write_random_checkpoint
+from picogpt import autoregressive_sampling, speculative_sampling
+from picogpt.cli import main
+from picogpt.errors import CheckpointError, PicoGPTError
+from picogpt.gpt2 import GPT2Config
+from picogpt.io.checkpoint import write_safetensors
+from picogpt.io.params import params_from_tensors
+from picogpt.io.registry import REPO_WEIGHTS
+from picogpt.kv_cache import KVCache
+from picogpt.model import GPT2, load_checkpoint
+from picogpt.sampling import MIN_TEMPERATURE, distribution, validate_controls
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny random model folder with GPT-2's vocabulary, so the command line can decode it."""
+    return write_random_checkpoint(tmp_path_factory.mktemp("reliability") / "model", 1,
+                                   n_vocab=50257, n_ctx=48, n_embd=16)
+
+
+def run_main(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+# ---- the command line: one line and exit 2 -----------------------------------------------------
+
+def test_negative_seed_is_one_line_before_any_text(capsys, checkpoint):
+    code, out, err = run_main(capsys, "generate", "--model", str(checkpoint), "-n", "3", "--seed", "-1")
+    assert code == 2 and out == "" and "seed must be a whole number >= 0" in one_error_line(err)
+
+
+@pytest.mark.parametrize("seed", [-1, 2.5, True, "7"])
+def test_bad_seed_is_refused_by_both_samplers(seed):
+    model = random_gpt2()
+    with pytest.raises(PicoGPTError, match="seed must be"):
+        autoregressive_sampling(model, [1, 2], 2, seed=seed)
+    with pytest.raises(PicoGPTError, match="seed must be"):
+        speculative_sampling(model, model, [1, 2], 2, seed=seed)
+
+
+def refuse_to_open(monkeypatch, module, name="model.safetensors"):
+    """Make `open` in `module` fail as it does for a file the user may not read (chmod does
+    not stop root, so the refusal is simulated)."""
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if str(path).endswith(name):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(module, "open", fake_open, raising=False)
+
+
+def test_checkpoint_the_user_cannot_read_is_one_line(capsys, monkeypatch, checkpoint):
+    refuse_to_open(monkeypatch, checkpoint_module)
+    code, out, err = run_main(capsys, "info", str(checkpoint))
+    line = one_error_line(err)
+    assert code == 2 and out == "" and "cannot read" in line and "Permission denied" in line and "chmod" in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file whatever its mode (see the monkeypatched test)")
+def test_checkpoint_without_read_permission_is_one_line(capsys, tmp_path, checkpoint):
+    folder = shutil.copytree(checkpoint, tmp_path / "locked")
+    (folder / "model.safetensors").chmod(0)
+    code, _, err = run_main(capsys, "info", str(folder))
+    assert code == 2 and "Permission denied" in one_error_line(err)
+
+
+def test_bench_with_zero_runs_is_refused_before_measuring(capsys, monkeypatch):
+    import picogpt.bench
+
+    monkeypatch.setattr(picogpt.bench, "run_bench", lambda *a, **k: pytest.fail("bench ran with --runs 0"))
+    code, _, err = run_main(capsys, "bench", "--runs", "0", "--models", "tiny-draft", "--no-torch")
+    assert code == 2 and "--runs 0" in one_error_line(err)
+
+
+@pytest.mark.parametrize("encoding, prompt", [("cp1252", "日本語 says"), ("utf-8", "bad byte \udcff")])
+def test_stdout_that_cannot_encode_the_text_still_prints(monkeypatch, capsys, checkpoint, encoding, prompt):
+    """A Windows console (cp1252) cannot show CJK; strict UTF-8 cannot show the lone surrogate
+    that a non-UTF-8 byte in argv becomes: both are printed as backslash escapes."""
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding=encoding, errors="strict"))
+    code = main(["generate", "--model", str(checkpoint), "--prompt", prompt, "-n", "4", "--seed", "3"])
+    sys.stdout.flush()
+    text = raw.getvalue().decode(encoding)
+    assert code == 0, capsys.readouterr().err
+    assert text.startswith(prompt.encode(encoding, "backslashreplace").decode(encoding))
+    assert "4 tokens in" in text
+
+
+def test_an_error_message_with_line_breaks_is_printed_on_one_line(capsys, monkeypatch):
+    import picogpt.io.registry as registry
+
+    def fail(*args, **kwargs):
+        raise PicoGPTError("first line\nsecond line\nthird line")
+
+    monkeypatch.setattr(registry, "load", fail)
+    code, _, err = run_main(capsys, "info", "gpt2")
+    assert code == 2 and one_error_line(err) == "error: first line second line third line"
+
+
+def test_an_os_error_from_the_environment_is_one_line(capsys, monkeypatch):
+    import picogpt.io.registry as registry
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "/some/where")
+
+    monkeypatch.setattr(registry, "load", fail)
+    code, _, err = run_main(capsys, "info", "gpt2")
+    line = one_error_line(err)
+    assert code == 2 and "No space left on device (/some/where)" in line
+
+
+# ---- nothing half-written at a final path ---------------------------------------------------------
+
+class FailsOnDisk:
+    """A tensor whose bytes cannot be written: converting it raises the full disk's OSError."""
+
+    def __init__(self, shape, error=errno.ENOSPC):
+        self.shape, self.error = shape, error
+
+    def __array__(self, dtype=None, copy=None):
+        raise OSError(self.error, os.strerror(self.error))
+
+
+def test_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, {"a": np.ones(3, np.float32)})
+    before = path.read_bytes()
+    with pytest.raises(OSError, match="No space left"):
+        write_safetensors(path, {"a": np.zeros(3, np.float32), "b": FailsOnDisk((4,))})
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
+
+
+def test_bench_random_checkpoint_on_a_full_disk_is_one_error_and_no_partial_file(tmp_path, monkeypatch):
+    import picogpt.bench.run as bench_run
+
+    monkeypatch.setattr(bench_run, "RandomTensor", lambda name, shape: FailsOnDisk(shape))
+    config = {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 6, "vocab_size": 11}
+    with pytest.raises(PicoGPTError, match="could not write random-weight toy.*No space left"):
+        bench_run.random_checkpoint("toy", folder=tmp_path / "random-toy", config=config)
+    assert not (tmp_path / "random-toy" / "model.safetensors").exists()
+    assert not list((tmp_path / "random-toy").glob("*.tmp"))
+
+
+def test_bench_random_checkpoint_too_big_for_the_disk_is_refused_before_writing(tmp_path, monkeypatch):
+    import picogpt.bench.run as bench_run
+
+    monkeypatch.setattr(bench_run.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**6, 10**6, 100))
+    config = {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 6, "vocab_size": 11}
+    with pytest.raises(PicoGPTError, match="needs .* GB .* free some space"):
+        bench_run.random_checkpoint("toy", folder=tmp_path / "random-toy", config=config)
+    assert not (tmp_path / "random-toy" / "model.safetensors").exists()
+
+
+# ---- configs are validated on load ------------------------------------------------------------------
+
+GOOD = {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 6, "vocab_size": 11}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"n_head": 0}, "n_head=0, expected a whole number >= 1"),
+    ({"n_head": -2}, "n_head=-2, expected a whole number >= 1"),
+    ({"n_head": 3}, "n_embd=8 is not divisible by n_head=3"),
+    ({"n_layer": 1.5}, "n_layer=1.5, expected a whole number"),
+    ({"n_layer": True}, "n_layer=True, expected a whole number"),
+    ({"n_positions": 0}, "n_positions=0, expected a whole number >= 1"),
+    ({"vocab_size": "11"}, "vocab_size='11', expected a whole number"),
+    ({"layer_norm_epsilon": -1}, "layer_norm_epsilon=-1, expected a finite number > 0"),
+    ({"layer_norm_epsilon": 0}, "layer_norm_epsilon=0, expected a finite number > 0"),
+])
+def test_bad_config_json_is_refused_on_load(tmp_path, capsys, change, message):
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=8, n_ctx=6, n_vocab=11)
+    write_safetensors(tmp_path / "model.safetensors", random_tensors(config))
+    (tmp_path / "config.json").write_text(json.dumps(GOOD | change))
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(tmp_path)
+    code, _, err = run_main(capsys, "info", str(tmp_path))
+    assert code == 2 and message in one_error_line(err)
+
+
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), -1e-5])
+def test_a_model_made_in_python_with_a_bad_config_is_refused(eps):
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=8, n_ctx=6, n_vocab=11, layer_norm_epsilon=eps)
+    with pytest.raises(CheckpointError, match="layer_norm_epsilon"):
+        params_from_tensors(random_tensors(config), config)
+    with pytest.raises(CheckpointError, match="layer_norm_epsilon"):
+        GPT2({}, config)
+
+
+def test_tiny_draft_without_its_config_is_refused_not_guessed(tmp_path):
+    """tiny-draft has 2 heads; its shapes alone fit 1 head too, which gives other text."""
+    source = REPO_WEIGHTS / "tiny-draft" / "model.safetensors"
+    if not source.exists():
+        pytest.skip("weights/tiny-draft is not in this checkout")
+    shutil.copy(source, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="n_head cannot be inferred.*config.json next to the checkpoint"):
+        load_checkpoint(tmp_path)
+
+
+# ---- non-finite numbers ------------------------------------------------------------------------------
+
+def spoiled(value, name="h.0.mlp.c_fc.weight", seed=0):
+    """A random GPT-2 with one weight set to `value` (NaN or inf)."""
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=32, n_vocab=50)
+    tensors = random_tensors(config, seed)
+    tensors[name][0, 0] = value
+    return GPT2(params_from_tensors(tensors, config), config, f"spoiled-{value}")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+@pytest.mark.parametrize("fast", [True, False])
+def test_non_finite_weights_raise_naming_the_model(value, fast):
+    model = spoiled(value)
+    model.fast = fast
+    with pytest.raises(PicoGPTError, match=f"spoiled-{value} produced non-finite logits.*weights"):
+        model([1, 2, 3])
+    with pytest.raises(PicoGPTError, match="non-finite logits"):
+        model.plain([1, 2, 3])
+    with pytest.raises(PicoGPTError, match="non-finite logits"):
+        autoregressive_sampling(model, [1, 2], 5, seed=0)
+
+
+def test_a_nan_draft_stops_speculative_sampling_instead_of_faking_alpha():
+    draft, target = spoiled(np.nan, seed=1), spoiled(0.1, seed=2)
+    with pytest.raises(PicoGPTError, match="spoiled-nan produced non-finite logits"):
+        speculative_sampling(draft, target, [1, 2], 8, K=3, seed=0)
+    with pytest.raises(PicoGPTError, match="spoiled-nan produced non-finite logits"):
+        speculative_sampling(target, draft, [1, 2], 8, K=3, seed=0)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_distribution_refuses_non_finite_logits(bad):
+    with pytest.raises(PicoGPTError, match="NaN or inf"):
+        distribution(np.array([0.0, 1.0, bad]), temperature=0.7)
+
+
+def test_a_temperature_so_small_it_overflows_is_refused_everywhere(capsys, checkpoint):
+    model = random_gpt2()
+    for temperature in (1e-310, 5e-324, MIN_TEMPERATURE / 2):
+        with pytest.raises(PicoGPTError, match="use temperature=0 for greedy"):
+            validate_controls(temperature)
+        with pytest.raises(PicoGPTError, match="use temperature=0 for greedy"):
+            distribution(np.array([1.0, 2.0]), temperature)
+        with pytest.raises(PicoGPTError, match="use temperature=0 for greedy"):
+            autoregressive_sampling(model, [1], 2, temperature=temperature)
+        with pytest.raises(PicoGPTError, match="use temperature=0 for greedy"):
+            speculative_sampling(model, model, [1], 2, temperature=temperature)
+    code, out, err = run_main(capsys, "generate", "--model", str(checkpoint), "--temperature", "1e-310")
+    assert code == 2 and out == "" and "temperature=0" in one_error_line(err)
+
+
+def test_the_smallest_accepted_temperature_is_greedy_and_finite():
+    logits = random_gpt2()([1, 2, 3])[-1]
+    probs = distribution(logits, MIN_TEMPERATURE)
+    assert np.isfinite(probs).all() and np.array_equal(probs, distribution(logits, 0))
+
+
+# ---- a KV cache belongs to one model's shape ----------------------------------------------------------
+
+@pytest.mark.parametrize("n", [2.5, True, np.bool_(True), "1", None, -1, 4])
+def test_truncate_takes_a_whole_number_in_range(n):
+    model = random_gpt2()
+    cache = model.new_cache()
+    model([1, 2, 3], cache)
+    with pytest.raises(PicoGPTError, match="truncate"):
+        cache.truncate(n)
+    assert len(cache) == 3
+
+
+def test_truncate_accepts_numpy_integers():
+    model = random_gpt2()
+    cache = model.new_cache()
+    model([1, 2, 3], cache)
+    cache.truncate(np.int64(2))
+    assert len(cache) == 2 and type(cache.length) is int
+    assert np.allclose(model([3], cache), model([1, 2, 3])[-1:], atol=1e-5)
+
+
+def test_a_cache_made_for_another_model_is_refused_both_ways():
+    draft, target = random_gpt2(n_layer=1, seed=1), random_gpt2(n_layer=2, seed=2)
+    target.name = "the-target"
+    for model, other in ((draft, target), (target, draft)):
+        cache = other.new_cache()
+        with pytest.raises(PicoGPTError, match=f"this cache was made for a model with n_layer={other.config.n_layer}, "
+                                               f".*not {model.name}"):
+            model([1, 2], cache)
+        with pytest.raises(PicoGPTError, match="this cache was made for"):
+            model.plain([1, 2], cache)
+        assert len(cache) == 0
+
+
+def test_a_cache_of_another_context_length_is_refused():
+    model = random_gpt2()
+    c = model.config
+    with pytest.raises(PicoGPTError, match="n_ctx=16"):
+        model([1], KVCache(c.n_layer, c.n_head, c.head_dim, 16))
