@@ -260,8 +260,11 @@ def tolerant_stdout():
 
 
 def main(argv=None):
+    import numpy as np
+
     args = build_parser().parse_args(argv)
     tolerant_stdout()
+    np.seterr(all="ignore")  # NaN or inf logits are reported by the model's own check, in one line
     try:
         return args.run(args) or 0
     except PicoGPTError as e:

