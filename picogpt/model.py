@@ -24,10 +24,10 @@ IN_MEMORY = (False, True, "background")
 class GPT2:
     """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes.
 
-    With fast=True (the default) both run `gpt2` on the fast path: perf/layout.py's weights,
-    transposed once by `prepare`, multiplied by perf/kernels.py's `matmul`. `model.plain(...)`
-    (or fast=False) runs `gpt2` as written, np.matmul on the checkpoint's own arrays. Treat
-    `params` as read-only once the model has run.
+    With fast=True (the default) both run `gpt2` with perf/kernels.py's `matmul`, which reads
+    the same weights once for all rows on all cores; `model.plain(...)` (or fast=False) runs
+    `gpt2` as written, with np.matmul. Both read the checkpoint's own arrays (memory-mapped, or
+    copied into memory with in_memory: perf/layout.py). Treat `params` as read-only.
     """
 
     def __init__(self, params, config, name="gpt2", checkpoint=None, in_memory=False, fast=True):
@@ -36,7 +36,7 @@ class GPT2:
                                "into memory when the model is first run) or 'background' (copied while it runs)")
         self.params, self.config, self.name = params, validate_config(config, name), name
         self.checkpoint = checkpoint  # the file params were read from, if any
-        self.in_memory = in_memory  # copy the fast path's weights out of the mapped files
+        self.in_memory = in_memory  # copy the fast path's weights out of the mapped file
         self.fast = fast  # run on the fast path (perf/) or as gpt2.py reads
         self.fast_params = None
         self.copying = None  # the background copy's thread, with in_memory="background"
@@ -110,12 +110,13 @@ class GPT2:
         return logits
 
     def prepare(self):
-        """Get the fast path's transposed weights now rather than on the first call (layout.py:
-        GPT-2 small and bigger keep them in a file beside the checkpoint, made once, and
-        memory-map it; with in_memory=True they are then copied into this process, and with
-        in_memory="background" copied while the model already runs: self.copying.join() waits)."""
+        """Get ready for the fast path: OpenBLAS on one thread, our threads sharing the work
+        (kernels.use_own_threads), and the weights: the mapped arrays as they are, or with
+        in_memory=True copied into this process now, or with in_memory="background" copied
+        while the model already runs (self.copying.join() waits for the copy)."""
         if self.fast_params is None:
-            fast_params = layout.fast_params(self.params, self.checkpoint)
+            kernels.use_own_threads()
+            fast_params = self.params
             if self.in_memory == "background":
                 fast_params, self.copying = layout.in_memory_in_background(fast_params, self.name)
             elif self.in_memory:
@@ -125,7 +126,7 @@ class GPT2:
 
     def __call__(self, ids, cache=None):
         ids = self.validate_inputs(ids, cache)
-        if self.fast:  # the fast path: the same forward pass, another weight layout and matmul
+        if self.fast:  # the fast path: the same forward pass and weights, a faster matmul
             return self.ensure_finite(gpt2(ids, self.prepare().fast_params, self.config, cache,
                                            matmul=kernels.matmul))
         return self.ensure_finite(gpt2(ids, self.params, self.config, cache))

@@ -1,57 +1,107 @@
-"""Fast matrix products for decoding: the `matmul` that picogpt/model.py hands the forward pass.
+"""Fast matrix products for decoding: the `matmul` that picogpt/model.py hands gpt2.py.
 
-Decoding a token reads every weight once and does two flops per weight, so on a CPU it is
-bound by memory bandwidth, not arithmetic. Scoring K+1 positions in one call (speculative
-sampling, Algorithm 2) should then cost about as much as decoding one, *if* the matrix product
-streams each weight once for all rows. NumPy's BLAS (OpenBLAS) does that for one row (a
-matrix-vector product, GEMV) but not for a few: its matrix-matrix product first copies ("packs")
-the weights into cache-sized panels, and for 2-9 rows that copy costs more than the arithmetic.
-Measured at GPT-2 XL shapes on one core: `x @ W` with 5 rows takes ~3.5x as long as with 1 row.
+They read the checkpoint's own weights, exactly the arrays gpt2.py multiplies by: linear weights
+W [n_in, n_out] (GPT-2's Conv1D layout, C-contiguous, memory-mapped from model.safetensors) and
+the LM head wte.T (an F-contiguous view of wte [n_vocab, n_embd]). Nothing is copied or written.
 
-What we do instead (see `python -m picogpt bench` and benchmarks/README.md for the numbers),
-on weights laid out transposed, [n_out, n_in] (perf/layout.py makes them):
-- one row through a big matrix: OpenBLAS's GEMV, `weight_t @ x`, which streams the weights on
-  all cores at the machine's bandwidth (the bench's ceiling is measured with it);
-- a few rows (2..16, speculative scoring): blocks of up to 64 output rows,
-  `[n_rows, n_in] @ [n_in, 64]`, each small enough for OpenBLAS's copy-free small-matrix kernel
-  and read once for all rows; for a big matrix the blocks are shared out among the cores by our
-  own threads, each writing its part of the result in place;
-- small matrices (under BIG_MATRIX weights, e.g. the embedded pair's layers) stay on one core,
-  as blocks: handing work to a thread costs tens of microseconds, more than they take;
-- many rows (a long prompt) go to the ordinary GEMM, which is compute-bound there.
+Decoding a token reads every weight once for two flops per weight, so on a CPU it waits on
+memory, not arithmetic. Scoring K + 1 positions in one call (Algorithm 2) should then cost
+about one decode, *if* the product reads each weight once for all rows. What NumPy's OpenBLAS
+offers for that (measured at GPT-2 XL shapes, 5 rows, as a multiple of a one-row product;
+benchmarks/README.md, "Kernels"):
+- `x @ W`: ~2.8x. OpenBLAS copies ("packs") the weights before multiplying, and its unpacked
+  small-matrix kernel is switched off for this CPU (AVX2); even on weights already in cache its
+  GEMM for 2-9 rows runs below memory speed.
+- its matrix-vector product (GEMV) is the one primitive that is fast: it streams weights from
+  memory at full bandwidth, and re-reads weights already in the L2 cache several times faster.
+So `tiled` cuts W into tiles of ~80 KB and, for each tile, runs one GEMV per row: the first row
+brings the tile into L2, the others re-read it from there. Cost ~ 1 + 0.17 (n_rows - 1) one-row
+products on the bench machine: ~1.8x for 5 rows. A kernel that applies all rows per weight load
+(~1.1x) needs compiled code; picogpt stays NumPy-only.
 
-`matmul(x, weight)` computes the same product as `x @ weight` for the weights the forward
-pass multiplies by; only the summation order inside each dot product differs (~1e-6).
+Threads: OpenBLAS's own threads spin ~0.1 s after each call and slow whatever runs next (the
+other model's call, in a sampling loop), and fight over the cores when the machine is busy. So
+the fast path runs OpenBLAS on ONE thread (`use_own_threads`, called when a model first runs on
+it) and shares every big product, one row or many, among its own threads, which take chunks
+from a common counter: a thread the OS delays does not hold the others up. PICOGPT_THREADS sets
+how many (default: the cores this process may use).
 """
 
+import ctypes
+import glob
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-MAX_BLOCK_ROWS = 64  # output rows per block (16 to 128 measured alike for 2..5 rows, cold caches)
-SMALL_GEMM = 1_000_000  # block rows * n_in * n_rows: above ~1e6 OpenBLAS packs again (measured)
-MAX_STREAMED_ROWS = 16  # more input rows than this (a long prompt) go to the ordinary GEMM
-BIG_MATRIX = 1 << 20  # weights; bigger matrices are multiplied on all cores (measured, see above)
+from ..errors import PicoGPTError
 
+TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 floats at XL)
+MAX_TILED_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
+BIG_MATRIX = 1 << 20  # weights; smaller matrices stay on one core (a thread hand-off costs ~70 us)
+CHUNKS_PER_THREAD = 4
+THREADS_ENV = "PICOGPT_THREADS"
+
+
+# ---- threads ---------------------------------------------------------------------------------
 
 def n_threads():
-    """CPU cores this process may use (the `bench` compares PyTorch at the same count)."""
+    """Threads the fast path uses: $PICOGPT_THREADS, else the cores this process may use."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise PicoGPTError(f"{THREADS_ENV}={value!r}: expected a whole number of threads, 1 or more")
+        return int(value)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
 
 
-_pool = None
+def openblas_thread_setter():
+    """openblas_set_num_threads from the OpenBLAS that NumPy ships, or None if not found."""
+    numpy_dir = os.path.dirname(np.__file__)
+    for pattern in ("../numpy.libs/*openblas*", ".libs/*openblas*", ".dylibs/*openblas*", "../numpy/.dylibs/*openblas*"):
+        for path in sorted(glob.glob(os.path.join(numpy_dir, pattern))):
+            try:
+                library = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                         "openblas_set_num_threads64_", "openblas_set_num_threads"):
+                if hasattr(library, name):
+                    setter = getattr(library, name)
+                    setter.argtypes, setter.restype = [ctypes.c_int], None
+                    return setter
+    return None
+
+
+_blas_pinned = False
+
+
+def use_own_threads():
+    """Run OpenBLAS on one thread from now on, in this whole process (our threads share the
+    work instead; see the module docstring). Returns whether OpenBLAS was found."""
+    global _blas_pinned
+    if not _blas_pinned:
+        setter = openblas_thread_setter()
+        if setter is None:
+            return False
+        setter(1)
+        _blas_pinned = True
+    return True
+
+
+_pool, _pool_size = None, 0
 
 
 def pool():
-    """Helper threads, one per core, created on first use; NumPy releases the GIL in matmul."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=n_threads(), thread_name_prefix="picogpt")
+    """Helper threads (n_threads() - 1: the calling thread works too), made on first use."""
+    global _pool, _pool_size
+    size = max(1, n_threads() - 1)
+    if _pool is None or _pool_size != size:
+        _pool, _pool_size = ThreadPoolExecutor(max_workers=size, thread_name_prefix="picogpt"), size
     return _pool
 
 
@@ -95,8 +145,8 @@ class Chunks:
             raise self.error
 
 
-def parallel(function, n_items, chunks_per_thread=4):
-    """Call function(start, stop) on consecutive chunks of range(n_items), on all cores.
+def parallel(function, n_items, chunks_per_thread=CHUNKS_PER_THREAD):
+    """Call function(start, stop) on consecutive chunks of range(n_items), on all threads.
 
     The calling thread works too, and chunks go to whichever thread is free, so on a busy
     machine, where a helper thread may wait milliseconds for a core, the caller does not wait
@@ -111,84 +161,116 @@ def parallel(function, n_items, chunks_per_thread=4):
     chunks.wait()
 
 
-def rows_per_block(n_in, n_rows):
-    """Output rows per block: at most 64, and small enough to stay on the unpacked kernel."""
-    return max(1, min(SMALL_GEMM // (n_in * n_rows), MAX_BLOCK_ROWS))
+def bands(n, n_parts):
+    """[(start, stop)] cutting range(n) into n_parts contiguous bands."""
+    edges = [n * i // n_parts for i in range(n_parts + 1)]
+    return list(zip(edges[:-1], edges[1:]))
 
 
-def matmul_transposed(x, weight_t):
-    """x @ weight_t.T, streaming weight_t [n_out, n_in] once: [n_rows, n_in] -> [n_rows, n_out]."""
-    n_rows = x.shape[0]
-    if n_rows > MAX_STREAMED_ROWS:
-        return x @ weight_t.T  # GEMM for long prompts
-    if n_rows == 1 and weight_t.size >= BIG_MATRIX:
-        return (weight_t @ x[0])[None]  # GEMV: [n_out, n_in] @ [n_in] on OpenBLAS's threads
-    return streamed(x, weight_t)
+# ---- the products ----------------------------------------------------------------------------
+
+def split_inputs(x, W):
+    """x @ W with W's rows (the inputs) cut into one band per thread, the partial products
+    added: one row (GEMV) or many (GEMM). [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    parts = bands(W.shape[0], min(n_threads(), W.shape[0]))
+    partial = [None] * len(parts)
+
+    def multiply(start, stop):
+        for i in range(start, stop):
+            lo, hi = parts[i]
+            partial[i] = x[:, lo:hi] @ W[lo:hi]
+
+    parallel(multiply, len(parts), chunks_per_thread=1)
+    return np.sum(partial, axis=0, dtype=np.float32) if len(partial) > 1 else partial[0]
 
 
-def streamed(x, weight_t):
-    """x @ weight_t.T in blocks of output rows, [n_rows, n_in] @ [n_in, block] each, every
-    block read once for all rows; shared out among the cores when weight_t is big.
+def divisor_near(n, target, low, high):
+    """The divisor of n in [low, high] closest to target, or None."""
+    divisors = [d for d in range(max(1, low), min(high, n) + 1) if n % d == 0]
+    return min(divisors, key=lambda d: abs(d - target)) if divisors else None
+
+
+def tile_shape(n_in, n_out):
+    """(b, c): tiles of b input rows x c output columns, about TILE_BYTES, dividing W if they can."""
+    c = divisor_near(n_out, 320, 128, 512) or min(n_out, 320)
+    b = max(8, min(n_in, TILE_BYTES // (4 * c)))
+    return divisor_near(n_in, b, max(8, b // 2), 2 * b) or b, c
+
+
+def tiled(x, W):
+    """x @ W for a few rows, W [n_in, n_out] C-contiguous: for each tile, one GEMV per row (the
+    first streams the tile from memory, the rest re-read it from L2), all in one np.matmul per
+    chunk of tiles; a partial sum per band of b input rows, added at the end.
     [n_rows, n_in] -> [n_rows, n_out]."""
-    n_rows = x.shape[0]
-    n_out, n_in = weight_t.shape
-    if n_rows == 1:  # a single row would go to OpenBLAS's GEMV, which starts threads of its own
-        x = np.concatenate([x, np.zeros_like(x)])
-    out = np.empty((x.shape[0], n_out), np.float32)
-    block = min(rows_per_block(n_in, x.shape[0]), n_out)
-    n_blocks = n_out // block
-    end = n_blocks * block
-    blocks_in = weight_t[:end].reshape(n_blocks, block, n_in).transpose(0, 2, 1)  # [n, n_in, block]
-    blocks_out = out[:, :end].reshape(-1, n_blocks, block).transpose(1, 0, 2)  # [n, n_rows, block]
+    n_rows, n_in = x.shape
+    n_out = W.shape[1]
+    b, c = tile_shape(n_in, n_out)
+    n_bands, n_cols = n_in // b, n_out // c
+    in_end, out_end = n_bands * b, n_cols * c
+    row_stride, col_stride = W.strides
+    tiles = np.lib.stride_tricks.as_strided(  # a view of W: [n_bands, n_cols, 1, b, c]
+        W, (n_bands, n_cols, 1, b, c), (b * row_stride, c * col_stride, 0, row_stride, col_stride),
+        writeable=False)
+    x_bands = x[:, :in_end].reshape(n_rows, n_bands, b).transpose(1, 0, 2)[:, None, :, None, :]
+    partial = np.empty((n_bands, n_cols, n_rows, 1, c), np.float32)  # [n_bands, n_cols, n_rows, 1, c]
 
-    def multiply(start, stop):  # [n_rows, n_in] @ [n, n_in, block] -> [n, n_rows, block]
-        np.matmul(x, blocks_in[start:stop], out=blocks_out[start:stop])
+    def multiply(start, stop):  # [.., 1, n_rows, 1, b] @ [.., n_cols, 1, b, c] -> [.., n_cols, n_rows, 1, c]
+        np.matmul(x_bands[start:stop], tiles[start:stop], out=partial[start:stop])
 
-    if weight_t.size >= BIG_MATRIX:
-        parallel(multiply, n_blocks)
+    if W.size >= BIG_MATRIX:
+        parallel(multiply, n_bands)
     else:
-        multiply(0, n_blocks)
-    if end < n_out:  # the last n_out % block rows
-        np.matmul(x, weight_t[end:].T, out=out[:, end:])
-    return out[:n_rows]
-
-
-def transpose(weight, out=None):
-    """A C-contiguous copy of weight.T, made in bands of 64 rows (cache-friendly)."""
-    n_in, n_out = weight.shape
-    out = np.empty((n_out, n_in), np.float32) if out is None else out
-    for start in range(0, n_in, 64):
-        out[:, start:start + 64] = weight[start:start + 64].T
+        multiply(0, n_bands)
+    out = np.empty((n_rows, n_out), np.float32)
+    out[:, :out_end].reshape(n_rows, n_cols, c)[...] = partial.sum(0)[:, :, 0].transpose(1, 0, 2)
+    if in_end < n_in:  # input rows left over (none at GPT-2's shapes)
+        out[:, :out_end] += x[:, in_end:] @ W[in_end:, :out_end]
+    if out_end < n_out:  # output columns left over
+        out[:, out_end:] = x @ W[:, out_end:]
     return out
 
 
-class TransposedWeight:
-    """A linear layer's weight [n_in, n_out], stored transposed, `.t` [n_out, n_in]:
-    `matmul(x, weight)` multiplies by it with `matmul_transposed`."""
+def by_output_rows(x, W_t):
+    """x @ W_t.T for W_t [n_out, n_in] C-contiguous (the LM head: W_t is wte): whole rows of W_t
+    in tiles of about TILE_BYTES, one GEMV per row of x on each tile (full dot products, nothing
+    to add up), tiles shared among the threads. [n_rows, n_in] -> [n_rows, n_out]."""
+    n_rows, n_in = x.shape
+    n_out = W_t.shape[0]
+    c = max(1, min(n_out, TILE_BYTES // (4 * n_in)))
+    n_tiles = n_out // c
+    end = n_tiles * c
+    tiles = W_t[:end].reshape(n_tiles, 1, c, n_in)  # contiguous: [n_tiles, 1, c, n_in]
+    x_column = x.reshape(1, n_rows, n_in, 1)
+    out = np.empty((n_rows, n_out), np.float32)
+    out_tiles = out[:, :end].reshape(n_rows, n_tiles, c).transpose(1, 0, 2)[..., None]  # [n_tiles, n_rows, c, 1]
 
-    def __init__(self, weight_t):
-        self.t = weight_t
+    def multiply(start, stop):  # [.., 1, c, n_in] @ [1, n_rows, n_in, 1] -> [.., n_rows, c, 1]
+        np.matmul(tiles[start:stop], x_column, out=out_tiles[start:stop])
 
-    @property
-    def shape(self):
-        return self.t.shape[::-1]
-
-
-class TiedEmbedding:
-    """GPT-2's token embedding wte [n_vocab, n_embd]: `wte[ids]` looks rows up, and `wte.T`,
-    the LM head [n_embd, n_vocab], is already stored transposed, so it needs no copy."""
-
-    def __init__(self, wte):
-        self.wte = wte
-        self.T = TransposedWeight(wte)
-
-    def __getitem__(self, ids):
-        return self.wte[ids]
+    if W_t.size >= BIG_MATRIX:
+        parallel(multiply, n_tiles)
+    else:
+        multiply(0, n_tiles)
+    if end < n_out:
+        out[:, end:] = x @ W_t[end:].T
+    return out
 
 
-def matmul(x, weight):
-    """x @ weight for the forward pass (gpt2.gpt2's `matmul`): a TransposedWeight goes to
-    matmul_transposed, any other array to np.matmul. [n_rows, n_in] -> [n_rows, n_out]."""
-    if isinstance(weight, TransposedWeight):
-        return matmul_transposed(x, weight.t)
-    return x @ weight
+def matmul(x, W):
+    """x @ W for the forward pass (gpt2.gpt2's `matmul`), reading W once for all rows of x.
+
+    W is a linear weight [n_in, n_out] (C-contiguous) or the LM head wte.T (F-contiguous); small
+    matrices, and any other array, go to np.matmul. [n_rows, n_in] -> [n_rows, n_out], float32;
+    equal to x @ W up to the order of summation (~1e-6 relative)."""
+    n_rows = x.shape[0]
+    if W.ndim != 2 or W.dtype != np.float32 or x.dtype != np.float32 or W.size < BIG_MATRIX:
+        return x @ W
+    if W.flags.c_contiguous:
+        if n_rows == 1 or n_rows > MAX_TILED_ROWS:
+            return split_inputs(x, W)  # GEMV, or GEMM for a prompt, on all threads
+        return tiled(np.ascontiguousarray(x), W)
+    if W.flags.f_contiguous:
+        if n_rows > MAX_TILED_ROWS:
+            return split_inputs(x, W)
+        return by_output_rows(np.ascontiguousarray(x), W.T)
+    return x @ W
