@@ -1,0 +1,586 @@
+"""Every multi-row product tried for the fast path, measured on the checkpoint's own layout.
+
+Speculative sampling (Algorithm 2) scores K + 1 positions in one target call. Each linear weight
+W [n_in, n_out] (GPT-2's Conv1D layout, as model.safetensors stores it) is then multiplied by a
+few rows, x [n_rows, n_in] @ W -> [n_rows, n_out]. On a CPU that product waits on memory, so it
+should cost about one decode (one row) if it reads W once for all rows. This script measures
+how close each candidate built from NumPy and its OpenBLAS gets: time over all of a model's
+linear weights, as a multiple of one row's product `x[:1] @ W`. README.md beside it has the
+tables and what they mean; picogpt.perf.kernels.matmul is the winner.
+
+    python benchmarks/kernels/candidates.py rows --layers 4 --runs 5   # every candidate, n_rows 1..9
+    python benchmarks/kernels/candidates.py loop --layers 4            # draft (small, 1 row) / score (XL, 5 rows)
+    python benchmarks/kernels/candidates.py busy --layers 4            # beside two busy-loop processes
+
+Random weights with GPT-2's shapes (timing does not depend on the values) are written once
+under --data as raw float32 files and memory-mapped, like a checkpoint. Every timing is a pass
+over all matrices; candidates take turns (interleaved), so a change in the machine's load hits
+them all alike. The raw times go to results-<mode>.json beside this script, with the load
+average before and after each block. Never run it while the machine is busy, unless measuring
+that is the point (`busy`).
+"""
+
+import argparse
+import ctypes
+import datetime
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from picogpt.perf import kernels
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DATA = HERE.parent.parent / "weights" / "kernel-bench"  # git-ignored
+MODELS = {"xl": 1600, "small": 768}  # n_embd of GPT-2 XL (the target) and GPT-2 small (the draft)
+SETTLE_S = 0.3  # OpenBLAS's idle threads spin ~0.1 s after a threaded call; let them stop
+BASELINE = "one row, x[:1] @ W, OpenBLAS threads"
+
+
+# ---- weights ---------------------------------------------------------------------------------
+
+def matrix_shapes(n_embd, n_layer):
+    """[(n_in, n_out)] of GPT-2's linear weights: c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj per layer."""
+    e = n_embd
+    return [(e, 3 * e), (e, e), (e, 4 * e), (4 * e, e)] * n_layer
+
+
+def make_weights(folder, name, n_embd, n_layer, seed=0):
+    """The model's linear weights, memory-mapped from folder/<name>-<n_layer>layers.f32, which is
+    written first (random, ~N(0, 0.02)) if missing. [n_in, n_out] float32 arrays, C-contiguous."""
+    shapes = matrix_shapes(n_embd, n_layer)
+    n_floats = sum(a * b for a, b in shapes)
+    path = Path(folder) / f"{name}-{n_layer}layers.f32"
+    if not path.exists() or path.stat().st_size != 4 * n_floats:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(".part")
+        rng = np.random.default_rng(seed)
+        data = np.memmap(part, np.float32, "w+", shape=(n_floats,))
+        step = 1 << 24
+        for start in range(0, n_floats, step):
+            data[start:start + step] = 0.02 * rng.standard_normal(min(step, n_floats - start), dtype=np.float32)
+        data.flush()
+        del data
+        os.replace(part, path)
+    data = np.memmap(path, np.float32, "r")
+    weights, offset = [], 0
+    for n_in, n_out in shapes:
+        weights.append(data[offset:offset + n_in * n_out].reshape(n_in, n_out))
+        offset += n_in * n_out
+    return weights
+
+
+def random_rows(weights, n_rows, seed=1):
+    """{n_in: x [n_rows, n_in]}: the rows each weight is multiplied by."""
+    rng = np.random.default_rng(seed)
+    return {n_in: rng.standard_normal((n_rows, n_in), dtype=np.float32) for n_in in {W.shape[0] for W in weights}}
+
+
+# ---- NumPy's OpenBLAS -------------------------------------------------------------------------
+
+def set_blas_threads(n):
+    """OpenBLAS's thread count (kernels.openblas_thread_setter finds the library); no-op if absent."""
+    setter = kernels.openblas_thread_setter()
+    if setter is not None:
+        setter(n)
+
+
+def find_sgemm():
+    """cblas_sgemm from the OpenBLAS that NumPy ships, as a ctypes function, or None.
+
+    Searched like kernels.openblas_thread_setter: NumPy's bundled library, symbols with and
+    without the `64_` suffix (64-bit integers with it, C ints without)."""
+    numpy_dir = os.path.dirname(np.__file__)
+    for pattern in ("../numpy.libs/*openblas*", ".libs/*openblas*", ".dylibs/*openblas*", "../numpy/.dylibs/*openblas*"):
+        for path in sorted(glob.glob(os.path.join(numpy_dir, pattern))):
+            try:
+                library = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for name in ("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm"):
+                if hasattr(library, name):
+                    integer = ctypes.c_int64 if name.endswith("64_") else ctypes.c_int
+                    sgemm = getattr(library, name)
+                    sgemm.argtypes = [ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, ctypes.c_void_p, integer,
+                                                                          ctypes.c_void_p, integer, ctypes.c_float,
+                                                                          ctypes.c_void_p, integer]
+                    sgemm.restype = None
+                    return sgemm
+    return None
+
+
+ROW_MAJOR, NO_TRANS = 101, 111
+
+
+def add_product(sgemm, x, W, out, start, stop):
+    """out += x[:, start:stop] @ W[start:stop] through cblas_sgemm (beta = 1), nothing copied.
+    x [n_rows, n_in], W [n_in, n_out], out [n_rows, n_out], all C-contiguous float32."""
+    n_rows, n_in = x.shape
+    n_out = W.shape[1]
+    sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, n_rows, n_out, stop - start, 1.0,
+          x.ctypes.data + 4 * start, n_in, W.ctypes.data + 4 * start * n_out, n_out, 1.0, out.ctypes.data, n_out)
+
+
+# ---- the candidates: multiply(x, W) -> x @ W ---------------------------------------------------
+
+def one_row(x, W):
+    """The baseline: one row's product, OpenBLAS's GEMV. [n_rows, n_in] -> [1, n_out]."""
+    return x[:1] @ W
+
+
+def plain(x, W):
+    """OpenBLAS's GEMM as NumPy calls it (it packs W first). [n_rows, n_in] -> [n_rows, n_out]."""
+    return x @ W
+
+
+def one_row_split(x, W):
+    """One row, W's input rows cut into one contiguous band per own thread. -> [1, n_out]."""
+    return kernels.split_inputs(x[:1], W)
+
+
+def k_split(x, W):
+    """GEMM with W's input rows (K) cut into one band per own thread, partial products added."""
+    return kernels.split_inputs(x, W)
+
+
+def row_panels_sgemm(sgemm, b):
+    """Contiguous panels W[i:i+b] (b whole input rows), out += x[:, i:i+b] @ panel by sgemm
+    (beta = 1, no NumPy temporaries); one band of panels per own thread, the bands' sums added."""
+    def multiply(x, W):
+        x = np.ascontiguousarray(x)
+        parts = kernels.bands(W.shape[0], kernels.n_threads())
+        partial = np.zeros((len(parts), x.shape[0], W.shape[1]), np.float32)  # [n_parts, n_rows, n_out]
+
+        def work(first, last):
+            for p in range(first, last):
+                lo, hi = parts[p]
+                for i in range(lo, hi, b):
+                    add_product(sgemm, x, W, partial[p], i, min(i + b, hi))
+
+        kernels.parallel(work, len(parts), chunks_per_thread=1)
+        return partial.sum(0)
+    return multiply
+
+
+def row_panels_gemv(b):
+    """Contiguous panels W[i:i+b], one GEMV per row of x on each (one stacked np.matmul), the
+    panels' partial products added. Needs b | n_in (else None: not applicable)."""
+    def multiply(x, W):
+        n_rows, n_in = x.shape
+        n_out = W.shape[1]
+        if n_in % b:
+            return None
+        n_panels = n_in // b
+        panels = W.reshape(n_panels, 1, b, n_out)  # [n_panels, 1, b, n_out]
+        x_panels = x.reshape(n_rows, n_panels, 1, b).transpose(1, 0, 2, 3)  # [n_panels, n_rows, 1, b]
+        partial = np.empty((n_panels, n_rows, 1, n_out), np.float32)
+
+        def work(start, stop):  # [.., n_rows, 1, b] @ [.., 1, b, n_out] -> [.., n_rows, 1, n_out]
+            np.matmul(x_panels[start:stop], panels[start:stop], out=partial[start:stop])
+
+        kernels.parallel(work, n_panels)
+        return partial.sum(0)[:, 0]
+    return multiply
+
+
+def column_blocks(x, W):
+    """Column blocks W[:, j:j+c] (strided: c floats of every input row), x @ block each, c as
+    in kernels.tile_shape; shared among own threads. [n_rows, n_in] -> [n_rows, n_out]."""
+    n_rows, n_in = x.shape
+    n_out = W.shape[1]
+    c = kernels.tile_shape(n_in, n_out)[1]
+    n_blocks = n_out // c
+    blocks = W[:, :n_blocks * c].reshape(n_in, n_blocks, c).transpose(1, 0, 2)  # [n_blocks, n_in, c]
+    out = np.empty((n_rows, n_out), np.float32)
+    out_blocks = out[:, :n_blocks * c].reshape(n_rows, n_blocks, c).transpose(1, 0, 2)  # [n_blocks, n_rows, c]
+
+    def work(start, stop):  # [n_rows, n_in] @ [.., n_in, c] -> [.., n_rows, c]
+        np.matmul(x, blocks[start:stop], out=out_blocks[start:stop])
+
+    kernels.parallel(work, n_blocks)
+    if n_blocks * c < n_out:
+        out[:, n_blocks * c:] = x @ W[:, n_blocks * c:]
+    return out
+
+
+def tile_view(W, b, c):
+    """W [n_in, n_out] as tiles [n_in // b, n_out // c, b, c] (a strided view, whole tiles only)."""
+    n_bands, n_cols = W.shape[0] // b, W.shape[1] // c
+    return W[:n_bands * b, :n_cols * c].reshape(n_bands, b, n_cols, c).transpose(0, 2, 1, 3)
+
+
+def tiles_sgemm(x, W):
+    """L2-sized tiles (kernels.tile_shape, ~80 KB), ONE GEMM per tile for all rows, partial
+    sums per band of input rows added at the end. [n_rows, n_in] -> [n_rows, n_out]."""
+    n_rows, n_in = x.shape
+    n_out = W.shape[1]
+    b, c = kernels.tile_shape(n_in, n_out)
+    tiles = tile_view(W, b, c)  # [n_bands, n_cols, b, c]
+    n_bands, n_cols = tiles.shape[:2]
+    x_bands = x[:, :n_bands * b].reshape(n_rows, n_bands, b).transpose(1, 0, 2)[:, None]  # [n_bands, 1, n_rows, b]
+    partial = np.empty((n_bands, n_cols, n_rows, c), np.float32)
+
+    def work(start, stop):  # [.., 1, n_rows, b] @ [.., n_cols, b, c] -> [.., n_cols, n_rows, c]
+        np.matmul(x_bands[start:stop], tiles[start:stop], out=partial[start:stop])
+
+    kernels.parallel(work, n_bands)
+    out = np.zeros((n_rows, n_out), np.float32)
+    out[:, :n_cols * c] = partial.sum(0).transpose(1, 0, 2).reshape(n_rows, n_cols * c)
+    if n_bands * b < n_in:
+        out[:, :n_cols * c] += x[:, n_bands * b:] @ W[n_bands * b:, :n_cols * c]
+    if n_cols * c < n_out:
+        out[:, n_cols * c:] = x @ W[:, n_cols * c:]
+    return out
+
+
+def tiles_gemv(c_target):
+    """kernels.matmul's scheme (tiles of ~80 KB, one GEMV per row on each tile) with another
+    tile width: c near c_target dividing n_out, b near 80 KB / 4c dividing n_in (else None)."""
+    def multiply(x, W):
+        n_rows, n_in = x.shape
+        n_out = W.shape[1]
+        c = kernels.divisor_near(n_out, c_target, c_target // 2, 2 * c_target)
+        b_target = max(8, kernels.TILE_BYTES // (4 * (c or 1)))
+        b = kernels.divisor_near(n_in, b_target, b_target // 2, 2 * b_target)
+        if c is None or b is None:
+            return None
+        tiles = tile_view(W, b, c)[:, :, None]  # [n_bands, n_cols, 1, b, c]
+        n_bands, n_cols = tiles.shape[:2]
+        x_bands = x.reshape(n_rows, n_bands, 1, b).transpose(1, 2, 0, 3)[:, :, :, None, :]  # [n_bands, 1, n_rows, 1, b]
+        partial = np.empty((n_bands, n_cols, n_rows, 1, c), np.float32)
+
+        def work(start, stop):  # [.., 1, n_rows, 1, b] @ [.., n_cols, 1, b, c] -> [.., n_cols, n_rows, 1, c]
+            np.matmul(x_bands[start:stop], tiles[start:stop], out=partial[start:stop])
+
+        kernels.parallel(work, n_bands)
+        return partial.sum(0)[:, :, 0].transpose(1, 0, 2).reshape(n_rows, n_out)
+    return multiply
+
+
+def first_row_then_sgemm(sgemm, b):
+    """Per contiguous panel W[i:i+b]: GEMV for row 0 (streams the panel from memory), then one
+    sgemm for the other rows (meant to find it in cache); a band of panels per own thread."""
+    def multiply(x, W):
+        x = np.ascontiguousarray(x)
+        parts = kernels.bands(W.shape[0], kernels.n_threads())
+        partial = np.zeros((len(parts), x.shape[0], W.shape[1]), np.float32)  # [n_parts, n_rows, n_out]
+
+        def work(first, last):
+            for p in range(first, last):
+                lo, hi = parts[p]
+                for i in range(lo, hi, b):
+                    add_product(sgemm, x[:1], W, partial[p, :1], i, min(i + b, hi))
+                    if x.shape[0] > 1:
+                        add_product(sgemm, x[1:], W, partial[p, 1:], i, min(i + b, hi))
+
+        kernels.parallel(work, len(parts), chunks_per_thread=1)
+        return partial.sum(0)
+    return multiply
+
+
+def transposed_copies(weights):
+    """{id(W): W.T as a C-contiguous copy [n_out, n_in]}: the second layout picogpt used to write."""
+    return {id(W): np.ascontiguousarray(W.T) for W in weights}
+
+
+def transposed_blocks(copies, block=64):
+    """Reference, the scheme picogpt dropped: on a transposed copy W_t [n_out, n_in], blocks of
+    64 output rows, x @ block.T each ([n_rows, n_in] @ [n_in, 64]); one row: W_t's GEMV in
+    bands of output rows. Own threads for both."""
+    def multiply(x, W):
+        W_t = copies[id(W)]
+        n_out, n_in = W_t.shape
+        n_rows = x.shape[0]
+        out = np.empty((n_rows, n_out), np.float32)
+        if n_rows == 1:
+            parts = kernels.bands(n_out, kernels.n_threads())
+
+            def gemv(first, last):  # [n, n_in] @ [n_in] -> [n]
+                for p in range(first, last):
+                    lo, hi = parts[p]
+                    np.matmul(W_t[lo:hi], x[0], out=out[0, lo:hi])
+
+            kernels.parallel(gemv, len(parts), chunks_per_thread=1)
+            return out
+        n_blocks = n_out // block
+        blocks = W_t[:n_blocks * block].reshape(n_blocks, block, n_in).transpose(0, 2, 1)  # [n_blocks, n_in, block]
+        out_blocks = out[:, :n_blocks * block].reshape(n_rows, n_blocks, block).transpose(1, 0, 2)
+
+        def work(start, stop):  # [n_rows, n_in] @ [.., n_in, block] -> [.., n_rows, block]
+            np.matmul(x, blocks[start:stop], out=out_blocks[start:stop])
+
+        kernels.parallel(work, n_blocks)
+        if n_blocks * block < n_out:
+            out[:, n_blocks * block:] = x @ W_t[n_blocks * block:].T
+        return out
+    return multiply
+
+
+@dataclass(frozen=True)
+class Candidate:
+    multiply: object  # (x [n_rows, n_in], W [n_in, n_out]) -> [n_rows, n_out], or None if not applicable
+    blas_threads: int  # OpenBLAS's thread count while it runs
+
+
+def candidates(sgemm, copies=None):
+    """{label: Candidate}, the baseline first. `sgemm` None leaves out the ctypes ones; `copies`
+    (transposed_copies) adds the transposed-copy reference."""
+    many = kernels.n_threads()  # OpenBLAS's threads, or ours, one per core
+    found = {
+        BASELINE: Candidate(one_row, many),
+        "one row, OpenBLAS 1 thread": Candidate(one_row, 1),
+        "one row, K split, own threads": Candidate(one_row_split, 1),
+        "x @ W, OpenBLAS threads": Candidate(plain, many),
+        "x @ W, OpenBLAS 1 thread": Candidate(plain, 1),
+        "x @ W, K split, own threads": Candidate(k_split, 1),
+        "row panels b=16, per-row GEMV": Candidate(row_panels_gemv(16), 1),
+        "row panels b=32, per-row GEMV": Candidate(row_panels_gemv(32), 1),
+        "column blocks c~320": Candidate(column_blocks, 1),
+        "L2 tiles, one GEMM per tile": Candidate(tiles_sgemm, 1),
+        "L2 tiles c~160, per-row GEMV": Candidate(tiles_gemv(160), 1),
+        "L2 tiles c~800, per-row GEMV": Candidate(tiles_gemv(800), 1),
+        "L2 tiles, per-row GEMV = kernels.matmul": Candidate(kernels.matmul, 1),
+    }
+    if sgemm is not None:
+        for b in (32, 96, 200, 400):
+            found[f"row panels b={b}, ctypes sgemm"] = Candidate(row_panels_sgemm(sgemm, b), 1)
+        for b in (16, 32):
+            found[f"row panels b={b}, row 0 GEMV + sgemm rest"] = Candidate(first_row_then_sgemm(sgemm, b), 1)
+    if copies is not None:
+        found["REF transposed copy, 64-row blocks"] = Candidate(transposed_blocks(copies), 1)
+    return found
+
+
+def check(candidate, x, W):
+    """Max relative difference from x @ W in float64 (None if the candidate does not apply)."""
+    got = candidate.multiply(x, W)
+    if got is None:
+        return None
+    reference = x[:got.shape[0]].astype(np.float64) @ np.asarray(W, np.float64)
+    return float(np.abs(got - reference).max() / np.abs(reference).max())
+
+
+# ---- measuring --------------------------------------------------------------------------------
+
+def load_average():
+    """The 1-, 5- and 15-minute load averages."""
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def time_pass(candidate, rows, weights, settle=True):
+    """Seconds for one product with every weight (None if not applicable). After a pass on
+    OpenBLAS's threads, with settle, waits SETTLE_S so that its spinning threads do not slow
+    the next candidate (`loop` measures that effect)."""
+    set_blas_threads(candidate.blas_threads)
+    start = time.perf_counter()
+    for W in weights:
+        if candidate.multiply(rows[W.shape[0]], W) is None:
+            return None
+    seconds = time.perf_counter() - start
+    if settle and candidate.blas_threads > 1:
+        time.sleep(SETTLE_S)
+    return seconds
+
+
+def interleaved(found, rows, weights, runs, settle=True):
+    """{label: [seconds per pass]}: `runs` rounds, each candidate once per round, after one
+    untimed pass each (warm-up)."""
+    times = {label: [] for label in found}
+    for _ in range(runs + 1):
+        for label, candidate in found.items():
+            times[label].append(time_pass(candidate, rows, weights, settle))
+    return {label: values[1:] for label, values in times.items()}
+
+
+def median_iqr(values):
+    """(median, interquartile range) of the values that are not None, or (nan, nan)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return float("nan"), float("nan")
+    q1, median, q3 = np.percentile(values, [25, 50, 75])
+    return float(median), float(q3 - q1)
+
+
+def print_ratios(blocks):
+    """A markdown table per model: median / the baseline's median at the same n_rows, ± IQR / it."""
+    for model in dict.fromkeys(block["model"] for block in blocks):
+        mine = [block for block in blocks if block["model"] == model]
+        print(f"\n| {model} | " + " | ".join(f"R={block['n_rows']}" for block in mine) + " |")
+        print("|---|" + "---|" * len(mine))
+        for label in mine[0]["times_s"]:
+            cells = []
+            for block in mine:
+                base = median_iqr(block["times_s"][BASELINE])[0]
+                median, iqr = median_iqr(block["times_s"][label])
+                cells.append("n/a" if np.isnan(median) else f"{median / base:.2f} ±{iqr / base:.2f}")
+            print(f"| {label} | " + " | ".join(cells) + " |")
+        print("| baseline ms | " + " | ".join(f"{1e3 * median_iqr(b['times_s'][BASELINE])[0]:.1f}" for b in mine)
+              + " |\n| load before -> after | "
+              + " | ".join(f"{b['load_before'][0]} -> {b['load_after'][0]}" for b in mine) + " |")
+
+
+# ---- modes ------------------------------------------------------------------------------------
+
+def rows_mode(args, sgemm):
+    """Every candidate at n_rows in args.rows, interleaved, per model."""
+    blocks = []
+    for model in args.models:
+        weights = make_weights(args.data, model, MODELS[model], args.layers)
+        copies = transposed_copies(weights) if model == "xl" else None
+        found = candidates(sgemm, copies)
+        print(f"{model}: {len(weights)} matrices, {sum(W.nbytes for W in weights) / 1e9:.2f} GB", flush=True)
+        for n_rows in args.rows:
+            rows = random_rows(weights, n_rows)
+            for label, candidate in found.items():
+                set_blas_threads(candidate.blas_threads)
+                error = check(candidate, rows[weights[0].shape[0]], weights[0])
+                if error is not None and error > 1e-5:
+                    raise SystemExit(f"{label}: differs from x @ W by {error:.1e} (relative) at n_rows={n_rows}")
+            load_before = load_average()
+            times = interleaved(found, rows, weights, args.runs, settle=args.settle)
+            blocks.append({"model": model, "n_rows": n_rows, "load_before": load_before,
+                           "load_after": load_average(), "times_s": times})
+            print(f"  n_rows={n_rows} load {load_before[0]} -> {blocks[-1]['load_after'][0]}, baseline "
+                  f"{1e3 * median_iqr(times[BASELINE])[0]:.1f} ms", flush=True)
+        del copies
+    print_ratios(blocks)
+    return {"blocks": blocks}
+
+
+def loop_mode(args, sgemm, n_loops=12, k_draft=4, n_score_rows=5):
+    """The speculative-sampling pattern: k_draft one-row passes over GPT-2 small's weights, then
+    one n_score_rows pass over XL's, then one row over XL's; each threading scheme's in-loop
+    times beside the same calls made back to back (isolated)."""
+    target = make_weights(args.data, "xl", MODELS["xl"], args.layers)
+    draft = make_weights(args.data, "small", MODELS["small"], args.layers)
+    x_draft, x_score = random_rows(draft, 1), random_rows(target, n_score_rows)
+    x_decode = {n_in: x[:1] for n_in, x in x_score.items()}
+    many = kernels.n_threads()
+    schemes = {  # (draft, target score, target decode)
+        "A: OpenBLAS threads throughout": (Candidate(one_row, many), Candidate(plain, many), Candidate(one_row, many)),
+        "B: draft on OpenBLAS threads, target kernels.matmul (OpenBLAS 1 thread)":
+            (Candidate(one_row, many), Candidate(kernels.matmul, 1), Candidate(kernels.matmul, 1)),
+        "C: own threads throughout, OpenBLAS 1 thread (kernels.matmul)":
+            (Candidate(kernels.matmul, 1), Candidate(kernels.matmul, 1), Candidate(kernels.matmul, 1)),
+    }
+    results = {}
+    for label, (draft_call, score_call, decode_call) in schemes.items():
+        load_before = load_average()
+        isolated = {"score": [time_pass(score_call, x_score, target, False) for _ in range(args.runs + 1)][1:],
+                    "draft": [time_pass(draft_call, x_draft, draft, False) for _ in range(2 * args.runs + 1)][1:],
+                    "decode": [time_pass(decode_call, x_decode, target, False) for _ in range(args.runs + 1)][1:]}
+        in_loop = {"score": [], "draft": [], "decode_after_score": []}
+        for _ in range(n_loops):
+            for _ in range(k_draft):
+                in_loop["draft"].append(time_pass(draft_call, x_draft, draft, False))
+            in_loop["score"].append(time_pass(score_call, x_score, target, False))
+            in_loop["decode_after_score"].append(time_pass(decode_call, x_decode, target, False))
+        results[label] = {"load_before": load_before, "load_after": load_average(),
+                          "isolated_s": isolated, "in_loop_s": in_loop}
+        print(f"{label} (load {load_before[0]} -> {load_average()[0]}): "
+              + ", ".join(f"{what} isolated {1e3 * median_iqr(isolated[what])[0]:.1f} ms" for what in isolated)
+              + "; " + ", ".join(f"{what} in loop {1e3 * median_iqr(v)[0]:.1f} ms" for what, v in in_loop.items()),
+              flush=True)
+    return {"schemes": results, "k_draft": k_draft, "n_score_rows": n_score_rows}
+
+
+def busy_mode(args, sgemm, busy_s=60):
+    """GPT-2 small's weights, 5 rows and 1 row, idle and beside two busy-loop processes
+    (`timeout 60`: they stop on their own even if this script is killed)."""
+    weights = make_weights(args.data, "small", MODELS["small"], args.layers)
+    five = random_rows(weights, 5)
+    one = {n_in: x[:1] for n_in, x in five.items()}
+    many = kernels.n_threads()
+    calls = {"x @ W, OpenBLAS threads, 5 rows": (Candidate(plain, many), five),
+             "x[:1] @ W, OpenBLAS threads, 1 row": (Candidate(one_row, many), one),
+             "kernels.matmul, 5 rows": (Candidate(kernels.matmul, 1), five),
+             "kernels.matmul, 1 row": (Candidate(kernels.matmul, 1), one),
+             "x @ W, OpenBLAS 1 thread, 5 rows": (Candidate(plain, 1), five),
+             "x[:1] @ W, OpenBLAS 1 thread, 1 row": (Candidate(one_row, 1), one)}
+
+    def measure():
+        load_before = load_average()
+        times = {label: [] for label in calls}
+        for _ in range(2 * args.runs):
+            for label, (candidate, rows) in calls.items():
+                times[label].append(time_pass(candidate, rows, weights))
+        return {"load_before": load_before, "load_after": load_average(), "times_s": times}
+
+    idle = measure()
+    busy_loops = [subprocess.Popen(["timeout", str(busy_s), sys.executable, "-c", "while True: pass"])
+                  for _ in range(2)]
+    try:
+        time.sleep(2)
+        busy = measure()
+    finally:
+        for process in busy_loops:
+            process.terminate()
+            process.wait()
+    for label in calls:
+        (idle_median, idle_iqr), (busy_median, busy_iqr) = (median_iqr(idle["times_s"][label]),
+                                                            median_iqr(busy["times_s"][label]))
+        print(f"{label:40s} idle {1e3 * idle_median:7.1f} ms (IQR {1e3 * idle_iqr:.1f})  busy "
+              f"{1e3 * busy_median:7.1f} ms (IQR {1e3 * busy_iqr:.1f})  x{busy_median / idle_median:.2f}")
+    return {"idle": idle, "busy": busy}
+
+
+def machine():
+    """What the numbers were measured on."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": kernels.n_threads(), "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["rows", "loop", "busy"])
+    parser.add_argument("--layers", type=int, default=12, help="layers of each model (GPT-2 small and XL: 12 and 48)")
+    parser.add_argument("--runs", type=int, default=5, help="interleaved passes per candidate")
+    parser.add_argument("--models", default="xl,small", help="rows: comma-separated, of " + ",".join(MODELS))
+    parser.add_argument("--rows", default="1-9", help="rows: n_rows, as 1-9 or 1,2,5")
+    parser.add_argument("--no-settle", dest="settle", action="store_false",
+                        help=f"rows: no {SETTLE_S} s pause after a pass on OpenBLAS's threads")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder for the random weights")
+    parser.add_argument("--out", type=Path, default=None, help="JSON file (default results-<mode>.json here)")
+    args = parser.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    if any(m not in MODELS for m in args.models):
+        parser.error(f"--models {','.join(args.models)}: expected names from {', '.join(MODELS)}")
+    if "-" in args.rows:
+        first, last = args.rows.split("-")
+        args.rows = list(range(int(first), int(last) + 1))
+    else:
+        args.rows = [int(n) for n in args.rows.split(",")]
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    sgemm = find_sgemm()
+    if sgemm is None:
+        print("note: cblas_sgemm not found in NumPy's OpenBLAS: the ctypes candidates are left out")
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    results = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode}[args.mode](args, sgemm)
+    set_blas_threads(1)
+    record = {"mode": args.mode, "started": started, "machine": machine(), "sgemm_found": sgemm is not None,
+              "command": "benchmarks/kernels/candidates.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              **results}
+    out = args.out or HERE / f"results-{args.mode}.json"
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"raw times: {out}")
+
+
+if __name__ == "__main__":
+    main()

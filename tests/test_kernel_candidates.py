@@ -1,0 +1,68 @@
+"""benchmarks/kernels/candidates.py still runs: every candidate it measures computes x @ W (to
+1e-5 relative, against float64) on tiny shapes, and the script's own modes run end to end. No
+timing is checked: the machine's speed is not a property of the code."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels" / "candidates.py"
+RELATIVE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def candidates_script():
+    spec = importlib.util.spec_from_file_location("kernel_candidates", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    module.set_blas_threads(1)  # as the fast path leaves it
+
+
+@pytest.fixture(scope="module")
+def tiny_weights(candidates_script, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kernel-bench")
+    weights = candidates_script.make_weights(folder, "tiny", 64, 1)
+    # above kernels.BIG_MATRIX, so kernels.matmul takes its tiled, threaded path; and a shape
+    # that the tiles do not divide
+    rng = np.random.default_rng(0)
+    return weights + [rng.standard_normal((1024, 1024), dtype=np.float32),
+                      rng.standard_normal((1000, 1030), dtype=np.float32)]
+
+
+def test_weights_have_gpt2_shapes_and_are_memory_mapped(candidates_script, tmp_path):
+    weights = candidates_script.make_weights(tmp_path, "tiny", 32, 2)
+    assert [W.shape for W in weights] == [(32, 96), (32, 32), (32, 128), (128, 32)] * 2
+    assert all(isinstance(W.base, np.memmap) or isinstance(W, np.memmap) for W in weights)
+    again = candidates_script.make_weights(tmp_path, "tiny", 32, 2)  # read back, not rewritten
+    assert all(np.array_equal(a, b) for a, b in zip(weights, again))
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 5])
+def test_every_candidate_computes_x_times_w(candidates_script, tiny_weights, n_rows):
+    found = candidates_script.candidates(candidates_script.find_sgemm(),
+                                         candidates_script.transposed_copies(tiny_weights))
+    rows = candidates_script.random_rows(tiny_weights, n_rows)
+    applied = set()
+    for label, candidate in found.items():
+        candidates_script.set_blas_threads(candidate.blas_threads)
+        for W in tiny_weights:
+            error = candidates_script.check(candidate, rows[W.shape[0]], W)
+            if error is not None:
+                applied.add(label)
+                assert error < RELATIVE, f"{label}, W {W.shape}, {n_rows} rows: {error:.1e} relative"
+    assert applied == set(found), f"never applicable: {set(found) - applied}"
+
+
+def test_rows_mode_writes_raw_times(candidates_script, tiny_weights, tmp_path, monkeypatch):
+    monkeypatch.setattr(candidates_script, "MODELS", {"tiny": 64})
+    monkeypatch.setattr(candidates_script, "SETTLE_S", 0.0)
+    out = tmp_path / "results.json"
+    candidates_script.main(["rows", "--models", "tiny", "--layers", "1", "--runs", "1", "--rows", "1,3",
+                            "--data", str(tmp_path), "--out", str(out)])
+    record = json.loads(out.read_text())
+    assert [block["n_rows"] for block in record["blocks"]] == [1, 3]
+    assert all(len(times) == 1 for block in record["blocks"] for times in block["times_s"].values())
