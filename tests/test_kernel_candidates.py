@@ -66,3 +66,11 @@ def test_rows_mode_writes_raw_times(candidates_script, tiny_weights, tmp_path, m
     record = json.loads(out.read_text())
     assert [block["n_rows"] for block in record["blocks"]] == [1, 3]
     assert all(len(times) == 1 for block in record["blocks"] for times in block["times_s"].values())
+
+
+def test_cache_mode_reports_a_bandwidth_per_tile_and_row_count(candidates_script):
+    from argparse import Namespace
+
+    results = candidates_script.cache_mode(Namespace(runs=1), None, n_repeats=8, tiles=((8, 16),))
+    assert [row["n_rows"] for row in results["tiles"]] == [1, 2, 5, 9]
+    assert all(np.isfinite([row["gemv_per_row_gbs"], row["gemm_gbs"]]).all() for row in results["tiles"])

@@ -11,6 +11,7 @@ tables and what they mean; picogpt.perf.kernels.matmul is the winner.
     python benchmarks/kernels/candidates.py rows --layers 4 --runs 5   # every candidate, n_rows 1..9
     python benchmarks/kernels/candidates.py loop --layers 4            # draft (small, 1 row) / score (XL, 5 rows)
     python benchmarks/kernels/candidates.py busy --layers 4            # beside two busy-loop processes
+    python benchmarks/kernels/candidates.py cache                      # GEMV vs GEMM on a tile in cache
 
 Random weights with GPT-2's shapes (timing does not depend on the values) are written once
 under --data as raw float32 files and memory-mapped, like a checkpoint. Every timing is a pass
@@ -240,16 +241,15 @@ def tiles_sgemm(x, W):
     return out
 
 
-def tiles_gemv(c_target):
-    """kernels.matmul's scheme (tiles of ~80 KB, one GEMV per row on each tile) with another
-    tile width: c near c_target dividing n_out, b near 80 KB / 4c dividing n_in (else None)."""
+def tiles_gemv(b_target, c_target):
+    """kernels.matmul's scheme (one GEMV per row on each L2-sized tile) with another tile shape:
+    b ~ b_target input rows x c ~ c_target outputs, dividing W (else None: not applicable)."""
     def multiply(x, W):
         n_rows, n_in = x.shape
         n_out = W.shape[1]
-        c = kernels.divisor_near(n_out, c_target, c_target // 2, 2 * c_target)
-        b_target = max(8, kernels.TILE_BYTES // (4 * (c or 1)))
         b = kernels.divisor_near(n_in, b_target, b_target // 2, 2 * b_target)
-        if c is None or b is None:
+        c = kernels.divisor_near(n_out, c_target, c_target // 2, 2 * c_target)
+        if b is None or c is None:
             return None
         tiles = tile_view(W, b, c)[:, :, None]  # [n_bands, n_cols, 1, b, c]
         n_bands, n_cols = tiles.shape[:2]
@@ -344,8 +344,8 @@ def candidates(sgemm, copies=None):
         "row panels b=32, per-row GEMV": Candidate(row_panels_gemv(32), 1),
         "column blocks c~320": Candidate(column_blocks, 1),
         "L2 tiles, one GEMM per tile": Candidate(tiles_sgemm, 1),
-        "L2 tiles c~160, per-row GEMV": Candidate(tiles_gemv(160), 1),
-        "L2 tiles c~800, per-row GEMV": Candidate(tiles_gemv(800), 1),
+        "L2 tiles ~32x800, per-row GEMV": Candidate(tiles_gemv(32, 800), 1),
+        "L2 tiles ~100x160, per-row GEMV": Candidate(tiles_gemv(100, 160), 1),
         "L2 tiles, per-row GEMV = kernels.matmul": Candidate(kernels.matmul, 1),
     }
     if sgemm is not None:
@@ -531,6 +531,38 @@ def busy_mode(args, sgemm, busy_s=60):
     return {"idle": idle, "busy": busy}
 
 
+def cache_mode(args, sgemm, n_repeats=4000, tiles=((64, 320), (32, 800), (64, 800), (16, 4800))):
+    """One core, one tile of W kept in cache and multiplied n_repeats times (a stride-0 stack):
+    GB/s of weights for one GEMV per row (bytes read R times) and for one GEMM for all rows."""
+    set_blas_threads(1)
+    rng = np.random.default_rng(0)
+
+    def seconds(function):  # median of args.runs calls, after one untimed
+        times = []
+        for _ in range(args.runs + 1):
+            start = time.perf_counter()
+            function()
+            times.append(time.perf_counter() - start)
+        return median_iqr(times[1:])[0]
+
+    results = []
+    for b, c in tiles:
+        tile = rng.standard_normal((b, c), dtype=np.float32)
+        for n_rows in (1, 2, 5, 9):
+            x_gemv = rng.standard_normal((n_repeats, n_rows, 1, b), dtype=np.float32)
+            out_gemv = np.empty((n_repeats, n_rows, 1, c), np.float32)
+            gemv_s = seconds(lambda: np.matmul(x_gemv, np.broadcast_to(tile, (n_repeats, 1, b, c)), out=out_gemv))
+            x_gemm = rng.standard_normal((n_repeats, n_rows, b), dtype=np.float32)
+            out_gemm = np.empty((n_repeats, n_rows, c), np.float32)
+            gemm_s = seconds(lambda: np.matmul(x_gemm, np.broadcast_to(tile, (n_repeats, b, c)), out=out_gemm))
+            results.append({"b": b, "c": c, "n_rows": n_rows, "gemv_per_row_gbs": tile.nbytes * n_rows * n_repeats / gemv_s / 1e9,
+                            "gemm_gbs": tile.nbytes * n_repeats / gemm_s / 1e9, "load": load_average()})
+            print(f"tile {b}x{c} ({tile.nbytes // 1024} KB), {n_rows} rows: per-row GEMV "
+                  f"{results[-1]['gemv_per_row_gbs']:.1f} GB/s per row, GEMM {results[-1]['gemm_gbs']:.1f} GB/s of W",
+                  flush=True)
+    return {"n_repeats": n_repeats, "tiles": results}
+
+
 def machine():
     """What the numbers were measured on."""
     cpu = platform.processor() or ""
@@ -545,7 +577,7 @@ def machine():
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["rows", "loop", "busy"])
+    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache"])
     parser.add_argument("--layers", type=int, default=12, help="layers of each model (GPT-2 small and XL: 12 and 48)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved passes per candidate")
     parser.add_argument("--models", default="xl,small", help="rows: comma-separated, of " + ",".join(MODELS))
@@ -572,7 +604,7 @@ def main(argv=None):
     if sgemm is None:
         print("note: cblas_sgemm not found in NumPy's OpenBLAS: the ctypes candidates are left out")
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    results = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode}[args.mode](args, sgemm)
+    results = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode, "cache": cache_mode}[args.mode](args, sgemm)
     set_blas_threads(1)
     record = {"mode": args.mode, "started": started, "machine": machine(), "sgemm_found": sgemm is not None,
               "command": "benchmarks/kernels/candidates.py " + " ".join(sys.argv[1:] if argv is None else argv),
