@@ -140,7 +140,7 @@ def table(results):
             if key in m:
                 lines.append(f"  {key.replace('_', ' ')}: {m[key]}")
     for label, m in measurements(results):
-        lines += ["", *speculative_lines(label, m)]
+        lines += ["", *speedup.text_lines(m, label)]
     lines.append("")
     lines += [goal_line(g) for g in results["goals"]]
     lines += [f"note: {n}" for n in results["notes"]]
@@ -178,23 +178,6 @@ def measurements(results):
         m = speedup.from_dict(entry["measurement"])
         found.append((f"{m.draft} -> {m.target}, T={m.controls['temperature']:g}", m))
     return found
-
-
-def speculative_lines(label, m):
-    """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
-    lines = [f"speculative vs autoregressive sampling, {label}, N={m.N}, {m.repeats} repeats: "
-             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
-             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
-             f"load average {m.load_average_before} -> {m.load_average_after}",
-             f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
-             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
-             "per run: draft + score + decide + other s"]
-    for K in m.Ks:
-        at, b = m.by_K[K], m.by_K[K].breakdown_s
-        lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
-                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
-                     f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
-    return lines
 
 
 def goal_line(g):

@@ -252,6 +252,23 @@ def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=
     return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, load_before, load_average())
 
 
+def text_lines(m, label=None):
+    """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
+    lines = [f"speculative vs autoregressive sampling, {label or m.draft + ' -> ' + m.target}, N={m.N}, {m.repeats} repeats: "
+             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
+             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
+             f"load average {m.load_average_before} -> {m.load_average_after}",
+             f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
+             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
+             "per run: draft + score + decide + other s"]
+    for K in m.Ks:
+        at, b = m.by_K[K], m.by_K[K].breakdown_s
+        lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
+                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
+                     f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
+    return lines
+
+
 def busy_warning(measurement, cores):
     """A sentence if the machine was busy while measuring (load average above its cores), else ''."""
     loads = [load[0] for load in (measurement.load_average_before, measurement.load_average_after) if load]
@@ -274,8 +291,12 @@ def bench_measurements(path=BENCH_JSON):
                     "(run: python -m picogpt bench)")
     try:
         results = json.loads(path.read_text())
-        found = [(from_dict(entry["measurement"]), entry["source"]) for entry in results["speculative"]]
+        entries = results.get("speculative")
+        if not isinstance(entries, list) or not entries:
+            return [], (f"{path.name} holds no end-to-end speculative-sampling measurement of this kind "
+                        "(run: python -m picogpt bench)")
+        found = [(from_dict(entry["measurement"]), entry["source"]) for entry in entries]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return [], f"{path} holds no speculative-sampling measurement ({type(e).__name__}: {e})"
+        return [], f"{path.name} cannot be read as the bench's results ({type(e).__name__}: {e})"
     machine = results.get("machine", {}).get("cpu", "an unrecorded machine")
     return found, f"measured {results.get('date_utc', '(undated)')} on {machine}"
