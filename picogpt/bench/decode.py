@@ -117,6 +117,8 @@ def memory_while_timing(before, after):
 
 
 def bench_model(label, path, source, s, ceiling, log):
+    """(the loaded model, its figures): ready, then decode and scoring per engine and context
+    beside the ceiling's products, the page cache and memory while timing."""
     log(f"{label}: loading {path}")
     load_at_start = machine.load_average()
     model, ready = time_to_ready(path, s["prompt_tokens"])

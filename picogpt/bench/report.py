@@ -54,7 +54,7 @@ def plot(results, path):
                 score = m["engines"][engine]["score"]
                 ax_score.plot([1, *score], [1, *(v["ratio_to_decode"] for v in score.values())], style,
                               label=f"{label} {engine}")
-    ax_score.axhline(1.5, color="grey", lw=0.8)
+    ax_score.axhline(1, color="grey", lw=0.8)  # the price of one decoding step
     ax_score.set(xlabel="positions scored in one cached call (K + 1)", ylabel="time / one-token decode",
                  title="Scoring K+1 positions")
     ax_score.legend(fontsize=7)
@@ -81,10 +81,12 @@ def plot(results, path):
                          yerr=[[m.by_K[K].speedup - m.by_K[K].speedup_runs.q1 for K in Ks],
                                [m.by_K[K].speedup_runs.q3 - m.by_K[K].speedup for K in Ks]],
                          label=f"{label}: measured")
-        ax_pred.plot(Ks, [m.by_K[K].predicted for K in Ks], "--", color=color, label=f"{label}: predicted")
+        ax_pred.plot(Ks, [m.by_K[K].predicted for K in Ks], "--", color=color,
+                     label=f"{label}: predicted from in-loop costs")
+        ax_pred.set_xticks(Ks)
     ax_pred.axhline(1, color="grey", lw=0.8)
     ax_pred.set(xlabel="K (drafted tokens per loop)", ylabel="speedup over autoregressive (x)",
-                title="Speculative sampling: measured (IQR of repeats) vs predicted from in-loop costs")
+                title="Speculative sampling, measured (IQR) vs predicted")
     if ax_pred.get_legend_handles_labels()[0]:
         ax_pred.legend(fontsize=6)
     fig.suptitle(f"picogpt bench, {results['date_utc']}, {results['machine']['cpu']}, "
