@@ -19,7 +19,7 @@ from picogpt.perf import layout, machine, speedup
 TINY = {"draft": dict(n_layer=1, n_head=2, n_embd=32), "target": dict(n_layer=2, n_head=2, n_embd=64)}
 SMALL_RUN = dict(n_runs=2, n_warmup=1, contexts=(8, 16), score_context=8, score_sizes=(2, 3, 5),
                  plain_score_sizes=(2, 5), ceiling_bytes=2_000_000, prompt_tokens=4,
-                 e2e_temperatures=(1.0, 3.0), e2e_Ks=(1, 2, 4), e2e_tokens=8, e2e_repeats=2,
+                 end_to_end_temperatures=(1.0, 3.0), end_to_end_Ks=(1, 2, 4), end_to_end_N=8, end_to_end_repeats=2,
                  with_torch=False, pause_s=0)
 
 

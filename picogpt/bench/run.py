@@ -41,9 +41,9 @@ def settings(quick=False, **overrides):
                   ceiling_bytes=int(0.75e9 if quick else 1.6e9), prompt_tokens=8,
                   with_torch=True, with_plain=True, with_in_memory=True, pause_s=PAUSE_S,
                   # end to end: alpha_hat ~ 0.6, 0.8, 0.9 for random GPT-2 small -> XL (issue 13)
-                  e2e_temperatures=(3.0,) if quick else (1.0, 2.0, 3.0),
-                  e2e_Ks=(2, 4) if quick else tuple(range(1, 9)), e2e_tokens=16 if quick else 64,
-                  e2e_repeats=2 if quick else 5, teaching_temperature=1.0)
+                  end_to_end_temperatures=(3.0,) if quick else (1.0, 2.0, 3.0),
+                  end_to_end_Ks=(2, 4) if quick else tuple(range(1, 9)), end_to_end_N=16 if quick else 64,
+                  end_to_end_repeats=2 if quick else 5, teaching_temperature=1.0)
     unknown = set(overrides) - set(chosen)
     if unknown:
         raise PicoGPTError(f"unknown bench settings: {', '.join(sorted(unknown))}")
@@ -80,7 +80,7 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
     del ceiling
     results["speculative"] = []
     paths = {label: path for label, (path, _) in models.items()}
-    for chosen, temperatures in ((pair, s["e2e_temperatures"]), (teaching_pair, (s["teaching_temperature"],))):
+    for chosen, temperatures in ((pair, s["end_to_end_temperatures"]), (teaching_pair, (s["teaching_temperature"],))):
         if chosen and all(label in paths for label in chosen):
             results["speculative"] += end_to_end(chosen, paths, temperatures, s, log)
         elif chosen:
