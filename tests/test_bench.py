@@ -1,5 +1,6 @@
-"""`python -m picogpt bench` on tiny random models: every figure is there, consistent with the
-others, saved as JSON + PNG. No timing is asserted (speed goals live in the benchmark only)."""
+"""`python -m picogpt bench` on tiny random models: every figure is there, saved through the real
+writer (report.save) and read back through the real reader (speedup.bench_measurements, what
+notebook 05 reads). No timing is asserted (speed goals live in the benchmark only)."""
 
 import json
 import time
@@ -7,17 +8,18 @@ import time
 import numpy as np
 import pytest
 
-from picogpt import theory
+from picogpt.bench import checkpoints, goals, report, rounds
 from picogpt.bench import run as bench
-from picogpt.io.checkpoint import read_header
 from picogpt.cli import main
+from picogpt.io.checkpoint import read_header
 from picogpt.io.params import expected_shapes, hf_config as hf_config_of
 from picogpt.model import load_checkpoint
+from picogpt.perf import layout, machine, speedup
 
 TINY = {"draft": dict(n_layer=1, n_head=2, n_embd=32), "target": dict(n_layer=2, n_head=2, n_embd=64)}
 SMALL_RUN = dict(n_runs=2, n_warmup=1, contexts=(8, 16), score_context=8, score_sizes=(2, 3, 5),
-                 plain_score_sizes=(2, 5),
-                 ceiling_bytes=2_000_000, prompt_tokens=4, speculative_tokens=6, speculative_K=2,
+                 plain_score_sizes=(2, 5), ceiling_bytes=2_000_000, prompt_tokens=4,
+                 end_to_end_temperatures=(1.0, 3.0), end_to_end_Ks=(1, 2, 4), end_to_end_N=8, end_to_end_repeats=2,
                  with_torch=False, pause_s=0)
 
 
@@ -28,15 +30,21 @@ def hf_config(n_layer, n_head, n_embd):
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bench-models")
-    return {label: bench.random_checkpoint(label, folder / label, hf_config(**shape))
+    return {label: checkpoints.random_checkpoint(label, folder / label, hf_config(**shape))
             for label, shape in TINY.items()}
 
 
 @pytest.fixture(scope="module")
 def results(tiny_pair):
     paths = [str(tiny_pair["draft"].parent), str(tiny_pair["target"].parent)]
-    return bench.run_bench(paths, pair=("draft", "target"), measured_pair=("draft", "target"),
-                           log=lambda text: None, **SMALL_RUN)
+    return bench.run_bench(paths, pair=("draft", "target"), teaching_pair=None, log=lambda text: None, **SMALL_RUN)
+
+
+@pytest.fixture(scope="module")
+def saved(results, tmp_path_factory):
+    """bench.json and bench.png as report.save writes them, and the JSON read back."""
+    json_path, png_path = report.save(results, tmp_path_factory.mktemp("bench-out"), "bench")
+    return json_path, png_path, json.loads(json_path.read_text())
 
 
 def test_random_checkpoint_has_bare_names_and_exact_shapes(tiny_pair):
@@ -46,89 +54,96 @@ def test_random_checkpoint_has_bare_names_and_exact_shapes(tiny_pair):
     assert {dtype for dtype, *_ in entries.values()} == {"F32"}
     assert np.all(model.params["ln_f"]["weight"] == 1) and np.all(model.params["h"][0]["attn"]["c_attn"]["bias"] == 0)
     assert 0.015 < float(model.params["h"][1]["mlp"]["c_fc"]["weight"].std()) < 0.025  # GPT-2's init scale
-    again = bench.random_checkpoint("target", tiny_pair["target"].parent)  # made once, then reused
+    again = checkpoints.random_checkpoint("target", tiny_pair["target"].parent)  # made once, then reused
     assert again == tiny_pair["target"] and again.stat().st_mtime_ns == tiny_pair["target"].stat().st_mtime_ns
 
 
-def test_machine_and_ceiling_are_recorded(results):
-    machine = results["machine"]
-    assert machine["cpu"] and machine["cores"] >= 1 and machine["threads_used"] >= 1
-    assert machine["versions"]["numpy"] == np.__version__ and "name" in machine["blas"]
-    ceiling = results["ceiling"]
-    assert set(ceiling["ways"]) == {"openblas_gemv", "picogpt_streamed"}
-    assert ceiling["gb_per_s"] == max(way["gb_per_s"] for way in ceiling["ways"].values()) > 0
+def test_machine_and_ceiling_are_recorded(saved):
+    _, _, data = saved
+    recorded = data["machine"]
+    assert recorded["cpu"] and recorded["cores"] >= 1 and recorded["threads_used"] >= 1
+    assert recorded["versions"]["numpy"] == np.__version__ and "name" in recorded["blas"]
+    ceiling = data["ceiling"]
+    assert set(ceiling["ways"]) == {"openblas_gemv", "picogpt_one_row"}
+    assert ceiling["gb_per_s"] == ceiling["ways"]["openblas_gemv"]["gb_per_s"]  # machine.gemv_pass
     assert all(len(way["runs_s"]) == SMALL_RUN["n_runs"] for way in ceiling["ways"].values())
-    assert len(results["load_average_before"]) == 3 and results["date_utc"]
+    assert len(data["load_average_before"]) == 3 and data["date_utc"]
+
+
+def test_the_ceiling_reads_the_bytes_of_the_bandwidth_measurement():
+    matrices, x = machine.bandwidth_matrices(2_000_000)
+    assert all(m.shape[1] == 1600 and m.dtype == np.float32 for m in matrices)
+    assert abs(sum(m.nbytes for m in matrices) - 2_000_000) <= matrices[0].nbytes / 2
+    products = machine.gemv_pass(matrices, x)
+    assert [p.shape for p in products] == [(m.shape[0],) for m in matrices]
+    assert np.allclose(products[0], 0.5 * 1600)
 
 
 @pytest.mark.parametrize("label", ["draft", "target"])
-def test_each_model_has_ready_decode_and_scoring_figures(results, label):
-    m = results["models"][label]
-    assert m["source"] == "file" and m["weight_bytes_per_token"] > 0
+def test_each_model_has_ready_decode_and_scoring_figures(saved, tiny_pair, label):
+    _, _, data = saved
+    m = data["models"][label]
+    assert m["source"] == "file"
+    assert m["weight_bytes_per_token"] == load_checkpoint(tiny_pair[label]).bytes_per_token
     ready = m["ready"]
     assert ready["ready_s"] == pytest.approx(ready["load_s"] + ready["prepare_s"])
-    assert ready["first_token_s"] >= ready["ready_s"] > 0 and ready["prompt_tokens"] == 4
-    assert ready["fast_file"] is None and ready["fast_file_made_s"] is None  # tiny: kept in memory
-    assert ready["prepare_in_memory_s"] > 0 and ready["plain_first_token_s"] > ready["plain_ready_s"] > 0
-    ceiling = m["ceiling"]  # measured again in the same rounds as this model's decoding
+    assert ready["prompt_tokens"] == 4
+    assert ready["written_beside_checkpoint"] == {} and ready["bytes_written_beside_checkpoint"] == 0
+    ceiling = m["ceiling"]  # measured again in the same rounds as this model's decoding, per context
     assert all(len(way["runs_s"]) == 2 * SMALL_RUN["n_runs"] for way in ceiling["ways"].values())
-    assert m["floor_s"] == pytest.approx(m["weight_bytes_per_token"] / 1e9 / ceiling["gb_per_s"])
     assert set(m["engines"]) == {"picogpt", "picogpt-plain"}
     for engine in m["engines"].values():
-        assert set(engine["decode"]) == {8, 16}
+        assert set(engine["decode"]) == {"8", "16"}
         for decode in engine["decode"].values():
-            assert len(decode["runs_s"]) == SMALL_RUN["n_runs"]
-            assert decode["median_s"] == pytest.approx(np.median(decode["runs_s"]), rel=1e-4)
-            assert decode["gb_per_s"] == pytest.approx(m["weight_bytes_per_token"] / decode["median_s"] / 1e9)
-            assert decode["vs_floor"] == pytest.approx(decode["median_s"] / m["floor_s"])
-        for decode in engine["decode"].values():  # the first call of each pair, right after the pause
-            assert len(decode["after_pause"]["runs_s"]) == SMALL_RUN["n_runs"]
+            assert len(decode["runs_s"]) == len(decode["after_pause"]["runs_s"]) == SMALL_RUN["n_runs"]
     for name, engine in m["engines"].items():
-        assert set(engine["score"]) == ({2, 5} if name == "picogpt-plain" else {2, 3, 5})
-        for score in engine["score"].values():
-            assert score["after_pause"]["ratio_to_decode"] == pytest.approx(
-                score["after_pause"]["median_s"] / engine["decode"][8]["after_pause"]["median_s"])
-        for score in engine["score"].values():
-            assert score["context"] == 8
-            assert score["ratio_to_decode"] == pytest.approx(score["median_s"] / engine["decode"][8]["median_s"])
+        assert set(engine["score"]) == ({"2", "5"} if name == "picogpt-plain" else {"2", "3", "5"})
+        assert {score["context"] for score in engine["score"].values()} == {8}
 
 
-def test_predicted_speedup_uses_the_measured_costs(results):
-    predicted = results["predicted"]
-    draft = results["models"]["draft"]["engines"]["picogpt"]
-    target = results["models"]["target"]["engines"]["picogpt"]
-    assert predicted["t_draft_s"] == draft["decode"][8]["median_s"]
-    assert predicted["t_target_s"] == target["decode"][8]["median_s"]
-    assert set(predicted["speedup"]) == set(bench.ALPHAS)
-    for alpha, by_K in predicted["speedup"].items():
-        assert set(by_K) == {1, 2, 4}  # K + 1 in score_sizes
-        for K, value in by_K.items():
-            expected = (theory.expected_tokens_per_loop(alpha, K) * predicted["t_target_s"]
-                        / (K * predicted["t_draft_s"] + target["score"][K + 1]["median_s"]))
-            assert value == pytest.approx(expected)
+def test_speculative_section_reads_back_as_notebook_05_reads_it(results, saved):
+    json_path, _, _ = saved
+    found, note = speedup.bench_measurements(json_path)
+    assert "measured" in note and results["date_utc"] in note
+    assert [m.controls["temperature"] for m, _ in found] == [1.0, 3.0]
+    for (m, source), entry in zip(found, results["speculative"]):
+        assert source == {"draft": "as given", "target": "as given"}
+        assert (m.draft, m.target, m.N, m.repeats, m.Ks) == ("draft", "target", 8, 2, [1, 2, 4])
+        assert speedup.as_dict(m) == entry["measurement"]  # JSON round trip loses nothing
+        assert len(m.load_average_before) == 3
 
 
-def test_speculative_sampling_is_measured_against_autoregressive(results):
-    measured = results["speculative"]
-    assert measured["N"] == 6 and measured["K"] == 2
-    assert measured["speedup"] == pytest.approx(measured["autoregressive"]["median_s"]
-                                                / measured["speculative"]["median_s"])
-    assert 0 <= measured["alpha_hat"] <= 1 and 1 <= measured["tokens_per_loop"] <= 3
+def test_goals_come_from_the_goals_file(results, tmp_path):
+    path = tmp_path / "goals.json"
+    path.write_text(json.dumps({"alpha_within": 1.0, "goals": [
+        {"goal": "speedup", "metric": "speedup", "params": {"alpha": 0.5, "K": 2}, "at_least": 1e9},
+        {"goal": "bytes", "metric": "bytes_beside_checkpoint", "params": {"model": "target"}, "at_most": 0},
+        {"goal": "teaching", "metric": "best_speedup", "params": {"pair": "teaching"}, "at_least": 2.0},
+        {"goal": "not by the bench", "metric": None, "at_most": 1.6}]}))
+    scored = {g["goal"]: g for g in goals.score_goals(results, path)}
+    assert scored["speedup"]["met"] is False and scored["speedup"]["direction"] == "at_least"
+    assert scored["bytes"] == {"goal": "bytes", "value": 0, "limit": 0, "direction": "at_most", "stretch": None,
+                               "met": True}
+    assert scored["teaching"]["value"] is None and scored["teaching"]["met"] is None  # teaching_pair=None
+    assert scored["not by the bench"]["met"] is None
+    assert "NOT MEASURED not by the bench" in report.goal_line(scored["not by the bench"])
 
 
-def test_goals_are_checked_and_results_saved(results, tmp_path):
-    goals = {g["goal"]: g for g in results["goals"]}
-    assert any("scoring 5 positions" in text for text in goals)
-    assert any("bandwidth floor" in text for text in goals)
-    assert all(g["met"] == (g["value"] >= g["limit"] if ">=" in g["goal"] and "speedup" in g["goal"]
-                            else g["value"] <= g["limit"]) for g in goals.values())
-    json_path, png_path = bench.save(results, tmp_path, "bench-test")
-    saved = json.loads(json_path.read_text())
-    assert saved["models"]["target"]["engines"]["picogpt"]["score"]["5"]["context"] == 8
+def test_the_committed_goals_are_scored_by_name(results):
+    committed, _ = goals.load_goals()
+    assert [g["goal"] for g in results["goals"]] == [g["goal"] for g in committed]
+    assert {g["metric"] for g in committed} - {None} <= {
+        "speedup", "prediction_error", "in_loop_score_ratio", "score_ratio", "decode_vs_floor",
+        "in_loop_decode_vs_floor", "bytes_beside_checkpoint", "ready_minus_decode_s", "best_speedup"}
+
+
+def test_results_are_saved_with_a_figure_and_tables(results, saved):
+    _, png_path, data = saved
     assert png_path.stat().st_size > 10_000
-    assert bench.markdown(saved) == bench.markdown(results)  # from bench.json too
-    text = bench.table(results)
+    assert report.markdown(data) == report.markdown(results)  # from bench.json too
+    text = report.table(results)
     assert "draft (file)" in text and "target (file)" in text and "K+1 positions: time / decode" in text
+    assert "speculative vs autoregressive sampling, draft -> target, T=3" in text
 
 
 def test_unknown_setting_is_refused():
@@ -145,55 +160,50 @@ def test_bench_command_writes_json(tiny_pair, tmp_path, monkeypatch, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert set(printed["models"]) == {"draft", "target"}
     assert json.loads((tmp_path / "bench.json").read_text())["models"].keys() == printed["models"].keys()
-    assert any("predicted speedup needs" in note for note in printed["notes"])  # pair is gpt2/gpt2-xl
+    assert printed["speculative"] == []  # the default pairs are gpt2 -> gpt2-xl and the teaching pair
+    assert any("end to end needs both gpt2 and gpt2-xl" in note for note in printed["notes"])
 
 
 def test_contexts_longer_than_a_model_are_skipped_not_an_error(tiny_pair):
     # the teaching pair's n_ctx is 384, below the default context 512: measure what fits
     settings = dict(SMALL_RUN, contexts=(16, 512))
-    results = bench.run_bench([str(tiny_pair["draft"].parent)], pair=("draft", "target"), measured_pair=("draft", "target"),
+    results = bench.run_bench([str(tiny_pair["draft"].parent)], pair=None, teaching_pair=None,
                               log=lambda text: None, **settings)
     decode = next(iter(results["models"].values()))["engines"]["picogpt"]["decode"]
     assert list(decode) == [16]
 
 
 def test_mapped_models_are_also_measured_with_their_weights_in_memory(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.layout, "CACHE_MIN_BYTES", 0)  # as for GPT-2 small and XL: mapped from files
-    paths = [str(bench.random_checkpoint(label, tmp_path / label, hf_config(**shape)).parent)
+    monkeypatch.setattr(layout, "ANNOUNCE_BYTES", 0)  # as for GPT-2 small and XL: big enough to copy
+    paths = [str(checkpoints.random_checkpoint(label, tmp_path / label, hf_config(**shape)).parent)
              for label, shape in TINY.items()]
-    results = bench.run_bench(paths, pair=("draft", "target"), measured_pair=None, log=lambda text: None,
+    results = bench.run_bench(paths, pair=None, teaching_pair=None, log=lambda text: None,
                               **{**SMALL_RUN, "with_plain": False})
     for m in results["models"].values():
         assert set(m["engines"]) == {"picogpt", "picogpt-in-memory"}
-        assert m["ready"]["fast_file"] and m["ready"]["in_memory_copy_s"] >= m["ready"]["in_memory_ready_s"] > 0
+        assert m["ready"]["in_memory_copy_s"] >= m["ready"]["in_memory_ready_s"] > 0
+        assert m["ready"]["bytes_written_beside_checkpoint"] == 0
         in_memory = m["engines"]["picogpt-in-memory"]
         assert set(in_memory["decode"]) == {8, 16} and set(in_memory["score"]) == {2, 3, 5}
-        for engine in m["engines"].values():
-            fraction = engine["huge_page_fraction"]
-            assert fraction is None or 0 <= fraction <= 1
-        assert set(m["page_cache_after"]) == {m["ready"]["fast_file"], m["path"]}
-        assert m["memory_while_timing"] is None or m["memory_while_timing"]["free_gb_before"] > 0
-    goals = [g["goal"] for g in results["goals"]]
-    assert "target (in memory): decode per token <= 1.25x the bandwidth floor (context 8)" in goals
-    assert "target (in memory): decode no slower than transformers (context 16), picogpt / torch" not in goals  # no torch
-    assert "target (in_memory='background'): ready <= 2 s" in goals
-    in_memory = results["predicted_in_memory"]  # from the in-memory engines' costs
-    assert in_memory["engine"] == "picogpt-in-memory" and in_memory["t_target_s"] == (
-        results["models"]["target"]["engines"]["picogpt-in-memory"]["decode"][8]["median_s"])
-    assert any(g.endswith("(picogpt-in-memory costs)") for g in goals)
-    assert "picogpt-in-memory" in bench.table(results) and "weights in 2 MB pages" in bench.markdown(results)
+        assert set(m["page_cache_after"]) == {m["path"]}
+    assert "picogpt-in-memory" in report.table(results) and "weights in 2 MB pages" in report.markdown(results)
 
 
 def test_no_in_memory_engine_where_it_would_crowd_out_the_page_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.layout, "CACHE_MIN_BYTES", 0)
-    monkeypatch.setattr(bench, "memory_total_gb", lambda: 1.0)
-    path = bench.random_checkpoint("target", tmp_path / "target", hf_config(**TINY["target"]))
-    results = bench.run_bench([str(path.parent)], pair=("draft", "target"), measured_pair=None,
+    monkeypatch.setattr(layout, "ANNOUNCE_BYTES", 0)
+    monkeypatch.setattr(machine, "memory_total_gb", lambda: 1.0)
+    path = checkpoints.random_checkpoint("target", tmp_path / "target", hf_config(**TINY["target"]))
+    results = bench.run_bench([str(path.parent)], pair=None, teaching_pair=None,
                               log=lambda text: None, **{**SMALL_RUN, "with_plain": False})
     m = results["models"]["target"]
     assert set(m["engines"]) == {"picogpt"} and "in_memory_copy_s" not in m["ready"]
     assert m["in_memory_skipped"].startswith("target: in-memory engine skipped, it needs")
-    assert "in memory skipped" in bench.table(results)
+    assert "in memory skipped" in report.table(results)
+
+
+def test_paths_inside_the_repository_are_recorded_relative_to_it(tmp_path):
+    assert checkpoints.shown_path(checkpoints.REPO / "weights" / "x" / "model.safetensors") == "weights/x/model.safetensors"
+    assert checkpoints.shown_path(tmp_path / "m.safetensors") == str((tmp_path / "m.safetensors").resolve())
 
 
 def test_interleaved_times_the_second_call_and_keeps_the_first_apart():
@@ -204,9 +214,9 @@ def test_interleaved_times_the_second_call_and_keeps_the_first_apart():
         time.sleep(0.004 if len(calls) % 2 else 0)
 
     after_pause = {}
-    times = bench.interleaved({"task": (run, lambda: None)}, n_runs=3, n_warmup=1, pause_s=0,
-                              after_pause=after_pause)
+    times = rounds.interleaved({"task": (run, lambda: None)}, n_runs=3, n_warmup=1, pause_s=0,
+                               after_pause=after_pause)
     assert len(calls) == 8  # (1 warm-up + 3) rounds x 2 calls
     assert len(times["task"]) == len(after_pause["task"]) == 3
     assert min(after_pause["task"]) >= 0.004 > max(times["task"])
-    assert len(bench.interleaved({"task": (run, lambda: None)}, 3, 1, 0)["task"]) == 3 and len(calls) == 12
+    assert len(rounds.interleaved({"task": (run, lambda: None)}, 3, 1, 0)["task"]) == 3 and len(calls) == 12

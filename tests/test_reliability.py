@@ -161,7 +161,7 @@ def test_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
 
 
 def test_bench_random_checkpoint_on_a_full_disk_is_one_error_and_no_partial_file(tmp_path, monkeypatch):
-    import picogpt.bench.run as bench_run
+    import picogpt.bench.checkpoints as bench_run
 
     monkeypatch.setattr(bench_run, "RandomTensor", lambda name, shape: FailsOnDisk(shape))
     config = {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 6, "vocab_size": 11}
@@ -172,7 +172,7 @@ def test_bench_random_checkpoint_on_a_full_disk_is_one_error_and_no_partial_file
 
 
 def test_bench_random_checkpoint_too_big_for_the_disk_is_refused_before_writing(tmp_path, monkeypatch):
-    import picogpt.bench.run as bench_run
+    import picogpt.bench.checkpoints as bench_run
 
     monkeypatch.setattr(bench_run.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**6, 10**6, 100))
     config = {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 6, "vocab_size": 11}

@@ -1,5 +1,6 @@
-"""Notebook 05's measurements: the costs the speedup formulas need, the predictions made from
-them, and the measured speedup of speculative over autoregressive sampling."""
+"""The one cost/speedup measurement (perf/speedup.py), on tiny random models: costs read inside
+the loops, a breakdown that adds up to the wall time, alpha pooled over every decision, the
+speedup as the ratio of the medians, predictions from the formulas, and a JSON round trip."""
 
 import json
 
@@ -7,27 +8,134 @@ import numpy as np
 import pytest
 
 from helpers_sampling import random_gpt2
-from picogpt import theory
-from picogpt.perf import speedup
+from picogpt import sampling, speculative, theory
 from picogpt.errors import PicoGPTError
+from picogpt.perf import speedup
 
 PROMPT = [1, 2, 3]
 
 
-def test_cached_call_leaves_the_cache_as_it_found_it_and_costs_time():
-    model = random_gpt2(0, n_ctx=16)
-    seconds = speedup.cached_call_s(model, PROMPT, 5, repeats=3)
-    assert 0 < seconds < 5
-    with pytest.raises(PicoGPTError, match="at least 1"):
-        speedup.cached_call_s(model, PROMPT, 0)
+class FakeClock:
+    """Stands in for the `time` module of the samplers: time moves only when a model is called."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
 
 
-def test_measure_costs_has_one_scoring_cost_per_K():
-    draft, target = random_gpt2(0), random_gpt2(1, n_layer=2)
-    costs = speedup.measure_costs(draft, target, PROMPT, Ks=[1, 3], repeats=2)
-    assert sorted(costs.t_score_s) == [1, 3]
-    assert costs.t_draft_s > 0 and costs.t_target_s > 0
-    assert costs.c == pytest.approx(costs.t_draft_s / costs.t_target_s)
+class Clocked:
+    """A model whose every call costs `base + per_position * (n_new - 1)` seconds of the fake
+    clock, plus `prefill` when its cache is empty (the call that reads the prompt)."""
+
+    def __init__(self, model, clock, base, per_position, prefill=100.0):
+        self.model, self.clock = model, clock
+        self.base, self.per_position, self.prefill = base, per_position, prefill
+        self.config, self.name = model.config, model.name
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def __call__(self, ids, cache):
+        self.clock.now += self.base + self.per_position * (len(ids) - 1) + (self.prefill if len(cache) == 0 else 0)
+        return self.model(ids, cache)
+
+
+@pytest.fixture
+def clocked_pair(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(sampling, "time", clock)
+    monkeypatch.setattr(speculative, "time", clock)
+    draft = Clocked(random_gpt2(0, n_ctx=64), clock, base=1.0, per_position=0.0)
+    target = Clocked(random_gpt2(1, n_ctx=64), clock, base=10.0, per_position=1.0)
+    return draft, target
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Every SpeculativeResult measure_speedup gets, by K."""
+    runs = {}
+
+    def recording(draft, target, ids, N, *, K, **controls):
+        result = speculative.speculative_sampling(draft, target, ids, N, K=K, **controls)
+        runs.setdefault(K, []).append(result)
+        return result
+
+    monkeypatch.setattr(speedup, "speculative_sampling", recording)
+    return runs
+
+
+def test_in_loop_costs_are_the_planted_costs_with_the_prefill_left_out(clocked_pair):
+    m = speedup.measure_speedup(*clocked_pair, PROMPT, N=20, Ks=[1, 2, 4], repeats=3)
+    assert m.t_draft_s == 1.0 and m.t_target_s == 10.0  # not 101 or 112: the prefill is left out
+    assert m.costs.t_score_s == {1: 11.0, 2: 12.0, 4: 14.0}  # one call on K + 1 positions
+    assert all(at.t_decide_s == 0.0 for at in m.by_K.values())
+    # Algorithm 1: the prefill (100 + 10 + 2 positions), then 19 decoding steps
+    assert m.autoregressive_s == speedup.Spread(112.0 + 19 * 10.0, 112.0 + 19 * 10.0, 112.0 + 19 * 10.0)
+    assert m.autoregressive_breakdown_s == {"target_s": 302.0, "other_s": 0.0}
+
+
+def test_the_breakdown_adds_up_and_the_speedup_is_the_ratio_of_the_medians(clocked_pair, recorded):
+    m = speedup.measure_speedup(*clocked_pair, PROMPT, N=20, Ks=[2, 3], repeats=3, warmup_tokens=0)
+    for K, at in m.by_K.items():
+        runs = recorded[K]
+        assert len(runs) == 3
+        seconds = [run.seconds for run in runs]
+        assert at.seconds.median == np.median(seconds) and at.seconds.q1 <= at.seconds.median <= at.seconds.q3
+        assert at.speedup == m.autoregressive_s.median / np.median(seconds)
+        b = at.breakdown_s
+        assert b["other_s"] == 0.0  # the fake clock only moves inside model calls
+        assert b["draft_s"] + b["score_s"] + b["decide_s"] + b["other_s"] == pytest.approx(np.mean(seconds))
+        drafted = sum(loop.K for run in runs for loop in run.loops)
+        assert b["draft_s"] == pytest.approx((drafted + 3 * 100.0) / 3)  # 1 s a draft call + one prefill a run
+
+
+def test_alpha_is_pooled_over_every_decision_of_every_run(recorded):
+    draft, target = random_gpt2(0, n_ctx=64), random_gpt2(1, n_ctx=64)
+    m = speedup.measure_speedup(draft, target, PROMPT, N=16, Ks=[1, 3], repeats=2, warmup_tokens=0)
+    loops = [loop for runs in recorded.values() for run in runs for loop in run.loops]
+    assert m.n_accepted == sum(loop.n_accepted for loop in loops)
+    assert m.n_decisions == sum(len(loop.r) for loop in loops)
+    assert m.alpha_hat == m.n_accepted / m.n_decisions
+    assert 0 < m.n_accepted < m.n_decisions  # these two random models neither always agree nor never
+    for K, at in m.by_K.items():
+        assert at.n_loops == sum(len(run.loops) for run in recorded[K])
+        assert at.tokens_per_loop == sum(len(loop.tokens) for run in recorded[K] for loop in run.loops) / at.n_loops
+        assert at.predicted == pytest.approx(theory.predicted_speedup_paper(
+            alpha=m.alpha_hat, K=K, t_draft_s=m.t_draft_s, t_target_s=m.t_target_s, t_score_s=at.t_score_s))
+
+
+def test_on_a_real_clock_the_breakdown_adds_up_to_the_wall_time(recorded):
+    draft, target = random_gpt2(0, n_ctx=64), random_gpt2(1, n_ctx=64, n_layer=2)
+    m = speedup.measure_speedup(draft, target, PROMPT, N=12, Ks=[2], repeats=3, warmup_tokens=0)
+    at = m.by_K[2]
+    parts = at.breakdown_s
+    assert sum(parts.values()) == pytest.approx(np.mean([run.seconds for run in recorded[2]]), rel=1e-9)
+    assert parts["other_s"] >= 0 and min(parts.values()) >= 0
+    assert m.autoregressive_breakdown_s["other_s"] >= 0
+    assert at.speedup_runs.q1 <= at.speedup_runs.median <= at.speedup_runs.q3
+
+
+def test_a_draft_identical_to_the_target_is_always_accepted():
+    model = random_gpt2(0)
+    m = speedup.measure_speedup(model, model, PROMPT, N=9, Ks=[2], repeats=2)
+    assert m.alpha_hat == 1.0 and m.by_K[2].tokens_per_loop == 3.0 == theory.expected_tokens_per_loop(1.0, 2)
+    assert m.best_K == (2, 2)
+
+
+def test_the_measurement_survives_json(clocked_pair):
+    m = speedup.measure_speedup(*clocked_pair, PROMPT, N=8, Ks=[1, 2], repeats=2)
+    again = speedup.from_dict(json.loads(json.dumps(speedup.as_dict(m))))
+    assert again == m and again.by_K[2].seconds == m.by_K[2].seconds
+
+
+def test_bad_requests_are_refused():
+    model = random_gpt2(0)
+    with pytest.raises(PicoGPTError, match="at least one K"):
+        speedup.measure_speedup(model, model, PROMPT, N=8, Ks=[])
+    with pytest.raises(PicoGPTError, match="N >= 2"):
+        speedup.measure_speedup(model, model, PROMPT, N=1, Ks=[2])
 
 
 def test_predictions_follow_the_formulas():
@@ -43,46 +151,21 @@ def test_predictions_follow_the_formulas():
     assert paper[1] < flat[1]
 
 
-def test_a_draft_identical_to_the_target_is_always_accepted():
-    model = random_gpt2(0)
-    ar_s, measured = speedup.measure_speedups(model, model, PROMPT, N=9, Ks=[2], seeds=(0, 1))
-    m = measured[2]
-    assert m.alpha_hat == 1.0 and m.tokens_per_loop == 3.0 and speedup.pooled_alpha(measured) == 1.0
-    assert m.speedup == pytest.approx(ar_s / m.seconds)
+def test_a_busy_machine_is_named(clocked_pair):
+    m = speedup.measure_speedup(*clocked_pair, PROMPT, N=4, Ks=[1], repeats=1)
+    busy = speedup.SpeedupMeasurement(**{**m.__dict__, "load_average_before": [5.0, 1.0, 1.0]})
+    assert "busy (load average up to 5.0 on 2 cores)" in speedup.busy_warning(busy, cores=2)
+    idle = speedup.SpeedupMeasurement(**{**m.__dict__, "load_average_before": [0.1, 0.1, 0.1],
+                                         "load_average_after": [0.2, 0.1, 0.1]})
+    assert speedup.busy_warning(idle, cores=2) == ""
 
 
-def test_measured_acceptance_is_pooled_over_every_decision():
-    draft, target = random_gpt2(0), random_gpt2(1)
-    _, measured = speedup.measure_speedups(draft, target, PROMPT, N=12, Ks=[1, 3], seeds=(0, 1, 2))
-    assert all(0 <= m.alpha_hat <= 1 and 1 <= m.tokens_per_loop <= m.K + 1 for m in measured.values())
-    pooled = speedup.pooled_alpha(measured)
-    accepted = sum(m.n_accepted for m in measured.values())
-    decisions = sum(m.n_decisions for m in measured.values())
-    assert pooled == accepted / decisions
-    assert min(m.alpha_hat for m in measured.values()) <= pooled <= max(m.alpha_hat for m in measured.values())
-
-
-def test_theory_and_measurement_agree_on_tokens_per_loop_for_identical_models():
-    model = random_gpt2(2)
-    _, measured = speedup.measure_speedups(model, model, PROMPT, N=8, Ks=[3], seeds=(0,))
-    assert measured[3].tokens_per_loop == theory.expected_tokens_per_loop(1.0, 3)
-    assert np.isfinite(measured[3].speedup)
-
-
-def test_bench_costs_reads_the_committed_benchmark(tmp_path):
-    path = tmp_path / "bench.json"
-    path.write_text(json.dumps({
-        "date_utc": "2026-01-01T00:00:00+00:00", "machine": {"cpu": "Test CPU"},
-        "models": {"gpt2": {"source": "random weights"}, "gpt2-xl": {"source": "random weights"}},
-        "predicted": {"t_draft_s": 0.01, "t_target_s": 0.1, "t_score_s": {"1": 0.11, "4": 0.13}}}))
-    costs, note = speedup.bench_costs(path)
-    assert costs.t_score_s == {1: 0.11, 4: 0.13} and costs.c == pytest.approx(0.1)
-    assert "Test CPU" in note and "gpt2-xl: random weights" in note
-
-
-def test_bench_costs_says_when_there_are_none(tmp_path):
-    costs, note = speedup.bench_costs(tmp_path / "bench.json")
-    assert costs is None and "not measured yet" in note
+def test_bench_measurements_say_when_there_are_none(tmp_path):
+    found, note = speedup.bench_measurements(tmp_path / "bench.json")
+    assert found == [] and "not measured yet" in note
     (tmp_path / "bench.json").write_text(json.dumps({"models": {}}))
-    costs, note = speedup.bench_costs(tmp_path / "bench.json")
-    assert costs is None and "predicted" in note
+    found, note = speedup.bench_measurements(tmp_path / "bench.json")
+    assert found == [] and "holds no end-to-end speculative-sampling measurement" in note
+    (tmp_path / "bench.json").write_text(json.dumps({"speculative": [{"measurement": {}}]}))
+    found, note = speedup.bench_measurements(tmp_path / "bench.json")
+    assert found == [] and "cannot be read" in note and str(tmp_path) not in note

@@ -27,8 +27,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picogpt.bench import run as bench  # noqa: E402
-from picogpt.perf import kernels, layout, machine  # noqa: E402
+from picogpt.bench.checkpoints import resolve_models  # noqa: E402
+from picogpt.bench.decode import prompt_ids  # noqa: E402
+from picogpt.bench.engines import NumpyEngine  # noqa: E402
+from picogpt.bench.report import BENCH_DIR  # noqa: E402
+from picogpt.bench.rounds import ceiling_tasks, describe_ceiling, interleaved  # noqa: E402
+from picogpt.io.params import leaves, map_leaves  # noqa: E402
+from picogpt.perf import machine  # noqa: E402
 from picogpt.model import load_checkpoint  # noqa: E402
 
 LAYOUTS = {  # name: (advice, first touch of the pages in a random order)
@@ -39,7 +44,7 @@ LAYOUTS = {  # name: (advice, first touch of the pages in a random order)
 
 
 def copier(n_bytes, advice, scatter):
-    """copy(array) for layout.copied: consecutive copies in one anonymous mapping, advised before
+    """copy(array) for map_leaves: consecutive copies in one anonymous mapping, advised before
     any page of it exists (the page size is chosen when a page is first touched). With scatter,
     the pages are first touched in a random order: the OS hands out physical pages roughly in
     the order they are asked for, so neighbouring addresses land far apart in physical memory,
@@ -65,30 +70,30 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt2-xl", help="a model name (random weights if not downloaded)")
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--out", default=str(bench.BENCH_DIR / "page-sizes.json"))
+    parser.add_argument("--out", default=str(BENCH_DIR / "page-sizes.json"))
     args = parser.parse_args()
-    (label, (path, source)), = bench.resolve_models([args.model])[0].items()
+    (label, (path, source)), = resolve_models([args.model])[0].items()
     model = load_checkpoint(path).prepare()
-    n_bytes = sum(-(-a.nbytes // 64) * 64 for a in layout.arrays_of(model.fast_params))
+    n_bytes = sum(-(-a.nbytes // 64) * 64 for a in leaves(model.fast_params))
     engines = {}
     for name, (advice, scatter) in LAYOUTS.items():
         print(f"copying {n_bytes / 1e9:.1f} GB of weights into memory in {name}", file=sys.stderr, flush=True)
         copy = load_checkpoint(path)
-        copy.fast_params = layout.copied(model.fast_params, copier(n_bytes, advice, scatter))
-        engines[name] = bench.NumpyEngine(copy)
-    ids = bench.prompt_ids(129, model.config.n_vocab)
+        copy.fast_params = map_leaves(copier(n_bytes, advice, scatter), model.fast_params)
+        engines[name] = NumpyEngine(copy)
+    ids = prompt_ids(129, model.config.n_vocab)
     for engine in engines.values():
         engine.start(ids[:128])
-    matrices, x = bench.ceiling_matrices(int(1.6e9))
-    tasks = {("ceiling", way): task for way, task in bench.ceiling_tasks(matrices, x).items()}
+    matrices, x = machine.bandwidth_matrices(int(1.6e9))
+    tasks = {("ceiling", way): task for way, task in ceiling_tasks(matrices, x).items()}
     for name, engine in engines.items():
         tasks[(name, 1)] = (lambda e=engine: e.forward(ids[128:129]), lambda e=engine: e.rollback(128))
     print(f"timing {args.runs} interleaved rounds", file=sys.stderr, flush=True)
-    times = bench.interleaved(tasks, args.runs, 1)
-    ceiling = bench.describe_ceiling({way: t for (kind, way), t in times.items() if kind == "ceiling"}, matrices)
+    times = interleaved(tasks, args.runs, 1)
+    ceiling = describe_ceiling({way: t for (kind, way), t in times.items() if kind == "ceiling"}, matrices)
     floor_s = model.bytes_per_token / 1e9 / ceiling["gb_per_s"]
     results = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "model": label, "source": source,
-               "command": " ".join(["python tools/page_sizes.py", *sys.argv[1:]]), "machine": bench.machine_info(),
+               "command": " ".join(["python tools/page_sizes.py", *sys.argv[1:]]), "machine": machine.machine_info(),
                "context": 128, "ceiling": ceiling, "floor_s": floor_s, "engines": {}}
     for name, engine in engines.items():
         median = float(np.median(times[(name, 1)]))

@@ -1,3 +1,5 @@
-"""`python -m picogpt bench`: decode, scoring and load speed on GPT-2's real shapes."""
+"""`python -m picogpt bench`: decode, scoring, load speed and speculative sampling end to end on
+GPT-2's real shapes. run.py runs it; the other modules are its parts (see run.py's docstring)."""
 
-from .run import BENCH_DIR, run_bench, save, table, to_json  # noqa: F401
+from .report import BENCH_DIR, save, table, to_json  # noqa: F401
+from .run import run_bench  # noqa: F401

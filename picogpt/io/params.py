@@ -171,9 +171,26 @@ def params_from_tensors(tensors, config, path="checkpoint"):
         if tuple(tensors[name].shape) != shape:
             raise CheckpointError(f"{path}: tensor '{name}' has shape {list(tensors[name].shape)}, "
                                   f"expected {list(shape)} for {config}")
-        node, *keys, leaf = name.split(".")
-        node = params["h"][int(keys.pop(0))] if node == "h" else params.setdefault(node, {})
+        *keys, leaf = tree_path(name)
+        node = params
         for key in keys:
-            node = node.setdefault(key, {})
+            node = node[key] if isinstance(key, int) else node.setdefault(key, {})
         node[leaf] = tensors[name]
     return params
+
+
+def tree_path(name):
+    """Where a checkpoint name sits in the parameter tree: 'h.3.attn.c_attn.weight' ->
+    ('h', 3, 'attn', 'c_attn', 'weight')."""
+    return tuple(int(key) if key.isdigit() else key for key in name.split("."))
+
+
+def named_tensors(params, config):
+    """{checkpoint name: array} of a parameter tree: the inverse of params_from_tensors."""
+    named = {}
+    for name in expected_shapes(config):
+        node = params
+        for key in tree_path(name):
+            node = node[key]
+        named[name] = node
+    return named

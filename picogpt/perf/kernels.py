@@ -27,7 +27,9 @@ from a common counter: a thread the OS delays does not hold the others up. PICOG
 how many (default: the cores this process may use).
 """
 
+import contextlib
 import ctypes
+import functools
 import glob
 import os
 import threading
@@ -59,6 +61,7 @@ def n_threads():
         return os.cpu_count() or 1
 
 
+@functools.cache
 def openblas_thread_setter():
     """openblas_set_num_threads from the OpenBLAS that NumPy ships, or None if not found."""
     numpy_dir = os.path.dirname(np.__file__)
@@ -91,6 +94,21 @@ def use_own_threads():
         setter(1)
         _blas_pinned = True
     return True
+
+
+@contextlib.contextmanager
+def openblas_on_all_threads():
+    """Within the block, OpenBLAS runs on n_threads() threads of its own (as NumPy uses it
+    outside picogpt); afterwards back to one if the fast path pinned it (the bandwidth ceiling
+    is measured with OpenBLAS's threaded GEMV)."""
+    setter = openblas_thread_setter()
+    if setter is not None and _blas_pinned:
+        setter(n_threads())
+    try:
+        yield
+    finally:
+        if setter is not None and _blas_pinned:
+            setter(1)
 
 
 _pool, _pool_size = None, 0

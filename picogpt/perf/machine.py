@@ -1,30 +1,57 @@
-"""What this machine can do, measured: memory bandwidth and arithmetic throughput.
+"""What this machine can do, measured (memory bandwidth, arithmetic throughput), and what it is
+(CPU, BLAS, memory, load, page cache): the facts printed beside every timing.
 
 Decoding one token multiplies a single vector by every weight matrix: each float32 weight is
 read once (4 bytes) and used for one multiply-add (2 FLOPs), so the arithmetic units wait on
 memory. These two numbers, measured the way the model uses NumPy, are the machine's roofline:
-a token can take no less than `model.nbytes / bandwidth` seconds.
+a token can take no less than `model.bytes_per_token / bandwidth` seconds.
 """
+
+import ctypes
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import PicoGPTError
+from . import kernels
 from .timing import median_seconds
 
-N_COLS = 1024  # width of the benchmark matrix; the height gives the requested size
+BANDWIDTH_SHAPE = (6400, 1600)  # GPT-2 XL's MLP weight (4 n_embd, n_embd): a decoding-sized matrix
+
+
+def bandwidth_matrices(n_bytes):
+    """About n_bytes of float32 [6400, 1600] matrices (fewer rows if n_bytes is small) and a
+    vector x [1600] to multiply them by. Written, so that their pages really exist."""
+    rows, cols = BANDWIDTH_SHAPE
+    if n_bytes < 4 * cols:
+        raise PicoGPTError(f"n_bytes={n_bytes} is too small: give at least {4 * cols} bytes "
+                           "(and far more than the CPU cache, e.g. 256 MiB, to measure memory)")
+    rows = min(rows, n_bytes // (4 * cols))
+    n_matrices = max(1, round(n_bytes / (4 * rows * cols)))
+    return [np.full((rows, cols), 0.5, np.float32) for _ in range(n_matrices)], np.ones(cols, np.float32)
+
+
+def gemv_pass(matrices, x):
+    """One-row products over every matrix, `W @ x` ([rows, 1600] @ [1600] -> [rows]): each
+    weight read once and used for one multiply-add, as in decoding one token. OpenBLAS's GEMV on
+    all its threads, even where picogpt's fast path runs OpenBLAS on one (perf/kernels.py)."""
+    with kernels.openblas_on_all_threads():
+        return [matrix @ x for matrix in matrices]
 
 
 def measure_bandwidth_gbs(n_bytes=256 * 2**20, repeats=5):
-    """GB/s (10**9 bytes per second) read by a float32 vector-matrix product `x @ W`, the
-    operation of decoding, with W about n_bytes: pick n_bytes well above the CPU caches."""
-    if n_bytes < 4 * N_COLS:
-        raise PicoGPTError(f"n_bytes={n_bytes} is too small: give at least {4 * N_COLS} bytes "
-                           "(and far more than the CPU cache, e.g. 256 MiB, to measure memory)")
-    n_rows = n_bytes // (4 * N_COLS)
-    weight = np.full((n_rows, N_COLS), 0.5, np.float32)  # written, so its pages really exist
-    x = np.ones(n_rows, np.float32)
-    x @ weight  # warm up: page faults and thread start-up are not bandwidth
-    return weight.nbytes / median_seconds(lambda: x @ weight, repeats) / 1e9
+    """GB/s (10**9 bytes per second) read by one-row float32 products over about n_bytes of
+    matrices (gemv_pass), the operation of decoding: pick n_bytes well above the CPU caches.
+    The bench's bandwidth ceiling is this measurement, over 1.6 GB."""
+    matrices, x = bandwidth_matrices(n_bytes)
+    gemv_pass(matrices, x)  # warm up: page faults and thread start-up are not bandwidth
+    n_read = sum(matrix.nbytes for matrix in matrices)
+    return n_read / median_seconds(lambda: gemv_pass(matrices, x), repeats) / 1e9
 
 
 def measure_matmul_gflops(n=1024, repeats=5):
@@ -114,3 +141,92 @@ def memory_counters():
     except (OSError, ValueError):
         return None
     return {**counters, **{f"{name}_bytes": memory[name] for name in ("MemFree", "MemAvailable") if name in memory}}
+
+
+# ---------------------------------------------------------------------------------------------
+# What the machine is: recorded beside every benchmark
+# ---------------------------------------------------------------------------------------------
+
+def cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def openblas_core():
+    """The kernel set OpenBLAS picked at run time (e.g. 'SkylakeX'), if NumPy uses OpenBLAS."""
+    libs = Path(np.__file__).parent.parent / "numpy.libs"
+    for lib in sorted(libs.glob("*openblas*")) if libs.is_dir() else []:
+        try:
+            blas = ctypes.CDLL(str(lib))
+        except OSError:
+            continue
+        for symbol in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
+            if hasattr(blas, symbol):
+                function = getattr(blas, symbol)
+                function.restype = ctypes.c_char_p
+                return function().decode()
+    return None
+
+
+def blas_info():
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    except Exception:  # older NumPy: no dicts mode
+        return {"name": "unknown"}
+    return {key: blas.get(key) for key in ("name", "version", "openblas configuration")} | {
+        "runtime core": openblas_core()}
+
+
+def memory_total_gb():
+    total = meminfo_bytes().get("MemTotal")
+    return None if total is None else round(total / 2**30, 1)
+
+
+def library_versions():
+    versions = {"python": platform.python_version(), "numpy": np.__version__}
+    for name in ("torch", "transformers"):
+        try:
+            versions[name] = importlib.metadata.version(name)  # without importing it
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def machine_info():
+    """CPU, cores, memory, OS, BLAS and library versions, as a JSON-ready dict."""
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "memory_gb": memory_total_gb(),
+            "os": platform.platform(), "blas": blas_info(), "versions": library_versions()}
+
+
+def load_average():
+    """The OS's 1, 5 and 15 minute load averages (runnable processes; above the core count
+    means programs wait for a CPU), or None where the OS does not say."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def read_through(path, chunk_bytes=64 * 2**20):
+    """Read a file once, so that the OS page cache holds it (if memory allows)."""
+    buffer = bytearray(chunk_bytes)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buffer):
+            pass
+
+
+def page_cache_fraction(path):
+    """How much of a file is in the OS page cache (via `fincore`, if installed), 0..1."""
+    if not shutil.which("fincore"):
+        return None
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE", str(path)],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        return round(int(out[0]) / max(1, int(out[1])), 3)
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None

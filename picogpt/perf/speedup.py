@@ -1,15 +1,27 @@
-"""Speedup on this machine: the costs the formulas need, and the wall clock they predict (notebook 05).
+"""Speculative against autoregressive sampling on this machine: the one measurement of the
+costs and the speedup (used by `python -m picogpt bench`, notebook 05 and the model card's tool).
 
-Chen et al. (Section 3) predict speculative sampling's speedup from three costs, here measured
-in seconds on your machine as medians of a few runs:
-- t_draft_s: one draft decoding step (a cached call on one new position, then its probabilities),
-- t_target_s: one target decoding step, the cost of each token of autoregressive sampling,
-- t_score_s[K]: one target call scoring K + 1 positions, the cost of step 2 of Algorithm 2,
-and from alpha, the acceptance rate. The measured speedup is the wall time of autoregressive
-sampling (Algorithm 1) over that of speculative sampling (Algorithm 2), same prompt, same N,
-same seeds, medians.
+Every cost is timed where a user pays it, inside the sampling loops:
+- t_target_s: one token of autoregressive sampling (Algorithm 1): a cached target call on one
+  new position, its probabilities and the draw (SamplingResult.token_times_s);
+- t_draft_s: one drafted token inside speculative sampling (Algorithm 2, step 1):
+  LoopTrace.t_draft_s / K;
+- t_score_s[K]: the target's one call on K + 1 positions inside the loop (step 2), with its
+  probabilities: LoopTrace.t_score_s;
+- t_decide_s[K]: the accept/reject steps and the caches' roll-back (steps 3-4): LoopTrace.t_decide_s;
+- other: the rest of a run's wall time (the loop's own bookkeeping).
+The first call of each run also reads the prompt (the prefill), so the first token of
+autoregressive sampling and the first loop of speculative sampling are left out of the costs;
+they stay in the wall times and in the breakdown, which adds up to the wall time.
+
+The runs are interleaved (per repeat: autoregressive, then each K, all with the same seed), so a
+busy moment hits every variant alike. Figures are medians over the repeats with their
+interquartile range. The measured speedup is median autoregressive time / median speculative
+time; the predicted one is Chen et al.'s arithmetic (theory.predicted_speedup_paper) fed the
+in-loop costs and alpha_hat, the acceptance rate pooled over every accept/reject decision.
 """
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,35 +30,20 @@ import numpy as np
 
 from .. import theory
 from ..errors import PicoGPTError
-from ..sampling import autoregressive_sampling, distribution
+from ..sampling import autoregressive_sampling
 from ..speculative import speculative_sampling
-from .timing import median_seconds
+from .machine import load_average
 
 BENCH_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "bench.json"  # `python -m picogpt bench`
 
 
-def cached_call_s(model, ids, n_new, repeats=5):
-    """Median seconds of one cached call on n_new new positions after the prompt `ids`, with the
-    logits turned into probabilities (as both algorithms do); the cache is rolled back after each
-    call, so every repeat does the same work."""
-    if n_new < 1:
-        raise PicoGPTError(f"n_new, the positions to score in one call, must be at least 1, got {n_new}")
-    cache = model.new_cache()
-    model(ids, cache)  # the prompt, once (not timed)
-    n_past = len(cache)
-    new = np.resize(np.asarray(ids), n_new)  # any n_new token ids will do: the cost is the same
-
-    def call():
-        distribution(model(new, cache))  # [n_new] -> [n_new, n_vocab] -> probabilities
-        cache.truncate(n_past)
-
-    call()  # warm-up: first-touch of the weights and of the cache's memory
-    return median_seconds(call, repeats)
-
+# ---------------------------------------------------------------------------------------------
+# The costs and the formulas they feed
+# ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Costs:
-    t_draft_s: float  # one draft decoding step
+    t_draft_s: float  # one drafted token
     t_target_s: float  # one target decoding step
     t_score_s: dict  # K -> one target call on K + 1 positions
 
@@ -56,11 +53,10 @@ class Costs:
         return self.t_draft_s / self.t_target_s
 
 
-def measure_costs(draft, target, ids, Ks, repeats=5):
-    """t_draft_s, t_target_s and t_score_s[K] for each K, after the prompt `ids`."""
-    return Costs(t_draft_s=cached_call_s(draft, ids, 1, repeats),
-                 t_target_s=cached_call_s(target, ids, 1, repeats),
-                 t_score_s={K: cached_call_s(target, ids, K + 1, repeats) for K in Ks})
+def predicted_speedup(costs, alpha, K):
+    """Chen et al.'s arithmetic with the measured scoring cost t_score(K)."""
+    return theory.predicted_speedup_paper(alpha=alpha, K=K, t_draft_s=costs.t_draft_s,
+                                          t_target_s=costs.t_target_s, t_score_s=costs.t_score_s[K])
 
 
 def predictions(costs, alpha, Ks):
@@ -72,9 +68,7 @@ def predictions(costs, alpha, Ks):
     """
     Ks = list(Ks)
     return {
-        "paper, measured t_score(K)": np.array([theory.predicted_speedup_paper(
-            alpha=alpha, K=K, t_draft_s=costs.t_draft_s, t_target_s=costs.t_target_s,
-            t_score_s=costs.t_score_s[K]) for K in Ks]),
+        "paper, measured t_score(K)": np.array([predicted_speedup(costs, alpha, K) for K in Ks]),
         "paper, t_score = t_target": np.array([theory.predicted_speedup_paper(
             alpha=alpha, K=K, t_draft_s=costs.t_draft_s, t_target_s=costs.t_target_s) for K in Ks]),
         "Leviathan et al., c = t_draft/t_target": np.asarray(
@@ -82,63 +76,227 @@ def predictions(costs, alpha, Ks):
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# What one measurement returns
+# ---------------------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
-class Measured:
+class Spread:
+    """The median of a few repeats and their interquartile range (q1 .. q3)."""
+    median: float
+    q1: float
+    q3: float
+
+
+def spread(values):
+    """Spread of a list of numbers (nan when empty: nothing was measured)."""
+    if len(values) == 0:
+        return Spread(float("nan"), float("nan"), float("nan"))
+    q1, median, q3 = np.percentile(np.asarray(values, np.float64), [25, 50, 75])
+    return Spread(float(median), float(q1), float(q3))
+
+
+@dataclass(frozen=True)
+class AtK:
+    """Speculative sampling with one K, over every repeat."""
     K: int
-    seconds: float  # median wall time of speculative sampling over the seeds
-    speedup: float  # median autoregressive wall time / `seconds`
-    n_accepted: int  # drafted tokens accepted, all seeds together
-    n_decisions: int  # accept/reject decisions made, all seeds together
-    tokens_per_loop: float  # mean over the seeds
+    seconds: Spread  # wall time of one run
+    speedup: float  # median autoregressive seconds / seconds.median
+    speedup_runs: Spread  # of the ratios repeat by repeat (autoregressive / speculative, same seed)
+    predicted: float  # predicted_speedup(costs, alpha_hat, K), from the in-loop costs
+    t_score_s: float  # median in-loop scoring call on K + 1 positions (first loops excluded)
+    t_decide_s: float  # median in-loop accept/reject + roll-back, per loop (first loops excluded)
+    tokens_per_loop: float  # tokens emitted / loops, all runs together
+    n_accepted: int  # drafted tokens kept, all runs
+    n_decisions: int  # accept/reject decisions made, all runs
+    n_loops: int
+    breakdown_s: dict  # mean seconds per run: draft_s + score_s + decide_s + other_s = mean wall time
 
     @property
     def alpha_hat(self):
-        """The observed acceptance rate at this K."""
+        """The acceptance rate observed at this K alone."""
         return self.n_accepted / self.n_decisions if self.n_decisions else float("nan")
 
 
-def measure_speedups(draft, target, ids, N, Ks, seeds=(0, 1, 2), **controls):
-    """Autoregressive vs speculative sampling of N tokens after `ids`, for each K and seed, run
-    interleaved (so a busy moment hurts both alike). Returns (autoregressive median seconds,
-    {K: Measured})."""
-    ar_s, spec = [], {K: [] for K in Ks}
-    for seed in seeds:
-        ar_s.append(autoregressive_sampling(target, ids, N, seed=seed, **controls).seconds)
+@dataclass(frozen=True)
+class SpeedupMeasurement:
+    """Autoregressive vs speculative sampling of the same N tokens: costs, speedups, breakdown."""
+    draft: str
+    target: str
+    N: int
+    repeats: int
+    controls: dict  # temperature, top_k, top_p: the same for both algorithms
+    autoregressive_s: Spread  # wall time of one autoregressive run
+    autoregressive_breakdown_s: dict  # mean seconds per run: target_s (its calls) + other_s
+    t_target_s: float  # median in-loop target step (prefill excluded)
+    t_draft_s: float  # median in-loop drafted token, every K (first loops excluded)
+    alpha_hat: float  # accepted / decisions, pooled over every K and repeat
+    n_accepted: int
+    n_decisions: int
+    by_K: dict  # K -> AtK
+    load_average_before: list  # the OS's 1, 5, 15 minute load averages (None where unknown)
+    load_average_after: list
+
+    @property
+    def Ks(self):
+        return sorted(self.by_K)
+
+    @property
+    def costs(self):
+        """The in-loop costs, as the formulas take them."""
+        return Costs(t_draft_s=self.t_draft_s, t_target_s=self.t_target_s,
+                     t_score_s={K: at.t_score_s for K, at in self.by_K.items()})
+
+    @property
+    def best_K(self):
+        """(measured best K, predicted best K)."""
+        return (max(self.Ks, key=lambda K: self.by_K[K].speedup),
+                max(self.Ks, key=lambda K: self.by_K[K].predicted))
+
+
+def as_dict(measurement):
+    """The measurement as JSON-ready data (K keys as strings): what bench.json, notebook 05 and
+    weights/measurements.json hold."""
+    data = dataclasses.asdict(measurement)
+    data["by_K"] = {str(K): at for K, at in data["by_K"].items()}
+    return data
+
+
+def from_dict(data):
+    """as_dict's inverse (also for data read back from JSON)."""
+    spreads = lambda d, keys: {k: Spread(**d[k]) if k in keys else v for k, v in d.items()}  # noqa: E731
+    by_K = {int(K): AtK(**spreads(at, ("seconds", "speedup_runs"))) for K, at in data["by_K"].items()}
+    return SpeedupMeasurement(**{**spreads(data, ("autoregressive_s",)), "by_K": by_K})
+
+
+# ---------------------------------------------------------------------------------------------
+# From the runs' own timings to the figures
+# ---------------------------------------------------------------------------------------------
+
+def median_or_nan(values):
+    return float(np.median(values)) if len(values) else float("nan")
+
+
+def speculative_breakdown(run):
+    """Seconds of one speculative run: draft calls, scoring calls, decide/roll-back, and the rest."""
+    parts = {"draft_s": sum(loop.t_draft_s for loop in run.loops),
+             "score_s": sum(loop.t_score_s for loop in run.loops),
+             "decide_s": sum(loop.t_decide_s for loop in run.loops)}
+    return {**parts, "other_s": run.seconds - sum(parts.values())}
+
+
+def mean_breakdown(breakdowns):
+    return {key: float(np.mean([b[key] for b in breakdowns])) for key in breakdowns[0]}
+
+
+def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, load_after=None):
+    """The SpeedupMeasurement of finished runs: ar_runs [SamplingResult] one per repeat,
+    spec_runs {K: [SpeculativeResult]} one per repeat, in the same order (same seeds)."""
+    steady = {K: [loop for run in runs for loop in run.loops[1:]] for K, runs in spec_runs.items()}
+    t_target_s = median_or_nan([t for run in ar_runs for t in run.token_times_s[1:]])
+    t_draft_s = median_or_nan([loop.t_draft_s / loop.K for loops in steady.values() for loop in loops])
+    ar_seconds = [run.seconds for run in ar_runs]
+    ar_median_s = float(np.median(ar_seconds))
+    loops = {K: [loop for run in runs for loop in run.loops] for K, runs in spec_runs.items()}
+    n_accepted = {K: sum(loop.n_accepted for loop in all_loops) for K, all_loops in loops.items()}
+    n_decisions = {K: sum(len(loop.r) for loop in all_loops) for K, all_loops in loops.items()}
+    alpha_hat = sum(n_accepted.values()) / sum(n_decisions.values())
+    t_score_s = {K: median_or_nan([loop.t_score_s for loop in steady[K] if loop.K == K]) for K in spec_runs}
+    costs = Costs(t_draft_s, t_target_s, t_score_s)
+    by_K = {}
+    for K, runs in spec_runs.items():
+        seconds = spread([run.seconds for run in runs])
+        by_K[K] = AtK(
+            K=K, seconds=seconds, speedup=ar_median_s / seconds.median,
+            speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, runs)]),
+            predicted=float(predicted_speedup(costs, alpha_hat, K)), t_score_s=t_score_s[K],
+            t_decide_s=median_or_nan([loop.t_decide_s for loop in steady[K]]),
+            tokens_per_loop=sum(len(loop.tokens) for loop in loops[K]) / len(loops[K]),
+            n_accepted=n_accepted[K], n_decisions=n_decisions[K], n_loops=len(loops[K]),
+            breakdown_s=mean_breakdown([speculative_breakdown(run) for run in runs]))
+    ar_breakdown = mean_breakdown([{"target_s": sum(run.token_times_s),
+                                    "other_s": run.seconds - sum(run.token_times_s)} for run in ar_runs])
+    return SpeedupMeasurement(
+        draft=draft, target=target, N=N, repeats=len(ar_runs), controls=dict(controls),
+        autoregressive_s=spread(ar_seconds), autoregressive_breakdown_s=ar_breakdown,
+        t_target_s=t_target_s, t_draft_s=t_draft_s, alpha_hat=alpha_hat,
+        n_accepted=sum(n_accepted.values()), n_decisions=sum(n_decisions.values()), by_K=by_K,
+        load_average_before=load_before, load_average_after=load_after)
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement
+# ---------------------------------------------------------------------------------------------
+
+def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=4, temperature=1.0,
+                    top_k=None, top_p=None):
+    """Sample N tokens after `ids` autoregressively from `target` and speculatively with `draft`
+    proposing K tokens per loop, for each K in Ks, `repeats` times interleaved (repeat r uses
+    seed + r for every variant); returns a SpeedupMeasurement. A short warm-up run of each
+    variant (warmup_tokens, not counted) first pays the page faults and thread start-up."""
+    Ks = [int(K) for K in Ks]
+    if not Ks or repeats < 1 or N < 2:
+        raise PicoGPTError(f"measure_speedup needs at least one K (got {Ks}), repeats >= 1 (got {repeats}) "
+                           f"and N >= 2 (got {N}): the first token reads the prompt, the costs come after it")
+    controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    load_before = load_average()
+    if warmup_tokens:
+        autoregressive_sampling(target, ids, min(N, warmup_tokens), seed=seed, **controls)
         for K in Ks:
-            spec[K].append(speculative_sampling(draft, target, ids, N, K=K, seed=seed, **controls))
-    ar_median_s = float(np.median(ar_s))
-    measured = {}
-    for K, runs in spec.items():
-        seconds = float(np.median([run.seconds for run in runs]))
-        measured[K] = Measured(K=K, seconds=seconds, speedup=ar_median_s / seconds,
-                               n_accepted=sum(sum(run.accepted) for run in runs),
-                               n_decisions=sum(len(loop.r) for run in runs for loop in run.loops),
-                               tokens_per_loop=float(np.mean([run.tokens_per_loop for run in runs])))
-    return ar_median_s, measured
+            speculative_sampling(draft, target, ids, min(N, warmup_tokens), K=K, seed=seed, **controls)
+    ar_runs, spec_runs = [], {K: [] for K in Ks}
+    for repeat in range(repeats):
+        ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
+        for K in Ks:
+            spec_runs[K].append(speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat, **controls))
+    return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, load_before, load_average())
 
 
-def pooled_alpha(measured):
-    """One acceptance rate from every decision of every run of measure_speedups (alpha does not
-    depend on K: each decision compares one drafted token's p and q)."""
-    decisions = sum(m.n_decisions for m in measured.values())
-    return sum(m.n_accepted for m in measured.values()) / decisions if decisions else float("nan")
+def text_lines(m, label=None):
+    """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
+    lines = [f"speculative vs autoregressive sampling, {label or m.draft + ' -> ' + m.target}, N={m.N}, {m.repeats} repeats: "
+             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
+             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
+             f"load average {m.load_average_before} -> {m.load_average_after}",
+             f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
+             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
+             "per run: draft + score + decide + other s"]
+    for K in m.Ks:
+        at, b = m.by_K[K], m.by_K[K].breakdown_s
+        lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
+                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
+                     f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
+    return lines
 
 
-def bench_costs(path=BENCH_JSON, pair=("gpt2", "gpt2-xl")):
-    """GPT-2 small's and XL's costs as `python -m picogpt bench` measured and committed them:
-    (Costs, a line saying when, where and on which weights), or (None, why there are none)."""
+def busy_warning(measurement, cores):
+    """A sentence if the machine was busy while measuring (load average above its cores), else ''."""
+    loads = [load[0] for load in (measurement.load_average_before, measurement.load_average_after) if load]
+    if loads and max(loads) > cores:
+        return (f"warning: the machine was busy (load average up to {max(loads):.1f} on {cores} cores): "
+                "other programs shared the CPU, so these timings are noisier and slower than idle")
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading what `python -m picogpt bench` committed
+# ---------------------------------------------------------------------------------------------
+
+def bench_measurements(path=BENCH_JSON):
+    """The speculative-sampling measurements of benchmarks/bench.json: ([(SpeedupMeasurement,
+    weights source)], a line saying when and where), or ([], why there are none)."""
     path = Path(path)
     if not path.exists():
-        return None, (f"{path.name} not found: the costs of {pair[0]} drafting for {pair[1]} are not "
-                      "measured yet (run: python -m picogpt bench)")
+        return [], (f"{path.name} not found: speculative sampling at GPT-2's shapes is not measured yet "
+                    "(run: python -m picogpt bench)")
     try:
         results = json.loads(path.read_text())
-        predicted = results["predicted"]
-        costs = Costs(t_draft_s=float(predicted["t_draft_s"]), t_target_s=float(predicted["t_target_s"]),
-                      t_score_s={int(K): float(s) for K, s in predicted["t_score_s"].items()})
+        entries = results.get("speculative")
+        if not isinstance(entries, list) or not entries:
+            return [], (f"{path.name} holds no end-to-end speculative-sampling measurement of this kind "
+                        "(run: python -m picogpt bench)")
+        found = [(from_dict(entry["measurement"]), entry["source"]) for entry in entries]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return None, f"{path} holds no {pair[0]} -> {pair[1]} costs ({type(e).__name__}: {e})"
-    models = results.get("models", {})
-    weights = ", ".join(f"{label}: {models.get(label, {}).get('source', 'unknown')}" for label in pair)
+        return [], f"{path.name} cannot be read as the bench's results ({type(e).__name__}: {e})"
     machine = results.get("machine", {}).get("cpu", "an unrecorded machine")
-    return costs, f"measured {results.get('date_utc', '(undated)')} on {machine} (weights {weights})"
+    return found, f"measured {results.get('date_utc', '(undated)')} on {machine}"

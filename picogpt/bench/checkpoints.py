@@ -1,0 +1,97 @@
+"""Checkpoints to time: the real ones when downloaded, else random weights of the published shapes
+(the speed of a matrix product does not depend on the values)."""
+
+import json
+import os
+import shutil
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import PicoGPTError
+from ..io.checkpoint import write_safetensors
+from ..io.params import config_from_json, expected_shapes
+from ..io.registry import EMBEDDED, PRETRAINED, checkpoint_path, is_available, published_config, weights_dir
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def shown_path(path):
+    """A path as the results record it: relative to the repository when inside it (no machine
+    paths in committed files), else as given."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+class RandomTensor:
+    """A tensor generated only when written (so writing XL holds one tensor at a time):
+    GPT-2's initialisation scale, layer norms at weight 1 and bias 0."""
+
+    def __init__(self, name, shape):
+        self.name, self.shape = name, shape
+
+    def __array__(self, dtype=None, copy=None):
+        if self.name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+            return np.ones(self.shape, np.float32)
+        if self.name.endswith("bias"):
+            return np.zeros(self.shape, np.float32)
+        rng = np.random.default_rng(zlib.crc32(self.name.encode()))
+        return rng.standard_normal(self.shape, np.float32) * np.float32(0.02)
+
+
+def random_checkpoint(name, folder=None, config=None):
+    """weights/random-<name>/model.safetensors: random F32 weights with the bare Hugging Face
+    names and exact shapes of the published checkpoint `name` (or of the Hugging Face `config`
+    dict given), + config.json. Made once, then reused. Both files are written to temporary
+    names and renamed into place, so a full disk or Ctrl-C never leaves a partial file there."""
+    folder = Path(folder or weights_dir() / f"random-{name}")
+    path = folder / "model.safetensors"
+    if path.exists() and (folder / "config.json").exists():
+        return path
+    tmp = folder / f"config.json.{os.getpid()}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(config or published_config(name), indent=2))
+        os.replace(tmp, folder / "config.json")
+        shapes = expected_shapes(config_from_json(folder / "config.json"))
+        n_bytes = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
+        if shutil.disk_usage(folder).free < n_bytes:
+            raise PicoGPTError(f"bench: random-weight {name} needs {n_bytes / 1e9:.2f} GB in {folder} and only "
+                               f"{shutil.disk_usage(folder).free / 1e9:.2f} GB is free: free some space, set "
+                               "PICOGPT_WEIGHTS_DIR to another disk, or bench fewer --models")
+        print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {folder} (once)", file=sys.stderr, flush=True)
+        write_safetensors(path, {n: RandomTensor(n, shape) for n, shape in shapes.items()},
+                          metadata={"picogpt": f"random weights with the shapes of {name}"})
+    except OSError as e:
+        tmp.unlink(missing_ok=True) if folder.is_dir() else None
+        raise PicoGPTError(f"bench: could not write random-weight {name} to {folder} ({e.strerror or e}); "
+                           "nothing partial was left at model.safetensors: free some space, set "
+                           "PICOGPT_WEIGHTS_DIR to a writable disk, or bench fewer --models") from None
+    return path
+
+
+def resolve_models(names):
+    """{label: (path, source)} for names (gpt2, gpt2-xl, tiny-draft, tiny-target) or paths.
+    Published names fall back to random weights; missing embedded models are skipped."""
+    models, notes = {}, []
+    for name in names:
+        if name in PRETRAINED:
+            if is_available(name):
+                models[name] = (checkpoint_path(name), "real")
+            else:
+                models[name] = (random_checkpoint(name), "random weights, published shapes")
+        elif name in EMBEDDED:
+            if is_available(name):
+                models[name] = (checkpoint_path(name), "embedded")
+            else:
+                notes.append(f"{name}: not in weights/ yet, skipped")
+        else:
+            path = Path(name)
+            path = path / "model.safetensors" if path.is_dir() else path
+            if not path.exists():
+                raise PicoGPTError(f"bench: no model named {name!r} and no such checkpoint "
+                                   f"(use {', '.join([*PRETRAINED, *EMBEDDED])} or a path)")
+            models[path.parent.name] = (path, "file")
+    return models, notes

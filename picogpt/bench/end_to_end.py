@@ -1,0 +1,36 @@
+"""Speculative against autoregressive sampling, end to end, with perf/speedup.py's one
+measurement: GPT-2 small drafting for GPT-2 XL on random weights of the published shapes (the
+acceptance rate alpha is set by the temperature: two random models agree more the flatter their
+distributions), and the teaching pair as trained."""
+
+from ..io.registry import PRETRAINED
+from ..model import load_checkpoint
+from ..perf import speedup
+from .checkpoints import random_checkpoint
+from .decode import prompt_ids
+
+
+def end_to_end_path(label, path):
+    """Published names run on their random-weight checkpoint (written once, even where the real
+    weights are downloaded: their alpha by temperature is what the settings are chosen for);
+    the others on the checkpoint given."""
+    if label in PRETRAINED:
+        return random_checkpoint(label), "random weights, published shapes"
+    return path, "as given"
+
+
+def end_to_end(pair, paths, temperatures, s, log):
+    """One speedup.measure_speedup per temperature for draft -> target: [{pair, source,
+    measurement}] as bench.json holds them (speedup.bench_measurements reads them back)."""
+    (draft_path, draft_source), (target_path, target_source) = (end_to_end_path(label, paths[label]) for label in pair)
+    draft, target = load_checkpoint(draft_path, pair[0]), load_checkpoint(target_path, pair[1])
+    ids = prompt_ids(s["prompt_tokens"], target.config.n_vocab)
+    entries = []
+    for temperature in temperatures:
+        log(f"speculative vs autoregressive sampling: {pair[0]} -> {pair[1]}, temperature {temperature}, "
+            f"K = {', '.join(map(str, s['end_to_end_Ks']))}, N = {s['end_to_end_N']}, {s['end_to_end_repeats']} repeats")
+        measurement = speedup.measure_speedup(draft, target, ids, s["end_to_end_N"], s["end_to_end_Ks"],
+                                              repeats=s["end_to_end_repeats"], temperature=temperature)
+        entries.append({"pair": list(pair), "source": {pair[0]: draft_source, pair[1]: target_source},
+                        "measurement": speedup.as_dict(measurement)})
+    return entries

@@ -1,0 +1,97 @@
+"""The goals the bench is run against, scored. The goals themselves are data
+(benchmarks/goals.json: a text, a metric, its parameters, a limit); this module only knows how
+to read each metric off the bench's results."""
+
+import json
+from pathlib import Path
+
+from ..errors import PicoGPTError
+from ..perf import speedup
+
+GOALS_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "goals.json"
+
+
+def load_goals(path=GOALS_JSON):
+    """(goals, alpha_within) from a goals file."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return data["goals"], data.get("alpha_within", 0.07)
+    except (OSError, ValueError, KeyError) as e:
+        raise PicoGPTError(f"cannot read the bench's goals from {path} ({type(e).__name__}: {e}); "
+                           "restore benchmarks/goals.json from git") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics: results -> a number, or None where this run did not measure it
+# ---------------------------------------------------------------------------------------------
+
+def pair_runs(results, pair):
+    """The end-to-end SpeedupMeasurements of a pair ('main': the bench's pair, 'teaching')."""
+    labels = results["pairs"].get(pair)
+    return [speedup.from_dict(entry["measurement"]) for entry in results.get("speculative", [])
+            if labels and entry["pair"] == list(labels)]
+
+
+def at_alpha(results, alpha, within):
+    """The main pair's run whose alpha_hat is nearest alpha, if within `within`."""
+    runs = [m for m in pair_runs(results, "main") if abs(m.alpha_hat - alpha) <= within]
+    return min(runs, key=lambda m: abs(m.alpha_hat - alpha)) if runs else None
+
+
+def model_figures(results, model):
+    """The isolated figures of the main pair's draft or target, if measured."""
+    pair = results["pairs"]["main"]
+    return results["models"].get(pair[0 if model == "draft" else 1]) if pair else None
+
+
+def first_decode(model_results, engine="picogpt"):
+    decode = model_results["engines"][engine]["decode"]
+    return decode[min(decode, key=int)]
+
+
+def metric_value(results, metric, params, within):
+    alpha, K = params.get("alpha"), params.get("K")
+    if metric in ("speedup", "prediction_error", "in_loop_score_ratio", "in_loop_decode_vs_floor"):
+        m = at_alpha(results, alpha, within)
+        if m is None or (K is not None and K not in m.by_K):
+            return None
+        if metric == "speedup":
+            return m.by_K[K].speedup
+        if metric == "prediction_error":
+            return abs(m.by_K[K].speedup / m.by_K[K].predicted - 1)
+        if metric == "in_loop_score_ratio":
+            return m.by_K[K].t_score_s / m.t_target_s
+        target = model_figures(results, "target")
+        return m.t_target_s / target["floor_s"] if target else None
+    if metric == "best_speedup":
+        runs = pair_runs(results, params["pair"])
+        return max((at.speedup for m in runs for at in m.by_K.values()), default=None)
+    m = model_figures(results, params["model"])
+    if m is None:
+        return None
+    if metric == "score_ratio":
+        score = m["engines"]["picogpt"]["score"]
+        found = {int(n): v for n, v in score.items()}.get(params["positions"])
+        return found["ratio_to_decode"] if found else None
+    if metric == "decode_vs_floor":
+        return first_decode(m)["vs_floor"]
+    if metric == "bytes_beside_checkpoint":
+        return m["ready"]["bytes_written_beside_checkpoint"]
+    if metric == "ready_minus_decode_s":
+        ready = m["ready"]
+        return ready["first_token_s"] - first_decode(m)["median_s"]
+    raise PicoGPTError(f"benchmarks/goals.json names an unknown metric {metric!r}")
+
+
+def score_goals(results, path=GOALS_JSON):
+    """[{goal, value, limit, direction, met}] for every goal of the goals file; value and met are
+    None for what this run did not measure."""
+    goals, within = load_goals(path)
+    scored = []
+    for g in goals:
+        direction = "at_least" if "at_least" in g else "at_most"
+        value = metric_value(results, g["metric"], g.get("params", {}), within) if g["metric"] else None
+        met = None if value is None else bool(value >= g[direction] if direction == "at_least" else value <= g[direction])
+        scored.append({"goal": g["goal"], "value": value, "limit": g[direction], "direction": direction,
+                       "stretch": g.get("stretch"), "met": met})
+    return scored

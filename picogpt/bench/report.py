@@ -1,0 +1,189 @@
+"""The bench's results written out: JSON (benchmarks/bench.json), a figure (bench.png), the
+text table `python -m picogpt bench` prints, and the Markdown table of benchmarks/README.md."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..perf import speedup
+
+BENCH_DIR = speedup.BENCH_JSON.parent
+
+
+def to_json(results):
+    def keys_to_str(node):
+        if isinstance(node, dict):
+            return {str(k): keys_to_str(v) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [keys_to_str(v) for v in node]
+        if isinstance(node, np.generic):
+            return node.item()
+        return node
+    return json.dumps(keys_to_str(results), indent=1)
+
+
+def save(results, folder=BENCH_DIR, stem="bench"):
+    """Write <stem>.json and (with matplotlib) <stem>.png into folder; returns their paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path = folder / f"{stem}.json"
+    json_path.write_text(to_json(results) + "\n")
+    paths = [json_path]
+    try:
+        paths.append(plot(results, folder / f"{stem}.png"))
+    except ImportError:
+        results["notes"].append("matplotlib not installed: no figure")
+    return paths
+
+
+ENGINES = {"picogpt": ("-o", "C0"), "picogpt-in-memory": ("-.D", "C2"), "picogpt-plain": (":s", "C7"),
+           "torch": ("--^", "C1")}  # engine: (line style, colour) in the figure
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_score, ax_bw, ax_pred) = plt.subplots(1, 3, figsize=(16, 4.8))
+    for label, m in results["models"].items():
+        for engine, (style, _) in ENGINES.items():
+            if engine in m["engines"] and m["engines"][engine]["score"]:
+                score = m["engines"][engine]["score"]
+                ax_score.plot([1, *score], [1, *(v["ratio_to_decode"] for v in score.values())], style,
+                              label=f"{label} {engine}")
+    ax_score.axhline(1, color="grey", lw=0.8)  # the price of one decoding step
+    ax_score.set(xlabel="positions scored in one cached call (K + 1)", ylabel="time / one-token decode",
+                 title="Scoring K+1 positions")
+    ax_score.legend(fontsize=7)
+
+    names, values, colors = [], [], []
+    for label, m in results["models"].items():
+        for engine, (_, color) in ENGINES.items():
+            if engine in m["engines"]:
+                decode = m["engines"][engine]["decode"]
+                names.append(f"{label}\n{engine}")
+                values.append(decode[min(decode)]["gb_per_s"])
+                colors.append(color)
+    ax_bw.bar(range(len(values)), values, color=colors)
+    ceilings = [m["ceiling"]["gb_per_s"] for m in results["models"].values()
+                for engine in ENGINES if engine in m["engines"]]
+    ax_bw.plot(range(len(ceilings)), ceilings, "k_", ms=20, label="ceiling, measured beside it")
+    ax_bw.set_xticks(range(len(values)), names, fontsize=6)
+    ax_bw.set(ylabel="weight GB/s while decoding", title="Decode bandwidth (context 128)")
+    ax_bw.legend(fontsize=7)
+
+    for (label, m), color in zip(measurements(results), ("C0", "C1", "C2", "C3", "C4", "C5")):
+        Ks = m.Ks
+        ax_pred.errorbar(Ks, [m.by_K[K].speedup for K in Ks], fmt="-o", color=color,
+                         yerr=[[m.by_K[K].speedup - m.by_K[K].speedup_runs.q1 for K in Ks],
+                               [m.by_K[K].speedup_runs.q3 - m.by_K[K].speedup for K in Ks]],
+                         label=f"{label}: measured")
+        ax_pred.plot(Ks, [m.by_K[K].predicted for K in Ks], "--", color=color,
+                     label=f"{label}: predicted from in-loop costs")
+        ax_pred.set_xticks(Ks)
+    ax_pred.axhline(1, color="grey", lw=0.8)
+    ax_pred.set(xlabel="K (drafted tokens per loop)", ylabel="speedup over autoregressive (x)",
+                title="Speculative sampling, measured (IQR) vs predicted")
+    if ax_pred.get_legend_handles_labels()[0]:
+        ax_pred.legend(fontsize=6)
+    fig.suptitle(f"picogpt bench, {results['date_utc']}, {results['machine']['cpu']}, "
+                 f"{results['machine']['threads_used']} threads", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(results):
+    """The figures as text lines (what `python -m picogpt bench` prints)."""
+    machine, c = results["machine"], results["ceiling"]
+    lines = [f"machine: {machine['cpu']}, {machine['threads_used']} threads, numpy "
+             f"{machine['versions']['numpy']}, BLAS {machine['blas'].get('name')} "
+             f"({machine['blas'].get('runtime core')}); load average "
+             f"{results['load_average_before']} -> {results['load_average_after']}",
+             f"bandwidth ceiling, one-row products over {c['bytes'] / 1e9:.2f} GB: " + ceiling_text(c), ""]
+    for label, m in results["models"].items():
+        r = m["ready"]
+        made = f"; {r['bytes_written_beside_checkpoint']:,} bytes written beside the checkpoint"
+        if "in_memory_copy_s" in r:
+            made += (f"; in_memory='background': ready {r['in_memory_ready_s']:.2f} s, "
+                     f"copy done {r['in_memory_copy_s']:.1f} s")
+        lines += [f"{label} ({m['source']}): {m['weight_bytes_per_token'] / 1e9:.2f} GB read per token; "
+                  f"ceiling beside it {ceiling_text(m['ceiling'])}; floor {m['floor_s'] * 1e3:.1f} ms",
+                  f"  ready: load {r['load_s']:.2f} s + prepare {r['prepare_s']:.2f} s = {r['ready_s']:.2f} s{made}; "
+                  f"first token {r['first_token_s']:.2f} s; "
+                  f"plain path first token {r['plain_first_token_s']:.2f} s"]
+        for engine, e in m["engines"].items():
+            decode = ", ".join(f"ctx {ctx}: {d['median_s'] * 1e3:.1f} ms = {d['gb_per_s']:.1f} GB/s "
+                               f"({d['vs_floor']:.2f}x floor)" for ctx, d in e["decode"].items())
+            huge = e.get("huge_page_fraction")
+            pages = f"; {huge:.0%} of its weights in 2 MB pages" if huge is not None else ""
+            lines.append(f"  {engine:17s} decode {decode}{pages}")
+            if e["score"]:
+                score = " ".join(f"{n}:{v['ratio_to_decode']:.2f}" for n, v in e["score"].items())
+                lines.append(f"  {'':17s} K+1 positions: time / decode  {score}")
+            first = e["decode"][min(e["decode"])]
+            if "after_pause" in first:
+                five = e["score"].get(5, {}).get("after_pause")
+                lines.append(f"  {'':17s} first call after the pause: decode {first['after_pause']['median_s'] * 1e3:.1f} ms"
+                             + (f", 5 positions {five['ratio_to_decode']:.2f}x that" if five else ""))
+        memory = m.get("memory_while_timing")
+        if memory and (memory.get("pgscan_file") or memory.get("pgmajfault")):
+            lines.append(f"  while timing: {memory.get('pgscan_file', 0):,} page-cache pages scanned for reclaim, "
+                         f"{memory.get('pgmajfault', 0):,} major faults (free memory at the start "
+                         f"{memory['free_gb_before']:.1f} GB)")
+        evicted = [file for file, fraction in m["page_cache_after"].items() if fraction is not None and fraction < 0.99]
+        if evicted:
+            lines.append(f"  warning: partly evicted from the page cache while measuring: {', '.join(evicted)}")
+        for key in ("torch_skipped", "in_memory_skipped"):
+            if key in m:
+                lines.append(f"  {key.replace('_', ' ')}: {m[key]}")
+    for label, m in measurements(results):
+        lines += ["", *speedup.text_lines(m, label)]
+    lines.append("")
+    lines += [goal_line(g) for g in results["goals"]]
+    lines += [f"note: {n}" for n in results["notes"]]
+    return "\n".join(lines)
+
+
+def ceiling_text(ceiling):
+    return f"{ceiling['gb_per_s']:.1f} GB/s (" + ", ".join(
+        f"{name} {way['gb_per_s']:.1f}" for name, way in ceiling["ways"].items()) + ")"
+
+
+def markdown(results):
+    """The main figures as a Markdown table (benchmarks/README.md is made from it), from
+    run_bench's results or from bench.json (where the contexts and sizes are strings)."""
+    rows = ["| model | engine | decode ctx 128 | decode ctx 512 | GB/s (ctx 128) | x floor | "
+            "score 2 / 5 / 9 positions, x decode | weights in 2 MB pages |", "|---|---|---|---|---|---|---|---|"]
+    for label, m in results["models"].items():
+        for engine, e in m["engines"].items():
+            by_context = {int(ctx): d for ctx, d in e["decode"].items()}
+            by_size = {int(n): v for n, v in e["score"].items()}
+            decode = {ctx: f"{d['median_s'] * 1e3:.0f} ms" for ctx, d in by_context.items()}
+            first = by_context[min(by_context)]
+            score = " / ".join(f"{by_size[n]['ratio_to_decode']:.2f}" if n in by_size else "-" for n in (2, 5, 9))
+            huge = e.get("huge_page_fraction")
+            rows.append(f"| {label} | {engine} | {decode.get(128, '-')} | {decode.get(512, '-')} | "
+                        f"{first['gb_per_s']:.1f} | {first['vs_floor']:.2f} | {score} | "
+                        f"{'-' if huge is None else f'{huge:.0%}'} |")
+    return "\n".join(rows)
+
+
+def measurements(results):
+    """[(label, SpeedupMeasurement)] of the end-to-end section, read back as notebook 05 reads them."""
+    found = []
+    for entry in results.get("speculative", []):
+        m = speedup.from_dict(entry["measurement"])
+        found.append((f"{m.draft} -> {m.target}, T={m.controls['temperature']:g}", m))
+    return found
+
+
+def goal_line(g):
+    if g["met"] is None:
+        return f"NOT MEASURED {g['goal']} (goal {g['direction'].replace('_', ' ')} {g['limit']})"
+    sign = ">=" if g["direction"] == "at_least" else "<="
+    return f"{'MET   ' if g['met'] else 'MISSED'} {g['goal']}: {g['value']:.2f} (goal {sign} {g['limit']})"
