@@ -24,7 +24,6 @@ that is the point (`busy`).
 import argparse
 import ctypes
 import datetime
-import glob
 import json
 import os
 import platform
@@ -94,27 +93,17 @@ def set_blas_threads(n):
 
 
 def find_sgemm():
-    """cblas_sgemm from the OpenBLAS that NumPy ships, as a ctypes function, or None.
-
-    Searched like kernels.openblas_thread_setter: NumPy's bundled library, symbols with and
-    without the `64_` suffix (64-bit integers with it, C ints without)."""
-    numpy_dir = os.path.dirname(np.__file__)
-    for pattern in ("../numpy.libs/*openblas*", ".libs/*openblas*", ".dylibs/*openblas*", "../numpy/.dylibs/*openblas*"):
-        for path in sorted(glob.glob(os.path.join(numpy_dir, pattern))):
-            try:
-                library = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for name in ("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm"):
-                if hasattr(library, name):
-                    integer = ctypes.c_int64 if name.endswith("64_") else ctypes.c_int
-                    sgemm = getattr(library, name)
-                    sgemm.argtypes = [ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, ctypes.c_void_p, integer,
-                                                                          ctypes.c_void_p, integer, ctypes.c_float,
-                                                                          ctypes.c_void_p, integer]
-                    sgemm.restype = None
-                    return sgemm
-    return None
+    """cblas_sgemm from the OpenBLAS that NumPy ships (found by kernels.openblas_symbol), as a
+    ctypes function, or None. Symbols with the `64_` suffix take 64-bit integers, others C ints."""
+    name, sgemm = kernels.openblas_symbol("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
+    if sgemm is None:
+        return None
+    integer = ctypes.c_int64 if name.endswith("64_") else ctypes.c_int
+    sgemm.argtypes = [ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, ctypes.c_void_p, integer,
+                                                          ctypes.c_void_p, integer, ctypes.c_float,
+                                                          ctypes.c_void_p, integer]
+    sgemm.restype = None
+    return sgemm
 
 
 ROW_MAJOR, NO_TRANS = 101, 111

@@ -61,9 +61,9 @@ def n_threads():
         return os.cpu_count() or 1
 
 
-@functools.cache
-def openblas_thread_setter():
-    """openblas_set_num_threads from the OpenBLAS that NumPy ships, or None if not found."""
+def openblas_symbol(*names):
+    """(name, ctypes function) for the first of `names` found in the OpenBLAS that NumPy ships
+    (numpy.libs/ on Linux and Windows, .dylibs/ on macOS), or (None, None)."""
     numpy_dir = os.path.dirname(np.__file__)
     for pattern in ("../numpy.libs/*openblas*", ".libs/*openblas*", ".dylibs/*openblas*", "../numpy/.dylibs/*openblas*"):
         for path in sorted(glob.glob(os.path.join(numpy_dir, pattern))):
@@ -71,13 +71,20 @@ def openblas_thread_setter():
                 library = ctypes.CDLL(path)
             except OSError:
                 continue
-            for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                         "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            for name in names:
                 if hasattr(library, name):
-                    setter = getattr(library, name)
-                    setter.argtypes, setter.restype = [ctypes.c_int], None
-                    return setter
-    return None
+                    return name, getattr(library, name)
+    return None, None
+
+
+@functools.cache
+def openblas_thread_setter():
+    """openblas_set_num_threads from the OpenBLAS that NumPy ships, or None if not found."""
+    _, setter = openblas_symbol("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                                "openblas_set_num_threads64_", "openblas_set_num_threads")
+    if setter is not None:
+        setter.argtypes, setter.restype = [ctypes.c_int], None
+    return setter
 
 
 _blas_pinned = False
