@@ -69,7 +69,7 @@ def speedups(draft, target, prompts, N, Ks, seeds):
                 result = speculative_sampling(draft, target, prompt, N, K=K, seed=seed)
                 sps_s += result.seconds
                 accepted += sum(result.accepted)
-                decisions += sum(len(loop.r) for loop in result.loops)
+                decisions += sum(loop.decisions for loop in result.loops)
         rows.append(dict(K=K, autoregressive_s=ars_s, speculative_s=sps_s, speedup=ars_s / sps_s,
                          alpha_hat=accepted / decisions))
     return rows

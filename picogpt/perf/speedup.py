@@ -112,7 +112,7 @@ def measure_speedups(draft, target, ids, N, Ks, seeds=(0, 1, 2), **controls):
         seconds = float(np.median([run.seconds for run in runs]))
         measured[K] = Measured(K=K, seconds=seconds, speedup=ar_median_s / seconds,
                                n_accepted=sum(sum(run.accepted) for run in runs),
-                               n_decisions=sum(len(loop.r) for run in runs for loop in run.loops),
+                               n_decisions=sum(loop.decisions for run in runs for loop in run.loops),
                                tokens_per_loop=float(np.mean([run.tokens_per_loop for run in runs])))
     return ar_median_s, measured
 
