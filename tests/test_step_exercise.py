@@ -118,3 +118,47 @@ def test_the_learners_step_runs_inside_the_real_loop():
     assert len(speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, step=mistake).tokens) == 12
     with pytest.raises(PicoGPTError, match="prefix of drafted"):
         speculative_sampling(draft, target, [3, 1], 5, K=3, seed=0, step=lambda d, p, q, rng: d[::-1] + [0])
+
+
+# ---- exercise 2: the loop ---------------------------------------------------------------------
+
+from picogpt.course.step_exercise import check_speculative_loop  # noqa: E402
+from picogpt.speculative import draft_tokens, score  # noqa: E402
+
+
+def learner_loop(draft, target, ids, N, K, rng, step, roll_back_target=True, roll_back_draft=True, cut=True):
+    draft_cache, target_cache = draft.new_cache(), target.new_cache()
+    sequence = list(ids)
+    while len(sequence) - len(ids) < N:
+        n = len(sequence)
+        drafted, p = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K, {}, rng)
+        q = score(target, target_cache, sequence[len(target_cache):], drafted, {})
+        emitted = step(drafted, p, q, rng)
+        sequence += emitted
+        n_accepted = len(emitted) - 1
+        if roll_back_target:
+            target_cache.truncate(n + n_accepted)
+        if roll_back_draft:
+            draft_cache.truncate(min(n + n_accepted, len(draft_cache)))
+    return sequence[len(ids): len(ids) + N] if cut else sequence[len(ids):]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return random_gpt2(1), random_gpt2(2)
+
+
+def test_a_correct_loop_is_accepted(models, capsys):
+    assert check_speculative_loop(learner_loop, *models, [3, 1, 4]) is True, capsys.readouterr().out
+    assert check_speculative_loop(learner_loop, *models, [3, 1, 4], step=learner_step) is True
+
+
+@pytest.mark.parametrize("mistake, says", [
+    (dict(roll_back_target=False), "target's cache held"),
+    (dict(roll_back_draft=False), "draft's cache held"),
+    (dict(cut=False), "cut the output to N"),
+])
+def test_loop_mistakes_are_named(models, capsys, mistake, says):
+    ok = check_speculative_loop(lambda *a: learner_loop(*a, **mistake), *models, [3, 1, 4])
+    message = capsys.readouterr().out
+    assert ok is False and says in message, message

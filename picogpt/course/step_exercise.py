@@ -247,3 +247,90 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
 def solution():
     """The library's own Steps 3-4: print it when you are stuck (it is what speculative_sampling runs)."""
     print(inspect.getsource(speculative.speculative_step))
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: the loop around the step, with both KV caches and their roll-back
+# ---------------------------------------------------------------------------------------------
+
+
+class Recording:
+    """Wraps a model: records, for every call, how many tokens its cache held and how many ids came in."""
+
+    def __init__(self, model):
+        self.model, self.config, self.name, self.calls = model, model.config, model.name, []
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def __call__(self, ids, cache):
+        self.calls.append((len(cache), len(ids)))
+        return self.model(ids, cache)
+
+
+def recording_step(step, log):
+    """step, also logging what it emitted in each loop."""
+    def logged(drafted, p, q, rng):
+        emitted = step(drafted, p, q, rng)
+        log.append(list(emitted))
+        return emitted
+    return logged
+
+
+def cache_problem(draft, target, emitted_per_loop, n_prompt, K):
+    """Compare the cache lengths seen at each loop's first draft call and its target call with
+    what a correct roll-back leaves (n + accepted drafts); say which cache was not rolled back."""
+    n = n_prompt
+    target_calls, draft_calls = target.calls, draft.calls[::K]  # K draft calls per loop
+    for loop, emitted in enumerate(emitted_per_loop[:-1]):
+        n_next = n + len(emitted)
+        kept = n_next - 1  # x_1 .. x_{n + n_accepted}: neither model has seen the new token
+        if loop + 1 < len(target_calls) and target_calls[loop + 1][0] != kept:
+            return (f"after loop {loop + 1} the target's cache held {target_calls[loop + 1][0]} tokens, expected "
+                    f"{kept} (the {n} before the loop + {len(emitted) - 1} accepted drafts): roll it back with "
+                    "target_cache.truncate(n + n_accepted)")
+        if loop + 1 < len(draft_calls) and draft_calls[loop + 1][0] > kept:
+            return (f"after loop {loop + 1} the draft's cache held {draft_calls[loop + 1][0]} tokens, more than the "
+                    f"{kept} kept: roll it back too, draft_cache.truncate(min(n + n_accepted, len(draft_cache)))")
+        n = n_next
+    return None
+
+
+def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), seeds=(0, 1)):
+    """Grade a learner's my_speculative_sampling(draft, target, ids, N, K, rng, step) -> list of N ids:
+    for each K and seed, the same tokens as speculative_sampling(..., seed=seed, step=step), one
+    target call per loop, and both caches rolled back to the kept tokens. Prints why; returns a bool."""
+    def verdict(ok, message):
+        print(("✔ right: " if ok else "✘ not yet: ") + message)
+        return ok
+
+    if fn is None or not callable(fn):
+        return verdict(False, "pass your function itself: check_speculative_loop(my_speculative_sampling, draft, target, ids).")
+    step = speculative.speculative_step if step is None else step
+    for K in Ks:
+        for seed in seeds:
+            expected = speculative.speculative_sampling(draft, target, ids, N, K=K, seed=seed, step=step)
+            d, t, log = Recording(draft), Recording(target), []
+            try:
+                got, error = fn(d, t, list(ids), N, K, np.random.default_rng(seed), recording_step(step, log)), None
+            except Exception as e:  # the learner's code: report it, don't crash the notebook
+                got, error = None, e
+            problem = cache_problem(d, t, log + [[]], len(ids), K)  # the loop that raised counts too
+            if problem:
+                return verdict(False, f"K = {K}, seed {seed}: {problem}.")
+            if error is not None:
+                return verdict(False, f"K = {K}, seed {seed}: your loop raised {type(error).__name__}: {error}")
+            got = [int(x) for x in got]
+            if len(t.calls) != len(log):
+                return verdict(False, f"K = {K}, seed {seed}: {len(t.calls)} target calls for {len(log)} loops; "
+                                      "score all K + 1 positions in one call per loop.")
+            if len(got) != N:
+                return verdict(False, f"K = {K}, seed {seed}: {len(got)} tokens, expected N = {N}: the last loop may "
+                                      "emit more than needed, cut the output to N.")
+            if got != expected.tokens:
+                where = next(i for i, (a, b) in enumerate(zip(got, expected.tokens)) if a != b)
+                return verdict(False, f"K = {K}, seed {seed}: token {where} differs from speculative_sampling's. Same "
+                                      "seed, same draws: draft K tokens (draft_tokens), score once (score), call step, "
+                                      "append what it emits, roll back both caches, in that order.")
+    return verdict(True, f"for K in {list(Ks)} and seeds {list(seeds)} your loop writes exactly what "
+                         "speculative_sampling writes, with one target call per loop and both caches rolled back.")
