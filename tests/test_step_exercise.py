@@ -78,7 +78,7 @@ def test_judging_drafts_after_the_first_rejection_is_named(capsys):
 
 
 def test_the_grader_names_what_it_cannot_use(capsys):
-    assert graded(None, capsys)[1].startswith("✘ not yet: pass your function")
+    assert graded(None, capsys)[1].startswith("✘ not yet: write your step function")
     ok, message = graded(lambda d, p, q, rng: np.array(d), capsys)
     assert not ok and "list of token ids" in message
     ok, message = graded(lambda d, p, q, rng: 1 / 0, capsys)

@@ -276,3 +276,14 @@ def test_model_explorer_runs_the_models_once_and_moves_between_positions():
     assert draft.calls == target.calls == 2  # once to build, once here: sliders ran no forward pass
     find(box, "Button")[0].click()
     assert "over the 6 tokens shown plus one bucket" in find(box, "Output")[1].outputs[0]["text"]
+
+
+def test_legends_sit_clear_of_the_bars():
+    peaked = np.array([0.02, 0.9, 0.02, 0.02, 0.02, 0.02])
+    for p, q in (panels.toy_distributions(), (peaked, np.roll(peaked, 1)), (np.roll(peaked, 1), peaked)):
+        fig = figures.theorem1_figure(panels.theorem1_panel(p, q), [str(i) for i in range(len(p))])
+        fig.canvas.draw()
+        for ax in fig.axes:
+            legend = ax.get_legend().get_window_extent()
+            bars = [bar.get_window_extent() for bar in ax.patches if bar.get_height() > 0]
+            assert not any(legend.overlaps(bar) for bar in bars), ax.get_title()

@@ -24,7 +24,6 @@ except ImportError:  # pragma: no cover - the dev extra installs it
 DPI = 110
 matplotlib.rcParams["figure.dpi"] = max(DPI, matplotlib.rcParams["figure.dpi"])
 COLOURS = {"p": "tab:blue", "q": "tab:orange", "overlap": "tab:green", "excess": "tab:red", "empirical": "tab:purple"}
-HEADROOM = 1.45  # the y axis runs to this times the tallest bar: the legend sits above the bars
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,10 +112,13 @@ def token_axis(ax, labels, shown, n_vocab, masses):
 
 
 def room_for_legend(ax, *heights):
-    """Run the y axis to HEADROOM times the tallest bar, and put the legend in the space above."""
+    """Raise the top of the y axis so that the legend fits above the tallest bar: 15% headroom plus
+    12% per legend entry (never lowering it: axes sharing y keep the largest need)."""
     tallest = max(float(np.max(h)) for h in heights)
-    ax.set_ylim(0, HEADROOM * tallest if tallest > 0 else 1)
-    ax.legend(fontsize="small", loc="upper left", ncols=1)
+    n_entries = len(ax.get_legend_handles_labels()[0])
+    needed = tallest * (1.15 + 0.12 * n_entries) if tallest > 0 else 1.0
+    ax.set_ylim(0, max(needed, ax.get_ylim()[1]))
+    ax.legend(fontsize="small", loc="upper left")
 
 
 def plot_overlap(panel, labels, shown=None, drafted=None, ax=None):
@@ -177,16 +179,14 @@ def plot_identity(panel, labels, shown=None, ax=None):
     return ax
 
 
-def theorem1_figure(panel, labels, shown=None, drafted=None):
-    """The three panels side by side, as a Figure outside pyplot (the explorer renders it to PNG)."""
-    fig = Figure(figsize=(14, 4.2), layout="constrained")
+def theorem1_figure(panel, labels, shown=None, drafted=None, fig=None):
+    """The three panels side by side on `fig`, by default a Figure outside pyplot (the explorer
+    renders it to PNG; a notebook passes plt.figure(...) and calls plt.show())."""
+    fig = Figure(figsize=(14, 4.2), layout="constrained") if fig is None else fig
     axes = fig.subplots(1, 3, sharey=True)
     plot_overlap(panel, labels, shown, drafted=drafted, ax=axes[0])
     plot_residual(panel, labels, shown, ax=axes[1])
     plot_identity(panel, labels, shown, ax=axes[2])
-    shown = all_tokens(shown, len(panel.p))
-    tallest = max(panel.p[shown].max(), panel.q[shown].max(), panel.residual[shown].max(), panel.output[shown].max())
-    axes[0].set_ylim(0, HEADROOM * tallest)  # shared: room for the legends above the bars
     return fig
 
 
@@ -273,3 +273,21 @@ def figure_png(fig, dpi=DPI):
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
+
+
+def plot_sequence_fits(fits, ax=None):
+    """One bar per sampler {name: panels.SequenceFit}: the TV distance between the joint
+    distribution of the tokens it wrote and the target's exact one, with the chi-square p-value."""
+    ax = new_ax(ax, (9, 3.8))
+    names = list(fits)
+    tvs = [fits[name].tv for name in names]
+    bars = ax.bar(np.arange(len(names)), tvs, 0.6,
+                  color=[COLOURS["overlap"] if fits[name].p_value > 1e-3 else COLOURS["excess"] for name in names])
+    ax.bar_label(bars, [f"p = {fits[name].p_value:.1g}" if fits[name].p_value > 1e-300 else "p < 1e-300"
+                        for name in names], fontsize=8)
+    ax.set_xticks(np.arange(len(names)), names, rotation=20, ha="right")
+    ax.set(ylabel="TV(sampled joint, exact q joint)", title="Whole sequences: which samplers write text distributed as q?")
+    ax.bar(0, 0, color=COLOURS["overlap"], label="consistent with q (chi² p > 0.001)")
+    ax.bar(0, 0, color=COLOURS["excess"], label="not q (chi² p < 0.001)")
+    room_for_legend(ax, tvs)
+    return ax

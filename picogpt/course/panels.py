@@ -287,3 +287,36 @@ def tokens_per_loop_pmf(alpha, K):
     probability alpha: alpha^(n-1) (1 - alpha) for n <= K, and alpha^K for n = K + 1. [K + 1]"""
     n = np.arange(1, K + 2)
     return np.where(n <= K, alpha ** (n - 1) * (1 - alpha), alpha**K)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole sequences (notebook 04): the joint distribution of the first tokens, speculative vs exact
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SequenceFit:
+    counts: np.ndarray  # how often each sequence of n_tokens came out [n_vocab] * n_tokens
+    exact: np.ndarray  # its probability under autoregressive sampling from q, same shape
+    statistic: float  # Pearson's chi-square of counts against exact
+    dof: int
+    p_value: float  # small: the sampler does not sample from q
+
+    @property
+    def tv(self):
+        return tv_distance(self.counts.ravel() / self.counts.sum(), self.exact.ravel())
+
+
+def sequence_fit(draft, target, prompt, n_tokens, K, n_runs, step=None, seed=0):
+    """Run speculative_sampling (with `step` in place of Steps 3-4, if given) n_runs times for
+    n_tokens tokens, and compare the joint distribution of those tokens with the target's exact one.
+    For toy models with a few tokens (course.toy_models): the exact joint enumerates every sequence."""
+    from ..speculative import speculative_sampling
+    from .chi_square import chi_square_test
+    from .toy_models import joint_distribution
+    exact = joint_distribution(target, prompt, n_tokens)
+    counts = np.zeros_like(exact)
+    rng = np.random.default_rng(seed)
+    for _ in range(n_runs):
+        counts[tuple(speculative_sampling(draft, target, prompt, n_tokens, K=K, seed=rng, step=step).tokens)] += 1
+    statistic, dof, p_value = chi_square_test(counts, exact)
+    return SequenceFit(counts, exact, statistic, dof, p_value)

@@ -91,7 +91,9 @@ VARIANTS = (
     StepVariant("the residual reversed, (p − q)+", "your residual is max(0, p − q) renormalised; it must be "
                 "max(0, q − p): what the target wants more than the draft", resample_from=lambda p, q: rejection.residual(q, p)),
     StepVariant("no bonus token", "when all K drafts are accepted, the loop emits one more token, from q[K] "
-                "(the target's distribution after the last draft): K + 1 tokens", bonus_row=lambda K: None),
+                "(the target's distribution after the last draft): K + 1 tokens. (Without it the text is still "
+                "distributed as q — the next loop drafts that position again — but every clean sweep throws away "
+                "a distribution the target already computed.)", bonus_row=lambda K: None),
     StepVariant("the bonus token from the wrong row", "when all K drafts pass, the extra token comes from q[K], "
                 "the last row of q (q_{K+1} in the paper), not q[K − 1]", bonus_row=lambda K: K - 1),
     StepVariant("accepting with probability q(x̃)", "accept x̃_t with probability min(1, q(x̃_t) / p(x̃_t)), "
@@ -203,7 +205,7 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
         return ok
 
     if fn is None or fn is Ellipsis or not callable(fn):
-        return verdict(False, "pass your function speculative_step itself: check_speculative_step(speculative_step).")
+        return verdict(False, "write your step function, then pass the function itself: check_speculative_step(my_speculative_step).")
     cases = grading_cases()
     draft_rng = np.random.default_rng(seed)
     counts = []
