@@ -287,3 +287,12 @@ def test_legends_sit_clear_of_the_bars():
             legend = ax.get_legend().get_window_extent()
             bars = [bar.get_window_extent() for bar in ax.patches if bar.get_height() > 0]
             assert not any(legend.overlaps(bar) for bar in bars), ax.get_title()
+
+
+def test_the_residual_panel_shows_what_a_wrong_step_draws_from():
+    p, q = panels.toy_distributions()
+    ax = figures.plot_residual(panels.theorem1_panel(p, q, "p"), panels.TOY_VOCAB, ax=Figure().subplots())
+    assert "(wrong)" in ax.get_title() and len(ax.patches) == 3 * len(p)
+    np.testing.assert_allclose([bar.get_height() for bar in ax.patches[2 * len(p):]], p)
+    ax = figures.plot_residual(panels.theorem1_panel(p, q), panels.TOY_VOCAB, ax=Figure().subplots())
+    assert ax.get_title() == "Reject: resample from (q − p)+" and len(ax.patches) == 2 * len(p)

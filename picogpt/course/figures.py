@@ -151,12 +151,18 @@ def plot_residual(panel, labels, shown=None, highlight=None, ax=None):
            label=f"max(0, q − p): Σ = P(reject) = {1 - panel.p_accept:.3f}")
     ax.bar(x + 0.2, panel.residual[shown], 0.4, fill=False, edgecolor=COLOURS["excess"], hatch="..",
            label="(q − p)+ = max(0, q − p) / Σ")
+    wrong = panel.choice not in ("(q − p)+", "none")
+    if wrong:  # the residual switch: what the wrong step draws from instead
+        ax.bar(x, panel.resample_from[shown], 0.25, color="black", alpha=0.6,
+               label=f"what the wrong step draws from instead: {panel.choice}")
     if highlight is not None:
         ax.annotate("resampled", (highlight + 0.2, panel.residual[shown][highlight]), xytext=(0, 14),
                     textcoords="offset points", ha="center", arrowprops=dict(arrowstyle="->"))
     token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
-    ax.set(ylabel="probability", title="Reject: resample from (q − p)+")
-    room_for_legend(ax, panel.excess[shown], panel.residual[shown])
+    ax.set(ylabel="probability", title=f"Reject: resample from {panel.choice} (wrong)" if wrong else
+           "No test: nothing is rejected (wrong)" if panel.choice == "none" else "Reject: resample from (q − p)+")
+    room_for_legend(ax, panel.excess[shown], panel.residual[shown],
+                    panel.resample_from[shown] if wrong else panel.residual[shown])
     return ax
 
 

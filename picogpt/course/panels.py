@@ -119,6 +119,7 @@ class Theorem1Panel:
     choice: str = "(q − p)+"  # the residual switch (RESIDUALS)
     accepted: np.ndarray = None  # with this choice: P(x drafted and kept) [n_vocab]
     resampled: np.ndarray = None  # with this choice: P(reject, then x drawn) [n_vocab]
+    resample_from: np.ndarray = None  # with this choice: what a rejection draws from [n_vocab]
 
     @property
     def output(self):
@@ -153,7 +154,7 @@ def theorem1_panel(p, q, choice="(q − p)+"):
     return Theorem1Panel(p=p, q=q, overlap=overlap, excess=excess, residual=residual(p, q),
                          p_accept=acceptance_rate(p, q), p_accept_naive=float(p @ q),
                          identity_error=float(np.max(np.abs(overlap + excess - q))),
-                         choice=choice, accepted=accepted, resampled=output - accepted)
+                         choice=choice, accepted=accepted, resampled=output - accepted, resample_from=fallback)
 
 
 def readout(panel):
