@@ -148,7 +148,7 @@ def run_step(step, drafted, p, q, rng):
     if not 1 <= len(emitted) <= K + 1 or emitted[:-1] != list(drafted[: len(emitted) - 1]):
         raise PicoGPTError(f"your step returned {emitted} for drafted {list(drafted)}: it must return the "
                            f"accepted drafts (a prefix of drafted), then one more token, 1 to {K + 1} ids "
-                           "in all. Try it with picogpt.course.exercises_speculative.check_speculative_step.")
+                           "in all. Try it with picogpt.course.step_exercise.check_speculative_step.")
     return emitted, ()
 
 
