@@ -44,6 +44,13 @@ def accept_probability(p, q, x):
     return min(1.0, q_x / p_x)
 
 
+def accept_probabilities(p, q):
+    """min(1, q(x) / p(x)) for every token x at once (1 where p(x) = 0: such x is never drafted).
+    [n_vocab], [n_vocab] -> [n_vocab]"""
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    return np.minimum(1.0, np.divide(q, p, out=np.ones_like(q), where=p > 0))
+
+
 def accept_or_resample(p, q, x, rng):
     """One rejection step: draw r ~ U[0, 1); keep x if r < min(1, q(x)/p(x)), else sample from
     (q - p)+. Returns (accepted, token, r)."""
@@ -53,22 +60,25 @@ def accept_or_resample(p, q, x, rng):
     return False, sample(residual(p, q), rng), r
 
 
-def accept_or_resample_many(p, q, n, rng):
+def accept_or_resample_many(p, q, n, rng, resample_from=None):
     """accept_or_resample, n independent times at once (for Monte-Carlo figures): draft x̃ ~ p,
-    keep it if r < min(1, q(x̃)/p(x̃)), else draw from (q - p)+. Returns (tokens [n], accepted [n] bool)."""
+    keep it if r < min(1, q(x̃)/p(x̃)), else draw from (q - p)+. `resample_from` [n_vocab] replaces
+    (q - p)+ (the course's "what if the residual were wrong" switch).
+    Returns (tokens [n], accepted [n] bool)."""
     drafted = rng.choice(len(p), size=n, p=p)  # x̃ ~ p
     r = rng.random(n)  # r ~ U[0, 1]
-    accepted = r < np.minimum(1.0, q[drafted] / p[drafted])
+    accepted = r < accept_probabilities(p, q)[drafted]
     tokens = drafted.copy()
-    tokens[~accepted] = rng.choice(len(q), size=int((~accepted).sum()), p=residual(p, q))
+    fallback = residual(p, q) if resample_from is None else resample_from
+    tokens[~accepted] = rng.choice(len(q), size=int((~accepted).sum()), p=fallback)
     return tokens, accepted
 
 
-def output_distribution(p, q):
+def output_distribution(p, q, resample_from=None):
     """The exact distribution of the token one step emits when x ~ p, by enumerating x:
-    sum_x p(x) min(1, q(x)/p(x)) 1[y = x]  +  P(reject) (q - p)+(y). Theorem 1: this is q."""
+    sum_x p(x) min(1, q(x)/p(x)) 1[y = x]  +  P(reject) (q - p)+(y). Theorem 1: this is q.
+    (`resample_from` replaces (q - p)+, as in accept_or_resample_many.)"""
     p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
-    accept = np.array([accept_probability(p, q, x) for x in range(len(p))])  # [n_vocab]
-    kept = p * accept  # P(draft x and keep it)
-    p_reject = np.sum(p * (1.0 - accept))
-    return kept + p_reject * residual(p, q)
+    kept = p * accept_probabilities(p, q)  # P(draft x and keep it) [n_vocab]
+    p_reject = 1.0 - kept.sum()
+    return kept + p_reject * (residual(p, q) if resample_from is None else np.asarray(resample_from, np.float64))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import rejection
+from .errors import PicoGPTError
 from .sampling import distribution, random_generator, sample, validate_sampling_args
 
 
@@ -27,7 +28,7 @@ class LoopTrace:
     drafted: tuple  # x~_1 .. x~_K, sampled from p
     p_drafted: tuple  # p_t(x~_t): the draft's probability of each drafted token
     q_drafted: tuple  # q_t(x~_t): the target's probability of each drafted token
-    r: tuple  # the uniform draws, one per accept/reject decision made (n_accepted, +1 if rejected)
+    r: tuple  # the uniform draws, one per accept/reject decision (empty when a custom `step` ran)
     n_accepted: int  # drafted tokens kept (the first n_accepted)
     new_token: int  # resampled from (q - p)+ after a rejection, or the extra token from q_{K+1}
     resampled: bool  # True: new_token came from (q - p)+; False: all K accepted, it is the extra
@@ -40,6 +41,11 @@ class LoopTrace:
     @property
     def K(self):
         return len(self.drafted)
+
+    @property
+    def decisions(self):
+        """Accept/reject decisions made: the accepted drafts, plus the rejected one if any."""
+        return self.n_accepted + self.resampled
 
     @property
     def tokens(self):
@@ -69,7 +75,7 @@ class SpeculativeResult:
         """Observed acceptance rate: accepted / accept-reject decisions made (a decision ends a
         loop at the first rejection, so later drafts are never judged). This is the estimate
         of alpha that goes into theory.expected_tokens_per_loop(alpha, K)."""
-        decisions = sum(len(loop.r) for loop in self.loops)
+        decisions = sum(loop.decisions for loop in self.loops)
         return sum(self.accepted) / decisions if decisions else float("nan")
 
     @property
@@ -106,14 +112,56 @@ def score(target, cache, new, drafted, controls):
     return distribution(logits, **controls)
 
 
+def speculative_step(drafted, p, q, rng, r_drawn=None):
+    """Steps 3 and 4 of Algorithm 2 for one loop: which tokens the loop emits.
+
+    drafted: the K drafted ids x~_1 .. x~_K; p: [K, n_vocab], the draft's distributions they were
+    sampled from; q: [K + 1, n_vocab], the target's, q[K] being q_{K+1}; rng: numpy Generator.
+    Returns the accepted prefix x~_1 .. x~_j, then one token: resampled from (q_{j+1} - p_{j+1})+
+    at the first rejection, or the extra token from q_{K+1} when all K were accepted.
+    `r_drawn` (a list), if given, receives each uniform draw r, for the trace.
+    """
+    K = len(drafted)
+    emitted = []
+    # Step 3. For t = 1..K: draw r ~ U[0, 1]; keep x~_t if r < min(1, q(x~_t) / p(x~_t)),
+    #         else sample x_{n+t} ~ (q - p)+ and exit the loop.
+    for t in range(K):  # t = paper's t - 1
+        accepted, token, r = rejection.accept_or_resample(p[t], q[t], drafted[t], rng)
+        if r_drawn is not None:
+            r_drawn.append(r)
+        emitted.append(token)
+        if not accepted:
+            return emitted
+    # Step 4. All K accepted: sample the extra token x_{n+K+1} ~ q(x | x_1..x_{n+K}) = q[K].
+    emitted.append(sample(q[K], rng))
+    return emitted
+
+
+def run_step(step, drafted, p, q, rng):
+    """Call the step function of Steps 3-4 (None: the library's `speculative_step`, recording its r
+    draws) and check what it returned has the shape of a loop's output. Returns (emitted, r's)."""
+    if step is None or step is speculative_step:
+        rs = []
+        return speculative_step(drafted, p, q, rng, r_drawn=rs), tuple(rs)
+    emitted = [int(x) for x in step(list(drafted), p, q, rng)]
+    K = len(drafted)
+    if not 1 <= len(emitted) <= K + 1 or emitted[:-1] != list(drafted[: len(emitted) - 1]):
+        raise PicoGPTError(f"your step returned {emitted} for drafted {list(drafted)}: it must return the "
+                           f"accepted drafts (a prefix of drafted), then one more token, 1 to {K + 1} ids "
+                           "in all. Try it with picogpt.course.step_exercise.check_speculative_step.")
+    return emitted, ()
+
+
 def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=None, top_p=None,
-                         seed=None, keep_distributions=False, on_loop=None):
+                         seed=None, keep_distributions=False, on_loop=None, step=None):
     """Algorithm 2: sample N tokens from `target` (q), with `draft` (p) proposing K per loop.
 
     Sampling controls are applied to both p and q before the rejection step. One numpy
     Generator, made from `seed` (an int, None, or a Generator used as is), drives every random
     draw: same seed, same output. `keep_distributions=True` keeps p and q of every loop in the
     trace (for plots). `on_loop(trace)` is called after each loop (its time is not counted).
+    `step` replaces Steps 3-4 with your own `step(drafted, p, q, rng) -> list[int]` (the shape of
+    `speculative_step`; notebook 03's exercise plugs the learner's function in here).
 
     Near the end of the context the lookahead shrinks so that the K drafts fit (it never falls
     below 1, since the prompt + N must fit).
@@ -142,21 +190,12 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
         t1 = time.perf_counter()
         q_rows = score(target, target_cache, sequence[len(target_cache):], drafted, controls)
 
-        # Step 3. For t = 1..K: draw r ~ U[0, 1]; keep x~_t if r < min(1, q(x~_t) / p(x~_t)),
-        #         else sample x_{n+t} ~ (q - p)+ and exit the loop.
+        # Steps 3 and 4 (accept/reject each draft in turn; resample or add the extra token).
         t2 = time.perf_counter()
-        rs, n_accepted, resampled = [], 0, False
-        for t, x in enumerate(drafted):  # t = paper's t - 1
-            accepted, token, r = rejection.accept_or_resample(p_rows[t], q_rows[t], x, rng)
-            rs.append(r)
-            if not accepted:
-                new_token, resampled = token, True
-                break
-            n_accepted += 1
-        # Step 4. If all K were accepted, sample the extra token x_{n+K+1} ~ q(x | x_1..x_{n+K}).
-        if not resampled:
-            new_token = sample(q_rows[K_loop], rng)
-        sequence += drafted[:n_accepted] + [new_token]
+        emitted, rs = run_step(step, drafted, p_rows, q_rows, rng)
+        n_accepted, resampled = len(emitted) - 1, len(emitted) <= K_loop
+        new_token = emitted[-1]
+        sequence += emitted
 
         # Roll both caches back to the kept tokens x_1 .. x_{n + n_accepted}. Neither model has
         # seen new_token yet, and the draft never saw its own last draft x~_K: the next loop

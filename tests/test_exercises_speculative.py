@@ -57,3 +57,32 @@ def test_residual_checker_explains_what_is_wrong(attempt, hint):
 def test_residual_checker_accepts_a_right_residual():
     assert ex.check_residual(good_residual)
     assert ex.check_residual(rejection.residual)
+
+
+def test_tokens_per_loop_simulation_checker():
+    def right(alpha, K, n, rng):
+        accepted = rng.random((n, K)) < alpha
+        first_rejection = np.where(accepted.all(axis=1), K, np.argmin(accepted, axis=1))
+        return first_rejection + 1
+
+    def no_extra_token(alpha, K, n, rng):
+        return np.maximum(right(alpha, K, n, rng) - 1, 1)
+
+    def counts_every_acceptance(alpha, K, n, rng):
+        return (rng.random((n, K)) < alpha).sum(axis=1) + 1
+
+    assert ex.check_tokens_per_loop_simulation(right)
+    assert not ex.check_tokens_per_loop_simulation(no_extra_token)
+    assert not ex.check_tokens_per_loop_simulation(counts_every_acceptance)
+    assert "pass the function" in str(ex.check_tokens_per_loop_simulation(None))
+
+
+def test_residual_at_temperature_checker():
+    from picogpt.sampling import distribution
+    from picogpt.rejection import residual
+
+    assert ex.check_residual_at_temperature(lambda lp, lq, t: residual(distribution(lp, t), distribution(lq, t)))
+    check = ex.check_residual_at_temperature(lambda lp, lq, t: residual(distribution(lp), distribution(lq, t)))
+    assert not check and "applied to q only" in str(check)
+    check = ex.check_residual_at_temperature(lambda lp, lq, t: residual(distribution(lp), distribution(lq)))
+    assert not check and "temperature ignored" in str(check)

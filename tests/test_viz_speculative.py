@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 import picogpt
 from helpers_sampling import random_gpt2
 from picogpt import theory
-from picogpt.course import viz
+from picogpt.course import figures, panels
 from picogpt.perf import speedup
 from picogpt.errors import PicoGPTError
 from picogpt.speculative import LoopTrace, speculative_sampling
@@ -34,30 +34,30 @@ def labelled(ax):
 
 def test_loop_table_after_a_rejection():
     loop = trace(n_accepted=1, resampled=True, r=(0.9, 0.7))
-    rows = viz.loop_rows(loop, TOK)
+    rows = panels.loop_rows(loop, TOK)
     assert [row[0] for row in rows] == [1, 2, 3]  # the paper's t, from 1
     assert [row[-1] for row in rows] == ["accepted", "rejected", "not judged (after a rejection)"]
     assert rows[1][4] == pytest.approx(0.25)  # min(1, q/p) = 0.1 / 0.4
-    text = viz.loop_table(loop, TOK)
+    text = panels.loop_table(loop, TOK)
     assert "␣LORD" in text and "x̃_2 rejected; in its place, from (q − p)+: ␣said" in text
     assert "emitted 2 token(s): ␣And ␣said" in text
 
 
 def test_tiny_probabilities_keep_their_digits():
-    assert viz.probability(0.0831) == "  0.0831" and viz.probability(2.1e-5) == " 2.1e-05"
-    assert viz.probability(0.0) == "  0.0000"
+    assert panels.probability(0.0831) == "  0.0831" and panels.probability(2.1e-5) == " 2.1e-05"
+    assert panels.probability(0.0) == "  0.0000"
 
 
 def test_loop_table_when_every_draft_passes():
-    text = viz.loop_table(trace(n_accepted=3, resampled=False, r=(0.1, 0.1, 0.1)), TOK)
+    text = panels.loop_table(trace(n_accepted=3, resampled=False, r=(0.1, 0.1, 0.1)), TOK)
     assert "all K = 3 accepted: extra token from q_4: ␣said" in text
     assert "emitted 4 token(s)" in text and "rejected" not in text
 
 
 def test_marked_text_shows_where_each_token_came_from():
     loops = [trace(1, True, (0.1, 0.9)), trace(3, False, (0.1,) * 3)]
-    assert viz.marked_text(loops, TOK) == " And[ said] And the LORD{ said}"
-    assert viz.marked_text(loops, TOK, N=3) == " And[ said] And"
+    assert panels.marked_text(loops, TOK) == " And[ said] And the LORD{ said}"
+    assert panels.marked_text(loops, TOK, N=3) == " And[ said] And"
 
 
 def test_rejection_view_points_at_the_resampled_token():
@@ -66,18 +66,18 @@ def test_rejection_view_points_at_the_resampled_token():
     q[[3, 4]] = 0.5
     loop = trace(n_accepted=0, resampled=True, r=(0.9,), new_token=4,
                  p=np.stack([p, p, p]), q=np.stack([q, q, q, q]))
-    panel, shown, labels, highlight = viz.rejection_view(loop, TOK, n_show=3)
-    assert shown[highlight] == 4 and len(labels) == len(shown)
+    panel, shown, labels, highlight, drafted = panels.rejection_view(loop, TOK, n_show=3)
+    assert shown[highlight] == 4 and shown[drafted] == A and len(labels) == len(shown)
     assert panel.p_accept == pytest.approx(0.1)
     with pytest.raises(PicoGPTError, match="keep_distributions"):
-        viz.rejection_view(trace(n_accepted=0, resampled=True, r=(0.9,)), TOK)
+        panels.rejection_view(trace(n_accepted=0, resampled=True, r=(0.9,)), TOK)
 
 
 def test_tokens_per_loop_counts_and_prediction():
     loops = [trace(0, True, (0.9,)), trace(1, True, (0.1, 0.9)), trace(3, False, (0.1,) * 3),
              trace(3, False, (0.1,) * 3)]
-    assert viz.tokens_per_loop_counts(loops, K=3).tolist() == [1, 1, 0, 2]
-    pmf = viz.tokens_per_loop_pmf(0.7, 4)
+    assert panels.tokens_per_loop_counts(loops, K=3).tolist() == [1, 1, 0, 2]
+    pmf = panels.tokens_per_loop_pmf(0.7, 4)
     assert pmf.sum() == pytest.approx(1)
     assert np.dot(np.arange(1, 6), pmf) == pytest.approx(theory.expected_tokens_per_loop(0.7, 4))
 
@@ -85,7 +85,7 @@ def test_tokens_per_loop_counts_and_prediction():
 def test_tokens_per_loop_plot_of_a_real_run():
     draft, target = random_gpt2(0), random_gpt2(1)
     result = speculative_sampling(draft, target, [1, 2], 20, K=3, seed=0)
-    ax = viz.plot_tokens_per_loop(result.loops, 3, alpha=result.alpha_hat)
+    ax = figures.plot_tokens_per_loop(result.loops, 3, alpha=result.alpha_hat)
     assert labelled(ax) and len(ax.patches) == 4
     assert sum(p.get_height() for p in ax.patches) == pytest.approx(1)
     plt.close(ax.figure)
@@ -93,8 +93,8 @@ def test_tokens_per_loop_plot_of_a_real_run():
 
 def test_speedup_plots_are_labelled():
     costs = speedup.Costs(t_draft_s=0.002, t_target_s=0.010, t_score_s={K: 0.010 + 0.001 * K for K in range(1, 9)})
-    ax = viz.plot_loop_cost(costs, ax=Figure().subplots())
+    ax = figures.plot_loop_cost(costs, ax=Figure().subplots())
     assert labelled(ax) and "ms" in ax.get_ylabel()
     Ks = list(range(1, 9))
-    ax = viz.plot_speedup(Ks, np.linspace(1, 2, 8), speedup.predictions(costs, 0.8, Ks), ax=Figure().subplots())
+    ax = figures.plot_speedup(Ks, np.linspace(1, 2, 8), speedup.predictions(costs, 0.8, Ks), ax=Figure().subplots())
     assert labelled(ax) and len(ax.get_legend().get_texts()) == 4

@@ -2,7 +2,8 @@
 
 `good` has the widget structure of the contract (README of the course brief): FloatSliders
 driving an HTML `P(accept) = …` readout and a matplotlib figure in an Output, and a
-`Run Monte-Carlo` button drawing a histogram into a second Output; computed with plain numpy.
+`Run Monte-Carlo` button drawing a histogram into a second Output, and a residual switch
+(ToggleButtons) whose wrong choice reports `TV(output, q)`; computed with plain numpy.
 `broken` breaks it the ways students meet: sliders wired to nothing, and a widget whose model
 the page never received ("Error displaying widget: model not found"). The harness must pass
 on the first and fail on the second.
@@ -31,10 +32,15 @@ t_q = widgets.FloatSlider(value=1.0, min=0.2, max=3.0, step=0.1, description="T 
 readout, fig_out, mc_out = widgets.HTML(), widgets.Output(), widgets.Output()
 n_trials = widgets.IntSlider(value=2000, min=100, max=20000, step=100, description="trials n")
 button = widgets.Button(description="Run Monte-Carlo")
+switch = widgets.ToggleButtons(options=["correct: the residual (q − p)+", "wrong: resample from q"])
 
 def update(change=None):
     p, q = softmax(logits_p / t_p.value), softmax(logits_q / t_q.value)
     readout.value = f"P(accept) = Σ min(p, q) = {np.minimum(p, q).sum():.3f}"
+    if switch.value.startswith("wrong"):
+        wrong = np.minimum(p, q) + (1 - np.minimum(p, q).sum()) * q
+        readout.value += f" · TV(output, q) = {0.5 * np.abs(wrong - q).sum():.3f}"
+        run_monte_carlo(None)
     with fig_out:
         fig_out.clear_output(wait=True)
         fig, ax = plt.subplots(figsize=(5, 2.5))
@@ -54,12 +60,15 @@ def run_monte_carlo(_):
         ax.hist(x, bins=np.arange(len(q) + 1) - 0.5, density=True)
         ax.set_title(f"n = {n_trials.value}")
         plt.show()
+        if switch.value.startswith("wrong"):
+            print("resampled from q: exactly, TV(output, q) > 0")
 
 WIRING
 update()
-display(widgets.VBox([t_p, t_q, readout, fig_out, widgets.HBox([n_trials, button]), mc_out]))
+display(widgets.VBox([t_p, t_q, switch, readout, fig_out, widgets.HBox([n_trials, button]), mc_out]))
 '''
-WIRED = 't_p.observe(update, "value")\nt_q.observe(update, "value")\nbutton.on_click(run_monte_carlo)'
+WIRED = ('t_p.observe(update, "value")\nt_q.observe(update, "value")\nbutton.on_click(run_monte_carlo)\n'
+         'switch.observe(update, "value")')
 UNWIRED = "button.on_click(run_monte_carlo)  # the sliders are wired to nothing"
 
 # a widget view whose model does not exist in the kernel: what a stale saved output looks like

@@ -10,8 +10,9 @@ checks, with the ipywidgets 8 DOM classes named in the widget contract:
 1. landing: the page `make lab` opens (JupyterLab rooted at notebooks/) lists every notebook;
 2. 04-theorem-1.ipynb: Run > Run All Cells finishes, every widget the kernel sent is drawn,
    and in every explorer on the page (a cell output with a `P(accept)` readout) moving a slider
-   redraws the figure and changes the readout, and pressing `Run Monte-Carlo` draws a
-   histogram into a second Output;
+   redraws the figure and changes the readout, pressing `Run Monte-Carlo` draws a
+   histogram into a second Output, and switching the residual to a wrong one ("resample from q")
+   says so in the readout and redraws the histogram with the output's distance from q;
 3. every other notebook that uses widgets: runs to the end, every widget is drawn, none failed.
 
 The server serves a temporary copy of notebooks/ (nothing is written back) with its settings,
@@ -53,8 +54,9 @@ CHROMIUM_ARGS = [
 LOCAL_URLS = ("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "about:")
 EXPLORER = "04-theorem-1.ipynb"
 MC_BUTTON = "Run Monte-Carlo"
+WRONG_RESIDUAL = "wrong: resample from q"  # a button of the explorer's residual switch
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-# code that shows widgets: ipywidgets itself, interact, or a picogpt.course.viz explorer
+# code that shows widgets: ipywidgets itself, interact, or a picogpt.course.widgets explorer
 WIDGET_CODE = re.compile(r"ipywidgets|\binteract(?:ive)?\(|_explorer\(")
 # what ipywidgets / jupyterlab_widgets write where a widget could not be drawn
 WIDGET_ERRORS = ("Error displaying widget", "Error rendering widget", "Error creating widget",
@@ -229,7 +231,7 @@ class LabServer:
 
 
 def uses_widgets(notebook_path):
-    """A notebook whose code uses ipywidgets (or a viz `…_explorer(`), or has stored widget outputs."""
+    """A notebook whose code uses ipywidgets (or a widgets `…_explorer(`), or has stored widget outputs."""
     nb = json.loads(notebook_path.read_text())
     for cell in nb.get("cells", []):
         source = "".join(cell.get("source", []))
@@ -567,6 +569,29 @@ def check_monte_carlo(page, name, scope, tag, shots, figure_outputs):
     print(f"  {tag}: {MC_BUTTON!r} drew a histogram in Output #{drawn[0] + 1}")
 
 
+def check_residual_switch(page, name, scope, tag, shots):
+    """Switching the residual to a wrong one: the readout says the output is not q, and the
+    Monte-Carlo histogram is redrawn with the exact distance TV(output, q)."""
+    button = scope.locator(".widget-toggle-buttons button", has_text=WRONG_RESIDUAL)
+    if button.count() == 0:
+        raise CheckFailed(f"{name}: {tag} has no residual switch button {WRONG_RESIDUAL!r}")
+    images_before = output_images(scope)
+    button.first.scroll_into_view_if_needed(timeout=10_000)
+    button.first.click(timeout=10_000)
+    try:
+        wait_for(lambda: "TV(output, q)" in (readout_text(scope) or "")
+                 and changed_outputs(images_before, output_images(scope))
+                 and scope.locator(".widget-output", has_text="exactly, TV(output, q)").count() > 0,
+                 INTERACTION_S, "")
+    except CheckFailed:
+        shots.take(scope, f"{tag}-residual-switch-FAILED")
+        raise CheckFailed(f"{name}: {tag}: switching to {WRONG_RESIDUAL!r} did not show TV(output, q) in the "
+                          f"readout and a redrawn histogram (readout now {readout_text(scope)!r})")
+    page.wait_for_timeout(500)
+    shots.take(scope, f"{tag}-after-residual-switch")
+    print(f"  {tag}: residual switch {WRONG_RESIDUAL!r}: {readout_text(scope)[-60:]!r}")
+
+
 def check_explorers(page, name, shots):
     """Every explorer on the page (a cell output with a P(accept) readout) answers its controls."""
     readout = page.locator(".widget-html", has_text="P(accept)")
@@ -577,6 +602,7 @@ def check_explorers(page, name, shots):
         tag = f"{Path(name).stem}-explorer{k + 1}"
         figure_outputs = check_slider_updates(page, name, explorers.nth(k), tag, shots)
         check_monte_carlo(page, name, explorers.nth(k), tag, shots, figure_outputs)
+        check_residual_switch(page, name, explorers.nth(k), tag, shots)
     return explorers.count()
 
 
@@ -621,7 +647,7 @@ def check_explorer(page, server, shots):
     summary = check_notebook(page, server, EXPLORER, shots, "explorer")
     n_explorers = check_explorers(page, EXPLORER, shots)
     return (summary + f"; in each of {n_explorers} explorers a slider redraws the figure and "
-            f"P(accept), and {MC_BUTTON} draws a histogram")
+            f"P(accept), {MC_BUTTON} draws a histogram, and the residual switch shows the output drift from q")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -165,3 +165,66 @@ def check_best_K(answer, alpha=0.8, c=0.05, K_max=16):
                 "nearer 1) pushes it up.")
     mistakes = [(4, "K = 4 is the paper's choice for Chinchilla, not the best for alpha = 0.8, c = 0.05")]
     return check_number(answer, expected, how, solution, mistakes, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Code exercises: tokens per loop by simulation (notebook 03), the residual under temperature (04)
+# ---------------------------------------------------------------------------------------------
+
+def check_tokens_per_loop_simulation(simulate, cases=((0.8, 4), (0.5, 2), (0.95, 8)), n_loops=20_000, seed=0):
+    """Does simulate(alpha, K, n_loops, rng) -> [n_loops] tokens emitted per loop follow the model
+    'each draft accepted independently with probability alpha'? Its histogram is compared with
+    alpha^(n-1) (1 - alpha) for n <= K, alpha^K for n = K + 1 by a chi-square test (p > 1e-4)."""
+    from .chi_square import chi_square_test
+    from .panels import tokens_per_loop_pmf
+    if not_answered(simulate) or not callable(simulate):
+        return Check(False, "write simulate(alpha, K, n_loops, rng), then pass the function itself.")
+    for i, (alpha, K) in enumerate(cases):
+        try:
+            counts = np.asarray(simulate(alpha, K, n_loops, np.random.default_rng([seed, i])))
+        except Exception as e:  # the student's code: report it, don't crash the notebook
+            return Check(False, f"simulate({alpha}, {K}, ...) raised {type(e).__name__}: {e}")
+        if counts.shape != (n_loops,):
+            return Check(False, f"simulate({alpha}, {K}, {n_loops}, rng) returned shape {counts.shape}; return one "
+                                "number per loop, the tokens it emitted.")
+        if counts.min() < 1 or counts.max() > K + 1:
+            return Check(False, f"with K = {K} a loop emits 1 to {K + 1} tokens, yours gave {counts.min()} to {counts.max()}: "
+                                "the accepted drafts plus one more token, always.")
+        histogram = np.bincount(counts.astype(int), minlength=K + 2)[1:]
+        _, _, p_value = chi_square_test(histogram, tokens_per_loop_pmf(alpha, K))
+        if p_value < 1e-4:
+            mean = float(counts.mean())
+            return Check(False, f"alpha = {alpha}, K = {K}: mean {mean:.3f} tokens per loop, expected "
+                                f"{float(theory.expected_tokens_per_loop(alpha, K)):.3f} (chi² p = {p_value:.2g}). Draw one "
+                                "uniform per draft, stop at the first rejection, and count the extra token.")
+    return Check(True, "your simulated loops match (1 − alpha^(K+1)) / (1 − alpha) tokens per loop, "
+                       "and the whole distribution alpha^(n−1)(1 − alpha), alpha^K.")
+
+
+def check_residual_at_temperature(residual_at, temperatures=(0.5, 1.0, 2.0), seed=0):
+    """Does residual_at(logits_p, logits_q, temperature) return (q − p)+ of the two distributions
+    at that temperature? Speculative sampling applies the same controls to p and q first."""
+    from ..sampling import distribution
+    if not_answered(residual_at) or not callable(residual_at):
+        return Check(False, "write residual_at(logits_p, logits_q, temperature), then pass the function itself.")
+    rng = np.random.default_rng(seed)
+    logits_p, logits_q = rng.standard_normal(12) * 2, rng.standard_normal(12) * 2
+    for temperature in temperatures:
+        expected = rejection.residual(distribution(logits_p, temperature), distribution(logits_q, temperature))
+        try:
+            got = np.asarray(residual_at(logits_p.copy(), logits_q.copy(), temperature), np.float64)
+        except Exception as e:  # the student's code: report it, don't crash the notebook
+            return Check(False, f"at temperature {temperature} residual_at raised {type(e).__name__}: {e}")
+        if got.shape == expected.shape and np.allclose(got, expected, atol=1e-9):
+            continue
+        mistakes = {"the temperature applied to q only": rejection.residual(distribution(logits_p), distribution(logits_q, temperature)),
+                    "the temperature applied to p only": rejection.residual(distribution(logits_p, temperature), distribution(logits_q)),
+                    "the temperature ignored": rejection.residual(distribution(logits_p), distribution(logits_q))}
+        for name, wrong in mistakes.items():
+            if got.shape == wrong.shape and np.allclose(got, wrong, atol=1e-9):
+                return Check(False, f"at temperature {temperature}: that is {name}; divide both models' logits by "
+                                    "the temperature, softmax each, then take (q − p)+.")
+        return Check(False, f"at temperature {temperature} the values differ from (q − p)+ of softmax(logits / temperature) "
+                            "of each model.")
+    return Check(True, "the controls reshape p and q first; the rejection step then works on the reshaped pair, "
+                       "so speculative sampling returns q at that temperature.")

@@ -199,7 +199,7 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
     ar_median_s = float(np.median(ar_seconds))
     loops = {K: [loop for run in runs for loop in run.loops] for K, runs in spec_runs.items()}
     n_accepted = {K: sum(loop.n_accepted for loop in all_loops) for K, all_loops in loops.items()}
-    n_decisions = {K: sum(len(loop.r) for loop in all_loops) for K, all_loops in loops.items()}
+    n_decisions = {K: sum(loop.decisions for loop in all_loops) for K, all_loops in loops.items()}
     alpha_hat = sum(n_accepted.values()) / sum(n_decisions.values())
     t_score_s = {K: median_or_nan([loop.t_score_s for loop in steady[K] if loop.K == K]) for K in spec_runs}
     costs = Costs(t_draft_s, t_target_s, t_score_s)

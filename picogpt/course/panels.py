@@ -1,0 +1,323 @@
+"""The numbers behind the course's pictures, as pure functions (no matplotlib, no widgets):
+toy and real next-token distributions, Theorem 1's panel, the Monte-Carlo of one
+accept/resample step (with a switch to wrong residuals), and the speculative loop's trace as
+tables and marked text (notebooks 03-04). Tested headless in tests/test_viz*.py.
+
+Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
+token, (f)+ = max(0, f) / Σ max(0, f).
+"""
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import PicoGPTError
+from ..rejection import accept_or_resample_many, output_distribution, residual
+from ..sampling import distribution
+from ..theory import acceptance_rate
+
+TOY_VOCAB = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat")
+VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributions: hand-shaped toys, and the real models' next-token distributions
+# ---------------------------------------------------------------------------------------------
+
+def bump(centre, width, n_vocab):
+    """A discretised bell curve over tokens 0..n_vocab-1: softmax(-(i - centre)² / (2 width²))."""
+    if not width > 0:
+        raise PicoGPTError(f"a toy distribution's width must be positive, got {width}")
+    logits = -((np.arange(n_vocab) - centre) ** 2) / (2 * width**2)  # [n_vocab]
+    return distribution(logits)
+
+
+def toy_distributions(centre_p=2.0, width_p=1.5, centre_q=4.0, width_q=1.0, n_vocab=len(TOY_VOCAB)):
+    """(p, q): a draft and a target over a toy vocabulary, shaped by four slider values.
+    Moving the centres apart makes the models disagree; P(accept) = Σ min(p, q) falls."""
+    return bump(centre_p, width_p, n_vocab), bump(centre_q, width_q, n_vocab)
+
+
+def prompt_logits(model, ids):
+    """Next-token logits after every prefix of the prompt, one forward pass: [n_seq, n_vocab]."""
+    return np.asarray(model(ids), np.float64)
+
+
+def distributions_at(logits_p, logits_q, position, temperature_p=1.0, temperature_q=1.0, top_k=None, top_p=None):
+    """(p, q) for the token after prompt position `position` (0-based), at the given temperatures."""
+    n_seq = len(logits_p)
+    if not 0 <= position < n_seq or len(logits_q) != n_seq:
+        raise PicoGPTError(f"position {position} is outside the prompt's {n_seq} positions (0..{n_seq - 1})")
+    p = distribution(logits_p[position], temperature_p, top_k, top_p)
+    q = distribution(logits_q[position], temperature_q, top_k, top_p)
+    return p, q
+
+
+@functools.lru_cache(maxsize=None)
+def drawable_codepoints():
+    """The characters matplotlib's default font (DejaVu Sans) can draw."""
+    from matplotlib.font_manager import FontProperties, findfont
+    from matplotlib.ft2font import FT2Font
+    return frozenset(FT2Font(findfont(FontProperties(family="DejaVu Sans"))).get_charmap())
+
+
+def token_label(tok, token_id):
+    """A token's text with its whitespace made visible (' Paris' -> '␣Paris'), and whatever a plot
+    cannot draw escaped: a byte that is only part of a UTF-8 character as '\\xe3', a character
+    missing from the plot font (CJK, emoji) as '\\u3060'."""
+    text = tok.decode_single_token_bytes(int(token_id)).decode("utf-8", errors="backslashreplace")
+    drawable = drawable_codepoints()
+    return "".join(c if ord(c) in drawable else c.encode("unicode_escape").decode("ascii")
+                   for c in text.translate(VISIBLE_WHITESPACE))
+
+
+def top_tokens(probs, k):
+    """Ids of the k most probable tokens, most probable first (ties: the lower id first)."""
+    return np.argsort(-np.asarray(probs), kind="stable")[:k]
+
+
+def shown_tokens(p, q, n_show, include=()):
+    """The tokens a plot of p and q shows: all of a small vocabulary in order, else the n_show
+    with the most mass under either model, plus any token in `include` (e.g. the drafted one)."""
+    if len(p) <= n_show:
+        return np.arange(len(p))
+    top = list(top_tokens(np.maximum(p, q), n_show))
+    return np.array(top + [int(t) for t in include if int(t) not in top])
+
+
+# ---------------------------------------------------------------------------------------------
+# Theorem 1 in numbers: what one accept/resample step does to each token's probability
+# ---------------------------------------------------------------------------------------------
+
+RESIDUALS = {  # the explorer's switch: what a rejection resamples from (only the first is right)
+    "(q − p)+": "correct: the residual (q − p)+",
+    "q": "wrong: resample from q",
+    "p": "wrong: resample from p",
+    "none": "wrong: no test, always accept the draft",
+}
+
+
+def resample_choice(p, q, choice):
+    """(q used by the accept test, distribution a rejection draws from) for a RESIDUALS choice.
+    "none" keeps every draft: the accept test then compares p with itself (min(1, p/p) = 1)."""
+    if choice not in RESIDUALS:
+        raise PicoGPTError(f"residual choice {choice!r}: expected one of {', '.join(RESIDUALS)}")
+    return {"(q − p)+": (q, residual(p, q)), "q": (q, q), "p": (q, p), "none": (p, p)}[choice]
+
+
+@dataclass(frozen=True)
+class Theorem1Panel:
+    p: np.ndarray  # draft distribution [n_vocab]
+    q: np.ndarray  # target distribution [n_vocab]
+    overlap: np.ndarray  # min(p, q): P(draft x̃ = x and accept it) [n_vocab]
+    excess: np.ndarray  # max(0, q - p): P(reject, then resample x) [n_vocab]
+    residual: np.ndarray  # (q - p)+ = excess / Σ excess: what a rejection resamples from [n_vocab]
+    p_accept: float  # Σ min(p, q)
+    p_accept_naive: float  # Σ p q: keep the draft only if the target's own sample equals it
+    identity_error: float  # max |min(p, q) + max(0, q - p) - q|: zero up to rounding
+    choice: str = "(q − p)+"  # the residual switch (RESIDUALS)
+    accepted: np.ndarray = None  # with this choice: P(x drafted and kept) [n_vocab]
+    resampled: np.ndarray = None  # with this choice: P(reject, then x drawn) [n_vocab]
+    resample_from: np.ndarray = None  # with this choice: what a rejection draws from [n_vocab]
+
+    @property
+    def output(self):
+        """What the step emits with this choice: accepted + resampled. q when the choice is right."""
+        return self.accepted + self.resampled
+
+    @property
+    def output_tv(self):
+        """TV(output, q): 0 for the correct residual, the size of the error for a wrong one."""
+        return tv_distance(self.output, self.q)
+
+
+def validate_pair(p, q):
+    """p and q as float64 probability vectors over the same vocabulary, or a readable error."""
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    if p.ndim != 1 or p.shape != q.shape:
+        raise PicoGPTError(f"p and q must be 1-D distributions over the same vocabulary, got shapes {p.shape} and {q.shape}")
+    for name, d in (("p", p), ("q", q)):
+        if np.any(d < 0) or abs(d.sum() - 1) > 1e-6:
+            raise PicoGPTError(f"{name} is not a probability distribution (sum {d.sum():.6f}, min {d.min():.3g})")
+    return p, q
+
+
+def theorem1_panel(p, q, choice="(q − p)+"):
+    """Everything the proof of Theorem 1 adds up, for one pair of distributions; `choice` picks
+    what a rejection resamples from (RESIDUALS), to see a wrong residual break the identity."""
+    p, q = validate_pair(p, q)
+    overlap, excess = np.minimum(p, q), np.maximum(0.0, q - p)
+    q_test, fallback = resample_choice(p, q, choice)
+    output = output_distribution(p, q_test, resample_from=fallback)  # exact, enumerated
+    accepted = np.minimum(p, q_test)
+    return Theorem1Panel(p=p, q=q, overlap=overlap, excess=excess, residual=residual(p, q),
+                         p_accept=acceptance_rate(p, q), p_accept_naive=float(p @ q),
+                         identity_error=float(np.max(np.abs(overlap + excess - q))),
+                         choice=choice, accepted=accepted, resampled=output - accepted, resample_from=fallback)
+
+
+def readout(panel):
+    """The sentence the explorer shows above its figure."""
+    text = (f"P(accept) = Σ min(p, q) = {panel.p_accept:.3f} &nbsp;·&nbsp; "
+            f"P(reject) = Σ max(0, q − p) = {1 - panel.p_accept:.3f} &nbsp;·&nbsp; "
+            f"naive test (keep x̃ only if the target's own sample equals it): Σ p·q = {panel.p_accept_naive:.3f}")
+    if panel.choice != "(q − p)+":
+        text += f"<br><b>{RESIDUALS[panel.choice]}</b>: the output is not q, TV(output, q) = {panel.output_tv:.3f}"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Monte-Carlo: run the accept/resample step n times and compare what comes out with q
+# ---------------------------------------------------------------------------------------------
+
+def tv_distance(a, b):
+    """Total-variation distance ½ Σ |a - b|: the largest difference in probability any event can get."""
+    return 0.5 * float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).sum())
+
+
+def lump(d, shown):
+    """A distribution over the tokens `shown` plus one last bucket holding all the others."""
+    d = np.asarray(d, np.float64)
+    return np.append(d[shown], 1.0 - d[shown].sum())  # [len(shown) + 1]
+
+
+@dataclass(frozen=True)
+class MonteCarlo:
+    counts: np.ndarray  # how often each token came out [n_vocab]
+    n_accepted: int  # trials that kept the drafted token
+    tv: float  # TV(empirical, q)
+
+    @property
+    def n(self):
+        return int(self.counts.sum())
+
+    @property
+    def empirical(self):
+        return self.counts / self.n
+
+
+def monte_carlo(p, q, n, seed=0, choice="(q − p)+"):
+    """n accept/resample trials (the library's rejection.accept_or_resample_many): the empirical
+    distribution of the output token, and its TV to q. `choice` (RESIDUALS) swaps in a wrong residual."""
+    p, q = validate_pair(p, q)
+    if int(n) < 1:
+        raise PicoGPTError(f"the number of Monte-Carlo trials n must be at least 1, got {n}")
+    q_test, fallback = resample_choice(p, q, choice)
+    tokens, accepted = accept_or_resample_many(p, q_test, int(n), np.random.default_rng(seed), resample_from=fallback)
+    counts = np.bincount(tokens, minlength=len(q))
+    return MonteCarlo(counts=counts, n_accepted=int(accepted.sum()), tv=tv_distance(counts / n, q))
+
+
+def tv_by_n(p, q, ns, seed=0):
+    """TV(empirical, q) after the first n trials of one long run, for each n in ns."""
+    p, q = validate_pair(p, q)
+    tokens, _ = accept_or_resample_many(p, q, int(max(ns)), np.random.default_rng(seed))
+    return np.array([tv_distance(np.bincount(tokens[:n], minlength=len(q)) / n, q) for n in ns])
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 2, one loop at a time (notebook 03): the speculative sampler's trace as a table
+# ---------------------------------------------------------------------------------------------
+
+def loop_rows(loop, tok):
+    """One row per drafted token of a LoopTrace: (t, x̃_t, p(x̃_t), q(x̃_t), min(1, q/p), r or None,
+    decision). t counts from 1, as in the paper."""
+    rows = []
+    for i, (x, p_x, q_x) in enumerate(zip(loop.drafted, loop.p_drafted, loop.q_drafted)):
+        r = loop.r[i] if i < len(loop.r) else None
+        decision = ("accepted" if i < loop.n_accepted else
+                    "rejected" if i == loop.n_accepted else "not judged (after a rejection)")
+        rows.append((i + 1, token_label(tok, x), p_x, q_x, min(1.0, q_x / p_x), r, decision))
+    return rows
+
+
+def probability(x):
+    """A probability in 8 characters: 0.0831, or 2.1e-05 when it would print as 0.0000."""
+    return f"{x:8.4f}" if x >= 1e-4 or x == 0 else f"{x:8.1e}"
+
+
+def loop_table(loop, tok):
+    """The loop as a text table, then what it emitted: the accepted drafts and the new token."""
+    rows = loop_rows(loop, tok)
+    width = max(8, *(len(row[1]) for row in rows))
+    lines = [f"{'t':>2}  {'x̃_t':<{width}}  {'p(x̃_t)':>8}  {'q(x̃_t)':>8}  {'min(1, q/p)':>11}  {'r':>6}  decision"]
+    for t, label, p_x, q_x, ratio, r, decision in rows:
+        r_text = f"{r:6.3f}" if r is not None else f"{'–':>6}"
+        lines.append(f"{t:>2}  {label:<{width}}  {probability(p_x)}  {probability(q_x)}  {ratio:11.3f}  {r_text}  {decision}")
+    new = token_label(tok, loop.new_token)
+    lines.append(f"→ x̃_{loop.n_accepted + 1} rejected; in its place, from (q − p)+: {new}" if loop.resampled else
+                 f"→ all K = {loop.K} accepted: extra token from q_{loop.K + 1}: {new}")
+    lines.append(f"→ this loop emitted {len(loop.tokens)} token(s): " + " ".join(token_label(tok, x) for x in loop.tokens))
+    return "\n".join(lines)
+
+
+def marked_text(loops, tok, N=None):
+    """The generated text, marked with where each token came from: plain = a draft the target
+    accepted, [x] = resampled from (q − p)+ after a rejection, {x} = the extra token from q_{K+1}
+    after all K drafts were accepted. N cuts it to the first N tokens, as the sampler does."""
+    pieces = []
+    for loop in loops:
+        pieces += [tok.decode([x]) for x in loop.drafted[: loop.n_accepted]]
+        new = tok.decode([loop.new_token])
+        pieces.append(f"[{new}]" if loop.resampled else f"{{{new}}}")
+    return "".join(pieces[:N])
+
+
+def rejection_view(loop, tok, n_show=10):
+    """For a loop that ended in a rejection (kept with keep_distributions=True): the Theorem 1 panel
+    at the rejected position, the tokens to show (the drafted and the resampled one included),
+    their labels, the index of the resampled token among them, and that of the rejected draft."""
+    if not loop.resampled or loop.p is None:
+        raise PicoGPTError("rejection_view needs a loop that ended in a rejection, traced with "
+                           "speculative_sampling(..., keep_distributions=True)")
+    t = loop.n_accepted  # 0-based: the first rejected draft
+    panel = theorem1_panel(loop.p[t], loop.q[t])
+    shown = shown_tokens(panel.p, panel.q, n_show, include=(loop.drafted[t], loop.new_token))
+    labels = [token_label(tok, x) for x in shown]
+    return panel, shown, labels, list(shown).index(loop.new_token), list(shown).index(loop.drafted[t])
+
+
+def tokens_per_loop_counts(loops, K):
+    """How many loops emitted 1, 2, ..., K + 1 tokens: [K + 1]."""
+    return np.bincount([len(loop.tokens) for loop in loops], minlength=K + 2)[1: K + 2]
+
+
+def tokens_per_loop_pmf(alpha, K):
+    """P(a loop emits n tokens), n = 1..K+1, if each draft is accepted independently with
+    probability alpha: alpha^(n-1) (1 - alpha) for n <= K, and alpha^K for n = K + 1. [K + 1]"""
+    n = np.arange(1, K + 2)
+    return np.where(n <= K, alpha ** (n - 1) * (1 - alpha), alpha**K)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole sequences (notebook 04): the joint distribution of the first tokens, speculative vs exact
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SequenceFit:
+    counts: np.ndarray  # how often each sequence of n_tokens came out [n_vocab] * n_tokens
+    exact: np.ndarray  # its probability under autoregressive sampling from q, same shape
+    statistic: float  # Pearson's chi-square of counts against exact
+    dof: int
+    p_value: float  # small: the sampler does not sample from q
+
+    @property
+    def tv(self):
+        return tv_distance(self.counts.ravel() / self.counts.sum(), self.exact.ravel())
+
+
+def sequence_fit(draft, target, prompt, n_tokens, K, n_runs, step=None, seed=0):
+    """Run speculative_sampling (with `step` in place of Steps 3-4, if given) n_runs times for
+    n_tokens tokens, and compare the joint distribution of those tokens with the target's exact one.
+    For toy models with a few tokens (course.toy_models): the exact joint enumerates every sequence."""
+    from ..speculative import speculative_sampling
+    from .chi_square import chi_square_test
+    from .toy_models import joint_distribution
+    exact = joint_distribution(target, prompt, n_tokens)
+    counts = np.zeros_like(exact)
+    rng = np.random.default_rng(seed)
+    for _ in range(n_runs):
+        counts[tuple(speculative_sampling(draft, target, prompt, n_tokens, K=K, seed=rng, step=step).tokens)] += 1
+    statistic, dof, p_value = chi_square_test(counts, exact)
+    return SequenceFit(counts, exact, statistic, dof, p_value)

@@ -1,0 +1,74 @@
+"""The solutions the notebooks let a learner reveal (markdown <details> cells) pass the notebooks'
+own checkers: a solution that the checker refuses would be worse than none."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers_sampling import random_gpt2
+from picogpt.course import exercises_speculative as ex
+from picogpt.course.step_exercise import check_speculative_loop, check_speculative_step
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def cells(name):
+    return json.loads((NOTEBOOKS / name).read_text())["cells"]
+
+
+def solutions(name):
+    """The python blocks of every <details> markdown cell, in order."""
+    blocks = []
+    for cell in cells(name):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and "<details>" in text:
+            blocks += re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return blocks
+
+
+def run(blocks, namespace):
+    for block in blocks:
+        if block.startswith(("def ", "from ", "import ")):  # whole definitions; fragments are handled below
+            exec(block, namespace)
+    return namespace
+
+
+def test_notebook_03_solutions_pass(capsys):
+    blocks = solutions("03-speculative-sampling.ipynb")
+    namespace = run(blocks, {"np": np})
+    assert check_speculative_step(namespace["speculative_step"]), capsys.readouterr().out
+    assert ex.check_tokens_per_loop_simulation(namespace["simulate"])
+
+    # the loop: the notebook's scaffold with the solution's lines in place of `...` and `break`
+    scaffold = next("".join(c["source"]) for c in cells("03-speculative-sampling.ipynb")
+                    if "def my_speculative_sampling" in "".join(c["source"]))
+    fragment = next(b for b in blocks if "target_cache.truncate" in b)
+    body = re.sub(r"        \.\.\.  # your code.*\n", fragment, scaffold)
+    body = re.sub(r"        break  # remove.*\n", "", body).split("\n\npassed = ")[0]
+    exec("from picogpt.speculative import draft_tokens, score\n" + body, namespace)
+    draft, target = random_gpt2(1), random_gpt2(2)
+    assert check_speculative_loop(namespace["my_speculative_sampling"], draft, target, [3, 1, 4]), capsys.readouterr().out
+
+
+def test_notebook_04_solutions_pass():
+    namespace = run(solutions("04-theorem-1.ipynb"), {"np": np})
+    assert ex.check_residual(namespace["my_residual"])
+    assert ex.check_residual_at_temperature(namespace["residual_at"])
+
+
+def test_notebook_02_top_k_solution_passes():
+    from picogpt.course.exercises import check_top_k
+    assert check_top_k(run(solutions("02-autoregressive-sampling.ipynb"), {"np": np})["my_top_k"])
+
+
+@pytest.mark.parametrize("name", ["01-gpt2-in-numpy.ipynb", "02-autoregressive-sampling.ipynb",
+                                  "03-speculative-sampling.ipynb", "04-theorem-1.ipynb"])
+def test_every_placeholder_exercise_has_a_solution_to_reveal(name):
+    texts = ["".join(c["source"]) for c in cells(name)]
+    exercises = [i for i, t in enumerate(texts) if "answer = None" in t or "(None" in t]
+    for i in exercises:
+        following = texts[i + 1] if i + 1 < len(texts) else ""
+        assert "<details>" in following, f"{name}: the exercise in cell {i} has no solution after it"
