@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 BROWSER_STAMP := $(VENV)/.installed-browser
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: test unit notebooks browser-test lab weights bench clean
+.PHONY: test quick unit notebooks test-oldest browser-test lab weights bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ test: unit notebooks
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests
+
+## make quick: the unit tests without the slow statistical proofs (chi-square), no notebooks
+quick: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow"
 
 notebooks: $(STAMP)
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \

@@ -11,9 +11,9 @@ The numbers of the teaching pair's model card (weights/README.md) come from this
            temperature 1 for N tokens, for K = 1 .. K_max; each (prompt, seed) runs both ways
            back to back and the speedup is the ratio of the summed times.
 
-Usage:
-    PYTHONPATH=$PWD python tools/measure_teaching_pair.py                  # tiny-draft, tiny-target
-    PYTHONPATH=$PWD python tools/measure_teaching_pair.py --json weights/measurements.json
+Usage, with the project's environment (`make .venv/.installed` installs picogpt into .venv):
+    .venv/bin/python tools/measure_teaching_pair.py                  # tiny-draft, tiny-target
+    .venv/bin/python tools/measure_teaching_pair.py --json weights/measurements.json
 """
 
 import argparse

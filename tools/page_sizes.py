@@ -1,6 +1,6 @@
 """Does the page size of the weights' memory matter? An experiment for benchmarks/README.md.
 
-    python tools/page_sizes.py [--model gpt2-xl] [--runs 7]
+    .venv/bin/python tools/page_sizes.py [--model gpt2-xl] [--runs 7]   # after `make .venv/.installed`
 
 Every address the CPU reads is translated through page tables; a small cache of recent
 translations (the TLB) covers a few MB of 4 KB pages, or GBs of 2 MB pages ("huge pages").
@@ -25,11 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from picogpt.bench import run as bench  # noqa: E402
-from picogpt.perf import kernels, layout, machine  # noqa: E402
-from picogpt.model import load_checkpoint  # noqa: E402
+from picogpt.bench import run as bench
+from picogpt.model import load_checkpoint
+from picogpt.perf import kernels, layout, machine
 
 LAYOUTS = {  # name: (advice, first touch of the pages in a random order)
     "2 MB pages": (mmap.MADV_HUGEPAGE, False),
