@@ -1,9 +1,11 @@
 """The repository keeps its promises: README's file map lists every module (and only modules
-that exist), README's example runs, and no committed file names a folder of one machine."""
+that exist), README's example runs, `make test-oldest` tests the floors pyproject.toml declares,
+and no committed file names a folder of one machine."""
 
 import json
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,32 @@ def test_the_readme_library_example_runs(monkeypatch, capsys):
     monkeypatch.setenv("PICOGPT_COURSE_MODELS", "tiny")
     exec(compile(block.group(1), "README.md", "exec"), {})
     assert capsys.readouterr().out.strip()  # it printed the sampled text
+
+
+def same_version(a, b):
+    """1.26 == 1.26.0: compare release numbers without trailing zeros."""
+    def release(version):
+        parts = [int(part) for part in version.split(".")]
+        while parts and parts[-1] == 0:
+            parts.pop()
+        return parts
+    return release(a) == release(b)
+
+
+def test_constraints_oldest_pins_every_floor_of_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    floors = {}
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        name, _, version = requirement.partition(">=")
+        assert version, f"{requirement}: give every runtime and dev dependency a floor (name>=version)"
+        floors[name.strip().lower()] = version.strip()
+    pins = dict(line.split("==") for line in (REPO / "constraints-oldest.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#"))
+    pins = {name.strip().lower(): version.strip() for name, version in pins.items()}
+    assert set(pins) == set(floors), "constraints-oldest.txt must pin exactly pyproject.toml's dependencies"
+    for name, floor in floors.items():
+        assert same_version(pins[name], floor), \
+            f"{name}: pyproject.toml says >={floor}, constraints-oldest.txt pins {pins[name]}"
 
 
 # ---------------------------------------------------------------------------------------------
