@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+OLDEST := .venv-oldest
 BROWSER_STAMP := $(VENV)/.installed-browser
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: test unit notebooks browser-test lab weights bench clean
+.PHONY: test quick unit notebooks test-oldest browser-test lab weights bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,10 +21,26 @@ test: unit notebooks
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests
 
+## make quick: the unit tests without the slow statistical proofs (chi-square), no notebooks
+quick: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow"
+
 notebooks: $(STAMP)
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
 	  PICOGPT_COURSE_MODELS=tiny $(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
 	else echo "no notebooks yet"; fi
+
+## make test-oldest: the oldest versions pyproject.toml allows (constraints-oldest.txt), in their
+## own .venv-oldest: the quick unit tests, then every notebook
+test-oldest: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -m pytest tests -m "not slow" -p no:cacheprovider
+	PICOGPT_COURSE_MODELS=tiny $(OLDEST)/bin/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/
+
+$(OLDEST)/.installed: pyproject.toml constraints-oldest.txt
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt -e '.[dev]'
+	touch $@
 
 ## make browser-test: run the course in JupyterLab in headless Chromium and use its widgets
 ## (installs Debian's chromium with apt-get and the `browser` extra; screenshots: browser-test-out/
@@ -53,4 +70,4 @@ bench: $(STAMP)
 	$(BIN)/python -m picogpt bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(OLDEST) .pytest_cache

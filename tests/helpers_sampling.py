@@ -1,48 +1,12 @@
-"""Shared helpers for the sampling tests: tiny random GPT-2s, instrumented model wrappers, and a
-chi-square goodness-of-fit test (scipy-free)."""
+"""Shared helpers for the sampling tests: instrumented model wrappers and a chi-square
+goodness-of-fit test (scipy-free). The random models are helpers.random_gpt2."""
 
 import copy
-import json
 
 import numpy as np
 
-import helpers
-from picogpt.io.checkpoint import write_safetensors
-from picogpt.gpt2 import GPT2Config
-from picogpt.io.params import params_from_tensors
-from picogpt.model import GPT2
 from picogpt.course.chi_square import chi_square_sf, chi_square_test  # noqa: F401 (the tests' statistics)
 from picogpt.course.toy_models import joint_distribution  # noqa: F401
-
-
-# ---------------------------------------------------------------------------------------------
-# Tiny random GPT-2s (tensors from tests/helpers.py)
-# ---------------------------------------------------------------------------------------------
-
-def peaked_tensors(config, seed):
-    """helpers.random_tensors with LayerNorm gains of 1 (not ~N(0, 0.3)): peaked next-token
-    distributions, so that two seeds give a draft and target that clearly differ."""
-    tensors = helpers.random_tensors(config, seed)
-    for name in tensors:
-        if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
-            tensors[name] = np.ones_like(tensors[name])
-    return tensors
-
-
-def random_gpt2(seed, n_vocab=8, n_ctx=32, n_embd=16, n_head=2, n_layer=1):
-    """A one-layer random GPT-2 named random-<seed>."""
-    config = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_ctx=n_ctx, n_vocab=n_vocab)
-    return GPT2(params_from_tensors(peaked_tensors(config, seed), config), config, f"random-{seed}")
-
-
-def write_random_checkpoint(folder, seed, **sizes):
-    """A model folder (model.safetensors + config.json) that `picogpt.load(folder)` reads."""
-    c = random_gpt2(seed, **sizes).config
-    folder.mkdir(parents=True, exist_ok=True)
-    write_safetensors(folder / "model.safetensors", peaked_tensors(c, seed))
-    (folder / "config.json").write_text(json.dumps(dict(
-        n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, n_positions=c.n_ctx, vocab_size=c.n_vocab)))
-    return folder
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,13 +1,31 @@
-"""Reading /proc/self/smaps: which share of the model's memory sits in 2 MB pages."""
+"""Reading /proc: free memory, reclaim counters, and which share of the model's memory sits in
+2 MB pages (/proc/self/smaps)."""
 
+import io
 import mmap
 import sys
 
 import numpy as np
 import pytest
 
+from picogpt.perf import machine
 from picogpt.perf.machine import (RECLAIM_COUNTERS, available_memory_bytes, huge_page_fraction, memory_counters,
-                              parse_smaps)
+                                  meminfo_bytes, parse_smaps)
+
+MEMINFO = """\
+MemTotal:       16000000 kB
+MemFree:         1000000 kB
+MemAvailable:    9000000 kB
+HugePages_Total:       0
+"""
+
+VMSTAT = """\
+nr_free_pages 250000
+pgscan_file 12
+pgsteal_file 10
+pgmajfault 7
+workingset_refault_file 3
+"""
 
 SMAPS = """\
 7f0000000000-7f0000400000 r--s 00000000 fe:00 123   /w/model.picogpt-fast.safetensors
@@ -52,6 +70,33 @@ def test_huge_page_fraction_counts_each_mapping_once():
     assert huge_page_fraction([At(0x1000)], SMAPS) is None  # in no mapping
 
 
+def fake_proc(monkeypatch, files):
+    """Make machine.py's open() read `files` ({path: text}); any other path is missing."""
+    def fake_open(path, *args, **kwargs):
+        if path not in files:
+            raise FileNotFoundError(path)
+        return io.StringIO(files[path])
+    monkeypatch.setattr(machine, "open", fake_open, raising=False)
+
+
+def test_meminfo_is_read_in_bytes_and_empty_without_proc(monkeypatch):
+    fake_proc(monkeypatch, {"/proc/meminfo": MEMINFO})
+    assert meminfo_bytes() == {"MemTotal": 16000000 * 1024, "MemFree": 1000000 * 1024,
+                               "MemAvailable": 9000000 * 1024, "HugePages_Total": 0}
+    assert available_memory_bytes() == 9000000 * 1024
+    fake_proc(monkeypatch, {})
+    assert meminfo_bytes() == {} and available_memory_bytes() is None
+
+
+def test_memory_counters_keep_the_reclaim_counters_and_free_memory(monkeypatch):
+    fake_proc(monkeypatch, {"/proc/meminfo": MEMINFO, "/proc/vmstat": VMSTAT})
+    assert memory_counters() == {"pgscan_file": 12, "pgsteal_file": 10, "pgmajfault": 7,
+                                 "workingset_refault_file": 3, "MemFree_bytes": 1000000 * 1024,
+                                 "MemAvailable_bytes": 9000000 * 1024}
+    fake_proc(monkeypatch, {"/proc/meminfo": MEMINFO})
+    assert memory_counters() is None
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 def test_live_figures_for_this_process(tmp_path):
     weights = np.full(8 * 2**20, 1.0, np.float32)  # 32 MB: its own mapping (or two)
@@ -63,11 +108,11 @@ def test_live_figures_for_this_process(tmp_path):
         mapped = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.float32)
     assert float(mapped.sum()) == mapped.size  # touch it: resident
     assert 0.0 <= huge_page_fraction([mapped]) <= 1.0
-    assert 0 < available_memory_bytes()
+    assert 0 < available_memory_bytes() <= meminfo_bytes()["MemTotal"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 def test_memory_counters_read_free_memory_and_reclaim():
-    counters = memory_counters()
-    assert counters["MemAvailable_bytes"] > 0 and counters["MemFree_bytes"] > 0
+    counters, total = memory_counters(), meminfo_bytes()["MemTotal"]
+    assert 0 < counters["MemFree_bytes"] <= total and 0 < counters["MemAvailable_bytes"] <= total
     assert set(RECLAIM_COUNTERS) <= set(counters) and all(counters[name] >= 0 for name in RECLAIM_COUNTERS)

@@ -17,7 +17,7 @@ import pytest
 
 import picogpt.io.checkpoint as checkpoint_module
 from helpers import random_gpt2, random_tensors
-from helpers_sampling import write_random_checkpoint
+from helpers import write_random_checkpoint
 from picogpt import autoregressive_sampling, speculative_sampling
 from picogpt.cli import main
 from picogpt.errors import CheckpointError, PicoGPTError

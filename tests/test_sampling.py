@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from helpers_sampling import InstrumentedModel, chi_square_test, joint_distribution, random_gpt2
+from helpers import random_gpt2
+from helpers_sampling import InstrumentedModel, chi_square_test, joint_distribution
 from picogpt import PicoGPTError, autoregressive_sampling
 from picogpt.sampling import validate_sampling_args, distribution, sample
 
@@ -150,6 +151,7 @@ def test_autoregressive_sampling_streams_each_token():
     assert seen == result.tokens
 
 
+@pytest.mark.slow
 def test_autoregressive_sampling_samples_the_models_distribution():
     model = random_gpt2(4)
     prompt = [5, 2]

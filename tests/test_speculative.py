@@ -7,8 +7,8 @@ from itertools import product
 import numpy as np
 import pytest
 
-from helpers_sampling import (InstrumentedModel, MemoModel, chi_square_sf, chi_square_test,
-                              joint_distribution, random_gpt2)
+from helpers import random_gpt2
+from helpers_sampling import InstrumentedModel, MemoModel, chi_square_sf, chi_square_test, joint_distribution
 from picogpt import autoregressive_sampling, rejection, speculative_sampling
 from picogpt.sampling import distribution
 from picogpt.theory import acceptance_rate
@@ -64,7 +64,8 @@ def test_chi_square_test_flags_a_zero_probability_cell_and_pools_rare_ones():
 CONTROLS = {"temperature 1": dict(temperature=1.0),
             "temperature 0.7, top-k 4": dict(temperature=0.7, top_k=4),
             "top-p 0.9": dict(top_p=0.9)}
-# Every control with every K in {1, 3, 5}: nine configurations, under a minute on 2 cores.
+# Every control with every K in {1, 3, 5}: nine configurations, minutes on 2 cores. They are the
+# proof of the course's claim, so `make test` runs them; `make quick` skips what is marked slow.
 CONFIGURATIONS = list(product(CONTROLS, [1, 3, 5]))
 
 
@@ -75,6 +76,7 @@ def test_the_pair_differs_enough_for_the_test_to_have_power(pair):
         assert 0.2 < acceptance_rate(p, q) < 0.8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, K", CONFIGURATIONS)
 def test_speculative_sampling_returns_the_target_joint_distribution(pair, memo_pair, name, K):
     controls = CONTROLS[name]
@@ -85,6 +87,7 @@ def test_speculative_sampling_returns_the_target_joint_distribution(pair, memo_p
     assert p_value > SIGNIFICANCE, f"chi2={statistic:.1f} on {dof} dof, p={p_value:.2g}"
 
 
+@pytest.mark.slow
 def test_the_same_test_catches_resampling_from_q_instead_of_the_residual(pair, memo_pair, monkeypatch):
     monkeypatch.setattr(rejection, "residual", lambda p, q: q)  # the classic bug
     exact = joint_distribution(pair[1], PROMPT, 2)
@@ -94,6 +97,7 @@ def test_the_same_test_catches_resampling_from_q_instead_of_the_residual(pair, m
     assert p_value < 1e-9
 
 
+@pytest.mark.slow
 def test_the_same_test_catches_accepting_every_draft(pair, memo_pair, monkeypatch):
     monkeypatch.setattr(rejection, "accept_probability", lambda p, q, x: 1.0)  # samples p, not q
     exact = joint_distribution(pair[1], PROMPT, 2)

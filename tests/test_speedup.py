@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers_sampling import random_gpt2
+from helpers import random_gpt2
 from picogpt import sampling, speculative, theory
 from picogpt.errors import PicoGPTError
 from picogpt.perf import speedup

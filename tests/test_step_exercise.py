@@ -4,7 +4,7 @@ each classic mistake by name, and the learner's step runs inside the real loop."
 import numpy as np
 import pytest
 
-from helpers_sampling import random_gpt2
+from helpers import random_gpt2
 from picogpt import speculative_sampling
 from picogpt.course import step_exercise
 from picogpt.course.step_exercise import check_speculative_step

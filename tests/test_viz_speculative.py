@@ -11,7 +11,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import picogpt
-from helpers_sampling import random_gpt2
+from helpers import random_gpt2
 from picogpt import theory
 from picogpt.course import figures, panels
 from picogpt.perf import speedup

@@ -7,6 +7,8 @@ driving an HTML `P(accept) = …` readout and a matplotlib figure in an Output, 
 `broken` breaks it the ways students meet: sliders wired to nothing, and a widget whose model
 the page never received ("Error displaying widget: model not found"). The harness must pass
 on the first and fail on the second.
+
+Not run on its own: tools/browser_test.py imports it (`.venv/bin/python tools/browser_test.py --stand-in`).
 """
 
 import json

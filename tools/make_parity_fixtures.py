@@ -12,15 +12,17 @@ saved three ways, plus the logits Hugging Face computes for a fixed id sequence:
     logits.npy             HF logits with the float32 weights        [n_seq, n_vocab] float32
     logits-f16.npy         HF logits with the float16-rounded weights, computed in float32
 
-tests/test_parity.py compares picogpt against these without torch. Re-run after changing a config:
+tests/test_parity.py compares picogpt against these without torch. Re-run after changing a
+config, with the project's environment (`make .venv/.installed`) plus torch and transformers
+(the `bench` extra; see pyproject.toml for the CPU build of torch):
 
-    PYTHONPATH=$PWD /work/venv/bin/python tools/make_parity_fixtures.py
+    .venv/bin/python -m pip install -e '.[bench]'
+    .venv/bin/python tools/make_parity_fixtures.py
 """
 
 import json
 import platform
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +30,8 @@ import torch
 import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from picogpt.io.checkpoint import write_safetensors  # noqa: E402
-from picogpt.io.params import strip_names  # noqa: E402
+from picogpt.io.checkpoint import write_safetensors
+from picogpt.io.params import strip_names
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "parity"
 SEED = 1234

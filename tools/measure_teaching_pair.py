@@ -12,9 +12,9 @@ The numbers of the teaching pair's model card (weights/README.md) come from this
            speedup = median autoregressive / median speculative time, predicted from the in-loop
            costs and alpha_hat.
 
-Usage:
-    PYTHONPATH=$PWD python tools/measure_teaching_pair.py                  # tiny-draft, tiny-target
-    PYTHONPATH=$PWD python tools/measure_teaching_pair.py --json weights/measurements.json
+Usage, with the project's environment (`make .venv/.installed` installs picogpt into .venv):
+    .venv/bin/python tools/measure_teaching_pair.py                  # tiny-draft, tiny-target
+    .venv/bin/python tools/measure_teaching_pair.py --json weights/measurements.json
 """
 
 import argparse

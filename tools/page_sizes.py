@@ -1,6 +1,6 @@
 """Does the page size of the weights' memory matter? An experiment for benchmarks/README.md.
 
-    python tools/page_sizes.py [--model gpt2-xl] [--runs 7]
+    .venv/bin/python tools/page_sizes.py [--model gpt2-xl] [--runs 7]   # after `make .venv/.installed`
 
 Every address the CPU reads is translated through page tables; a small cache of recent
 translations (the TLB) covers a few MB of 4 KB pages, or GBs of 2 MB pages ("huge pages").
@@ -25,16 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from picogpt.bench.checkpoints import resolve_models  # noqa: E402
-from picogpt.bench.decode import prompt_ids  # noqa: E402
-from picogpt.bench.engines import NumpyEngine  # noqa: E402
-from picogpt.bench.report import BENCH_DIR  # noqa: E402
-from picogpt.bench.rounds import ceiling_tasks, describe_ceiling, interleaved  # noqa: E402
-from picogpt.io.params import leaves, map_leaves  # noqa: E402
-from picogpt.perf import machine  # noqa: E402
-from picogpt.model import load_checkpoint  # noqa: E402
+from picogpt.bench.checkpoints import resolve_models
+from picogpt.bench.decode import prompt_ids
+from picogpt.bench.engines import NumpyEngine
+from picogpt.bench.report import BENCH_DIR
+from picogpt.bench.rounds import ceiling_tasks, describe_ceiling, interleaved
+from picogpt.io.params import leaves, map_leaves
+from picogpt.perf import machine
+from picogpt.model import load_checkpoint
 
 LAYOUTS = {  # name: (advice, first touch of the pages in a random order)
     "2 MB pages": (mmap.MADV_HUGEPAGE, False),

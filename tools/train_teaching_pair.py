@@ -25,10 +25,13 @@ softmax over 50,257 tokens in which every unseen token has that shared row. At e
 token is given a copy of it: the saved model is a plain 50,257-token GPT-2 with tied embeddings
 whose distribution is the one we trained (`check_export` verifies this).
 
-Usage (the defaults reproduce the committed weights; on the project's 2-core machine, otherwise idle,
-the target took 19 minutes and the draft 5, see weights/README.md):
-    python tools/train_teaching_pair.py                                    # both, into weights/
-    python tools/train_teaching_pair.py --target-from weights/tiny-target  # the draft only
+Run it with the project's environment, picogpt installed in it (`make .venv/.installed`) plus
+torch and transformers (the `bench` extra; see pyproject.toml for the CPU build of torch):
+    .venv/bin/python -m pip install -e '.[bench]'
+The defaults reproduce the committed weights; on the project's 2-core machine, otherwise idle,
+the target took 19 minutes and the draft 5 (see weights/README.md):
+    .venv/bin/python tools/train_teaching_pair.py                                    # both, into weights/
+    .venv/bin/python tools/train_teaching_pair.py --target-from weights/tiny-target  # the draft only
 """
 
 import argparse
@@ -48,6 +51,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.numpy import save_file
 from transformers import GPT2Config, GPT2LMHeadModel
+
+import picogpt
 
 REPO = Path(__file__).resolve().parent.parent
 N_VOCAB = 50257  # GPT-2's BPE vocabulary; <|endoftext|> is 50256
@@ -103,6 +108,13 @@ def dump_bible(path):
     path.write_text(text)
 
 
+def shown(path):
+    """A path as the log shows it: relative to the repository, or .../<name> outside it (a
+    committed log names no folder of the machine that wrote it)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else f".../{path.name}"
+
+
 def read_chapters(path):
     """Lines 'Ge1:1 In the beginning ...' -> list of chapters, each the text of its verses."""
     chapters, current, key = [], [], None
@@ -117,22 +129,6 @@ def read_chapters(path):
         current.append(match["text"] + "\n")
     chapters.append("".join(current))
     return chapters
-
-
-def gpt2_tokenizer():
-    """picogpt's offline GPT-2 tokenizer, or the same encoding built here from the BPE files."""
-    try:
-        sys.path.insert(0, str(REPO))
-        import picogpt
-        return picogpt.tokenizer()
-    except (ImportError, AttributeError):
-        import tiktoken
-        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-        from tiktoken_ext.openai_public import r50k_pat_str
-        data = REPO / "picogpt" / "data"
-        ranks = data_gym_to_mergeable_bpe_ranks(str(data / "vocab.bpe"), str(data / "encoder.json"))
-        return tiktoken.Encoding(name="gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                                 special_tokens={"<|endoftext|>": 50256})
 
 
 def split_tokens(chapters, tokenizer):
@@ -432,11 +428,11 @@ def main(argv=None):
     if not args.corpus.exists():
         dump_bible(args.corpus)
     chapters = read_chapters(args.corpus)
-    tokenizer = gpt2_tokenizer()
+    tokenizer = picogpt.tokenizer()  # the offline GPT-2 encoding shipped in the package
     train_ids, val_ids = split_tokens(chapters, tokenizer)
     vocab = compact_vocab(train_ids)
     train_c, val_c = vocab.to_compact[train_ids], vocab.to_compact[val_ids]  # compact ids
-    log(f"corpus {args.corpus} (sha256 {sha256(args.corpus)[:16]}...): {len(chapters)} chapters, "
+    log(f"corpus {shown(args.corpus)} (sha256 {sha256(args.corpus)[:16]}...): {len(chapters)} chapters, "
         f"{len(train_ids):,} train / {len(val_ids):,} val tokens, {len(vocab.seen):,} distinct "
         f"training tokens (+1 shared row for the {vocab.n_unseen:,} unseen)")
 
@@ -470,7 +466,7 @@ def main(argv=None):
     torch.manual_seed(SEED)
     generator = torch.Generator().manual_seed(SEED)
     target = compact_from_exported(target_dir, vocab)
-    log(f"target q loaded from {target_dir}")
+    log(f"target q loaded from {shown(target_dir)}")
     for p in target.parameters():
         p.requires_grad_(False)
     report["target_train_loss"] = evaluate(target, train_c, vocab, TARGET_TRAINING.block_size)

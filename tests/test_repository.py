@@ -1,0 +1,147 @@
+"""The repository keeps its promises: README's file map lists every module (and only modules
+that exist), README's example runs, `make test-oldest` tests the floors pyproject.toml declares,
+and no committed file names a folder of one machine."""
+
+import json
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+
+
+def readme_section(title):
+    """The text of README's `## title` section, up to the next `## ` heading."""
+    text = README.read_text()
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def file_map():
+    """Every path in the first column of README's "Where to find things" table."""
+    rows = re.findall(r"^\| `([^`]+)` \|", readme_section("Where to find things"), re.MULTILINE)
+    return set(rows)
+
+
+def modules():
+    return sorted(p.relative_to(REPO).as_posix() for p in (REPO / "picogpt").rglob("*.py"))
+
+
+def test_every_module_is_in_the_readme_file_map():
+    listed = file_map()
+    # a package's __init__.py is listed by its folder's row (`picogpt/io/`), except the
+    # top-level one, which is the public API
+    missing = [m for m in modules()
+               if m not in listed and not (m.endswith("/__init__.py") and m != "picogpt/__init__.py"
+                                           and m[: -len("__init__.py")] in listed)]
+    assert not missing, f"add a row for each of these to README.md's 'Where to find things': {missing}"
+
+
+def test_the_readme_file_map_names_only_files_that_exist():
+    stale = sorted(path for path in file_map() if not (REPO / path).exists())
+    assert not stale, f"README.md's 'Where to find things' names files that do not exist: {stale}"
+
+
+def test_every_picogpt_path_in_the_readme_exists():
+    paths = set(re.findall(r"\bpicogpt/[\w/]+\.py\b", README.read_text()))
+    assert paths, "README.md names no module: did the pattern break?"
+    stale = sorted(path for path in paths if not (REPO / path).exists())
+    assert not stale, f"README.md names modules that do not exist: {stale}"
+
+
+def test_the_readme_library_example_runs(monkeypatch, capsys):
+    block = re.search(r"```python\n(.*?)```", readme_section("The library in ten lines"), re.DOTALL)
+    monkeypatch.setenv("PICOGPT_COURSE_MODELS", "tiny")
+    exec(compile(block.group(1), "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip()  # it printed the sampled text
+
+
+def same_version(a, b):
+    """1.26 == 1.26.0: compare release numbers without trailing zeros."""
+    def release(version):
+        parts = [int(part) for part in version.split(".")]
+        while parts and parts[-1] == 0:
+            parts.pop()
+        return parts
+    return release(a) == release(b)
+
+
+def test_constraints_oldest_pins_every_floor_of_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    floors = {}
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        name, _, version = requirement.partition(">=")
+        assert version, f"{requirement}: give every runtime and dev dependency a floor (name>=version)"
+        floors[name.strip().lower()] = version.strip()
+    pins = dict(line.split("==") for line in (REPO / "constraints-oldest.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#"))
+    pins = {name.strip().lower(): version.strip() for name, version in pins.items()}
+    assert set(pins) == set(floors), "constraints-oldest.txt must pin exactly pyproject.toml's dependencies"
+    for name, floor in floors.items():
+        assert same_version(pins[name], floor), \
+            f"{name}: pyproject.toml says >={floor}, constraints-oldest.txt pins {pins[name]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# No machine paths: a committed file must not name a folder that only exists on one machine
+# ---------------------------------------------------------------------------------------------
+
+# An absolute path starting at one of these folders (not preceded by a name character, so
+# `build/tmp/` or `https://host/home/` do not count), or any Python installation's packages.
+MACHINE_PATH = re.compile(
+    r"(?<![\w.~/-])/(?:work|root|home|tmp|Users|mnt|scratch|private/var|var/folders|opt/conda)/"
+    r"|[\w.-]*site-packages/|[\w.-]*dist-packages/|/[\w.-]+/\.?venv/|[A-Za-z]:\\\\?Users\\")
+
+
+def machine_paths(text):
+    """[(line number, line)] of each line of `text` that names a machine path."""
+    return [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if MACHINE_PATH.search(line)]
+
+
+def test_the_pattern_finds_machine_paths_and_spares_the_others():
+    for line in ['"path": "/work/main/weights/gpt2/model.safetensors"', "corpus /tmp/pt48/kjv.txt",
+                 "PYTHONPATH=$PWD /opt/conda/bin/python", "/home/ada/picogpt/.venv/bin/python x.py",
+                 "File \"/usr/lib/python3/site-packages/numpy/core.py\"", r"C:\Users\ada\picogpt"]:
+        assert machine_paths(line), line
+    for line in [".venv/bin/python tools/page_sizes.py", "weights/random-gpt2/model.safetensors",
+                 "/proc/self/smaps", "#!/usr/bin/env python3", "https://huggingface.co/openai-community/gpt2",
+                 "build/tmp/x", "~/work/notes"]:
+        assert not machine_paths(line), line
+
+
+def committed_text_files():
+    """{path: text} of every file git tracks that is text; for notebooks, the cells' sources
+    (outputs are what a run printed, re-made on each execution)."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    files = {}
+    for name in names.decode().split("\0"):
+        path = REPO / name
+        if not name or not path.is_file() or path == Path(__file__):  # this file: the examples above
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            continue  # binary: weights, images
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if name.endswith(".ipynb"):
+            text = "\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
+        files[name] = text
+    return files
+
+
+def test_no_committed_file_names_a_machine_path():
+    files = committed_text_files()
+    assert "README.md" in files and "pyproject.toml" in files
+    found = [f"{name}:{n}: {line[:120]}" for name, text in files.items() for n, line in machine_paths(text)]
+    assert not found, ("paths of one machine in committed files; write them relative to the "
+                       "repository:\n" + "\n".join(found))
