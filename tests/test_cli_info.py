@@ -1,7 +1,6 @@
 """`python -m picogpt info MODEL` prints a model's config and size; a bad name is one line, exit 2."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +34,7 @@ def test_info_on_a_safetensors_file_path(capsys):
 
 def test_unknown_model_name_is_one_line_and_exit_2():
     result = subprocess.run([sys.executable, "-m", "picogpt", "info", "gpt5-turbo"], cwd=REPO,
-                            capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()

@@ -1,7 +1,6 @@
 """`python -m picogpt generate` and `speculate`: streamed text, JSON, and one-line errors."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,10 +87,9 @@ def test_speculate_uses_the_course_pair_by_default(capsys, checkpoints, monkeypa
 
 
 def test_the_command_runs_as_a_module(checkpoints):
-    env = os.environ | {"PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "picogpt", "speculate", "--draft", checkpoints["draft"],
                            "--target", checkpoints["target"], "-n", "5", "--seed", "3", "--compare", "--json"],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)) >= {"tokens", "text", "accepted", "alpha_hat", "seconds", "ars_seconds", "speedup"}
 
