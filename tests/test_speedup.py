@@ -141,14 +141,34 @@ def test_bad_requests_are_refused():
 def test_predictions_follow_the_formulas():
     costs = speedup.Costs(t_draft_s=0.002, t_target_s=0.010, t_score_s={1: 0.010, 4: 0.020})
     pred = speedup.predictions(costs, alpha=0.8, Ks=[1, 4])
-    paper, flat, leviathan = pred.values()
-    # K = 1, t_score = t_target: every formula agrees: (1 + 0.8) / (0.002 + 0.010) * 0.010
-    assert paper[0] == pytest.approx(1.8 / 0.012 * 0.010) == flat[0] == pytest.approx(leviathan[0])
-    # K = 4, scoring 5 positions costs twice a step: the paper's arithmetic with t_score = 0.020
+    in_loop, flat = pred.values()
+    # K = 1, t_score = t_target: both agree: (1 + 0.8) / (0.002 + 0.010) * 0.010
+    assert in_loop[0] == pytest.approx(1.8 / 0.012 * 0.010) == pytest.approx(flat[0])
+    # K = 4, scoring 5 positions costs twice a step: the arithmetic with t_score = 0.020
     tokens = (1 - 0.8**5) / (1 - 0.8)
-    assert paper[1] == pytest.approx(tokens / (4 * 0.002 + 0.020) * 0.010)
-    assert flat[1] == pytest.approx(tokens / (4 * 0.002 + 0.010) * 0.010) == pytest.approx(leviathan[1])
-    assert paper[1] < flat[1]
+    assert in_loop[1] == pytest.approx(tokens / (4 * 0.002 + 0.020) * 0.010)
+    # Leviathan et al.'s formula is the same arithmetic with t_score = t_target: one curve
+    assert flat[1] == pytest.approx(tokens / (4 * 0.002 + 0.010) * 0.010)
+    assert flat[1] == pytest.approx(theory.predicted_speedup_paper(alpha=0.8, K=4, t_draft_s=0.002, t_target_s=0.010))
+    assert in_loop[1] < flat[1]
+
+
+def test_the_gap_accounting_names_the_planted_causes(clocked_pair, recorded):
+    """Planted costs: a prompt prefill of 100 s in each first call, none elsewhere. The factors
+    must multiply back to the measured speedup, and each must be what the planted clock says."""
+    m = speedup.measure_speedup(*clocked_pair, PROMPT, N=20, Ks=[2, 4], repeats=3, warmup_tokens=0)
+    gaps = speedup.gap_accounting(m)
+    ar_mean_s = 112.0 + 19 * 10.0  # Algorithm 1: prefill call (100 + 10 + 2 positions), 19 steps
+    for K, g in gaps.items():
+        at, runs = m.by_K[K], recorded[K]
+        assert g["predicted"] * g["tokens"] * g["loop_time"] / g["autoregressive"] * g["rest"] == pytest.approx(g["measured"])
+        assert g["autoregressive"] == pytest.approx(20 * 10.0 / ar_mean_s)  # the prefill is what N t_target leaves out
+        n_loops = sum(len(run.loops) for run in runs)
+        mean_loop_s = sum(run.seconds for run in runs) / n_loops  # includes the two 100 s prefills per run
+        assert g["loop_time"] == pytest.approx((K * 1.0 + 10.0 + K) / mean_loop_s) and g["loop_time"] < 1
+        tokens_per_loop = sum(len(loop.tokens) for run in runs for loop in run.loops) / n_loops
+        assert g["tokens"] == pytest.approx(tokens_per_loop / theory.expected_tokens_per_loop(m.alpha_hat, K))
+    assert len(speedup.gap_lines(m)) == 1 + len(gaps)
 
 
 def test_a_busy_machine_is_named(clocked_pair):

@@ -97,4 +97,4 @@ def test_speedup_plots_are_labelled():
     assert labelled(ax) and "ms" in ax.get_ylabel()
     Ks = list(range(1, 9))
     ax = figures.plot_speedup(Ks, np.linspace(1, 2, 8), speedup.predictions(costs, 0.8, Ks), ax=Figure().subplots())
-    assert labelled(ax) and len(ax.get_legend().get_texts()) == 4
+    assert labelled(ax) and len(ax.get_legend().get_texts()) == 3  # two predictions and the measurement

@@ -60,18 +60,16 @@ def predicted_speedup(costs, alpha, K):
 
 
 def predictions(costs, alpha, Ks):
-    """Predicted speedup for each K, three ways: {label: [len(Ks)]}.
+    """Predicted speedup for each K, two ways: {label: [len(Ks)]}.
 
-    - the paper's arithmetic with the measured scoring cost t_score(K),
-    - the paper's arithmetic assuming scoring K + 1 positions costs one target step,
-    - Leviathan et al.'s formula, which assumes the same, with c = t_draft / t_target.
+    - the arithmetic with the in-loop scoring cost t_score(K),
+    - the same arithmetic pricing scoring K + 1 positions as one target step: that is exactly
+      Leviathan et al.'s formula with c = t_draft / t_target (one curve, not two).
     """
     Ks = list(Ks)
     return {
-        "paper, measured t_score(K)": np.array([predicted_speedup(costs, alpha, K) for K in Ks]),
-        "paper, t_score = t_target": np.array([theory.predicted_speedup_paper(
-            alpha=alpha, K=K, t_draft_s=costs.t_draft_s, t_target_s=costs.t_target_s) for K in Ks]),
-        "Leviathan et al., c = t_draft/t_target": np.asarray(
+        "in-loop t_score(K)": np.array([predicted_speedup(costs, alpha, K) for K in Ks]),
+        "t_score = t_target (Leviathan et al.)": np.asarray(
             theory.predicted_speedup_leviathan(alpha, np.array(Ks), costs.c), np.float64),
     }
 
@@ -266,6 +264,38 @@ def text_lines(m, label=None):
         lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
                      f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
                      f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
+    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
+
+
+def gap_accounting(m):
+    """Why the measured speedup differs from the predicted one, per K, as factors that multiply:
+    measured = predicted x tokens x loop_time / autoregressive x rest, where
+    - tokens: tokens per loop as measured / 1 + a + ... + a^K with a = alpha_hat (drafts are not
+      accepted independently with one rate: easy and hard stretches of text);
+    - loop_time: the loop the formula prices, K t_draft + t_score(K), / a loop's mean measured
+      time (the first loop also reads the prompt; decide, roll-back and the rest; means vs medians);
+    - autoregressive: N t_target / the mean autoregressive run (its prompt prefill, the rest);
+    - rest: what these leave (the last loop's tokens past N, medians of runs vs means).
+    {K: {predicted, measured, tokens, loop_time, autoregressive, rest}}."""
+    ar_mean_s = sum(m.autoregressive_breakdown_s.values())
+    autoregressive = m.N * m.t_target_s / ar_mean_s
+    out = {}
+    for K, at in m.by_K.items():
+        tokens = at.tokens_per_loop / float(theory.expected_tokens_per_loop(m.alpha_hat, K))
+        loop_s = sum(at.breakdown_s.values()) / (at.n_loops / m.repeats)
+        loop_time = (K * m.t_draft_s + at.t_score_s) / loop_s
+        explained = at.predicted * tokens * loop_time / autoregressive
+        out[K] = {"predicted": at.predicted, "measured": at.speedup, "tokens": tokens, "loop_time": loop_time,
+                  "autoregressive": autoregressive, "rest": at.speedup / explained}
+    return out
+
+
+def gap_lines(m):
+    """gap_accounting as text, one line per K."""
+    lines = ["  K   predicted  measured  measured/predicted = tokens x loop time / autoregressive x rest"]
+    for K, g in gap_accounting(m).items():
+        lines.append(f"  {K:<3d} {g['predicted']:7.2f}x  {g['measured']:7.2f}x  {g['measured'] / g['predicted']:17.2f}"
+                     f"   = {g['tokens']:.2f} x {g['loop_time']:.2f} / {g['autoregressive']:.2f} x {g['rest']:.2f}")
     return lines
 
 
