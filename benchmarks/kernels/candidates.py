@@ -140,23 +140,30 @@ def k_split(x, W):
     return kernels.split_inputs(x, W)
 
 
+def panels_by_band(x, W, b, add_panel):
+    """One band of W's input rows per own thread; in each band, add_panel(x, W, out, i, stop)
+    adds the panel W[i:stop] (b rows at a time) into the band's partial sum; the bands' sums
+    added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    x = np.ascontiguousarray(x)
+    parts = kernels.bands(W.shape[0], kernels.n_threads())
+    partial = np.zeros((len(parts), x.shape[0], W.shape[1]), np.float32)  # [n_parts, n_rows, n_out]
+
+    def work(first, last):
+        for p in range(first, last):
+            lo, hi = parts[p]
+            for i in range(lo, hi, b):
+                add_panel(x, W, partial[p], i, min(i + b, hi))
+
+    kernels.parallel(work, len(parts), chunks_per_thread=1)
+    return partial.sum(0)
+
+
 def row_panels_sgemm(sgemm, b):
     """Contiguous panels W[i:i+b] (b whole input rows), out += x[:, i:i+b] @ panel by sgemm
     (beta = 1, no NumPy temporaries); one band of panels per own thread, the bands' sums added."""
-    def multiply(x, W):
-        x = np.ascontiguousarray(x)
-        parts = kernels.bands(W.shape[0], kernels.n_threads())
-        partial = np.zeros((len(parts), x.shape[0], W.shape[1]), np.float32)  # [n_parts, n_rows, n_out]
-
-        def work(first, last):
-            for p in range(first, last):
-                lo, hi = parts[p]
-                for i in range(lo, hi, b):
-                    add_product(sgemm, x, W, partial[p], i, min(i + b, hi))
-
-        kernels.parallel(work, len(parts), chunks_per_thread=1)
-        return partial.sum(0)
-    return multiply
+    def add_panel(x, W, out, start, stop):
+        add_product(sgemm, x, W, out, start, stop)
+    return lambda x, W: panels_by_band(x, W, b, add_panel)
 
 
 def row_panels_gemv(b):
@@ -256,22 +263,11 @@ def tiles_gemv(b_target, c_target):
 def first_row_then_sgemm(sgemm, b):
     """Per contiguous panel W[i:i+b]: GEMV for row 0 (streams the panel from memory), then one
     sgemm for the other rows (meant to find it in cache); a band of panels per own thread."""
-    def multiply(x, W):
-        x = np.ascontiguousarray(x)
-        parts = kernels.bands(W.shape[0], kernels.n_threads())
-        partial = np.zeros((len(parts), x.shape[0], W.shape[1]), np.float32)  # [n_parts, n_rows, n_out]
-
-        def work(first, last):
-            for p in range(first, last):
-                lo, hi = parts[p]
-                for i in range(lo, hi, b):
-                    add_product(sgemm, x[:1], W, partial[p, :1], i, min(i + b, hi))
-                    if x.shape[0] > 1:
-                        add_product(sgemm, x[1:], W, partial[p, 1:], i, min(i + b, hi))
-
-        kernels.parallel(work, len(parts), chunks_per_thread=1)
-        return partial.sum(0)
-    return multiply
+    def add_panel(x, W, out, start, stop):
+        add_product(sgemm, x[:1], W, out[:1], start, stop)
+        if x.shape[0] > 1:
+            add_product(sgemm, x[1:], W, out[1:], start, stop)
+    return lambda x, W: panels_by_band(x, W, b, add_panel)
 
 
 def transposed_copies(weights):
