@@ -252,7 +252,8 @@ def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=
 
 def text_lines(m, label=None):
     """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
-    lines = [f"speculative vs autoregressive sampling, {label or m.draft + ' -> ' + m.target}, N={m.N}, {m.repeats} repeats: "
+    label = label or f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}"
+    lines = [f"speculative vs autoregressive sampling, {label}, N={m.N}, {m.repeats} repeats: "
              f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
              f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
              f"load average {m.load_average_before} -> {m.load_average_after}",
