@@ -6,26 +6,12 @@ import copy
 import numpy as np
 
 from picogpt.course.chi_square import chi_square_sf, chi_square_test  # noqa: F401 (the tests' statistics)
-from picogpt.course.toy_models import joint_distribution  # noqa: F401
+from picogpt.course.toy_models import TokenCache, joint_distribution  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------------
 # Wrappers that look like a GPT2 to the samplers
 # ---------------------------------------------------------------------------------------------
-
-class PrefixCache:
-    """A stand-in KV cache that only remembers which tokens it holds."""
-
-    def __init__(self):
-        self.tokens = []
-
-    def __len__(self):
-        return len(self.tokens)
-
-    def truncate(self, n):
-        assert 0 <= n <= len(self.tokens), (n, len(self.tokens))
-        del self.tokens[n:]
-
 
 class MemoModel:
     """The same conditional distributions as `model`, memoised by prefix.
@@ -40,7 +26,7 @@ class MemoModel:
         self.table = {}  # prefix tuple -> logits [n_vocab] of the next token
 
     def new_cache(self):
-        return PrefixCache()
+        return TokenCache()
 
     def next_logits(self, prefix):
         if prefix not in self.table:

@@ -12,6 +12,7 @@ from itertools import product
 
 import numpy as np
 
+from ..errors import PicoGPTError
 from ..sampling import distribution
 
 
@@ -31,6 +32,9 @@ class TokenCache:
         return len(self.tokens)
 
     def truncate(self, n):
+        """Roll back to the first n tokens (0 <= n <= len(self), like KVCache.truncate)."""
+        if not 0 <= n <= len(self.tokens):
+            raise PicoGPTError(f"cannot truncate a cache of {len(self.tokens)} tokens to {n}")
         del self.tokens[n:]
 
 
