@@ -49,8 +49,14 @@ THREADS_ENV = "PICOGPT_THREADS"
 # ---- threads ---------------------------------------------------------------------------------
 
 def n_threads():
-    """Threads the fast path uses: $PICOGPT_THREADS, else the cores this process may use."""
-    value = os.environ.get(THREADS_ENV, "").strip()
+    """Threads the fast path uses: $PICOGPT_THREADS, else the cores this process may use.
+    (Asked on every product: the variable is read each time, its meaning worked out once.)"""
+    return threads_for(os.environ.get(THREADS_ENV, "").strip())
+
+
+@functools.cache
+def threads_for(value):
+    """The thread count a value of $PICOGPT_THREADS stands for ('' for unset)."""
     if value:
         if not value.isdigit() or int(value) < 1:
             raise PicoGPTError(f"{THREADS_ENV}={value!r}: expected a whole number of threads, 1 or more")
