@@ -1,5 +1,5 @@
 """The fast path computes what the plain path computes: the same matrix products (one row, a few
-rows in tiles, many rows; the LM head's transposed view; with and without threads; sizes that do
+rows in tiles or with the compiled kernel, many rows; the LM head's transposed view; with and without threads; sizes that do
 not divide into tiles), and the same logits, full and cached, to ~1e-5 relative. It reads the
 checkpoint's own arrays: nothing is written beside a checkpoint, and nothing is copied unless
 in_memory asks for it."""
@@ -14,7 +14,7 @@ from helpers import random_gpt2, random_tensors
 from picogpt.errors import PicoGPTError
 from picogpt.io.checkpoint import read_safetensors, write_safetensors
 from picogpt.model import load_checkpoint
-from picogpt.perf import kernels, layout
+from picogpt.perf import compiled, kernels, layout
 from picogpt.perf.kernels import BIG_MATRIX, MAX_TILED_ROWS, matmul, tile_shape
 
 RELATIVE = 1e-5
@@ -40,12 +40,23 @@ def test_parallel_hands_an_error_to_the_caller():
         kernels.parallel(fail_at_500, 1000)
 
 
-SHAPES = [(32, 97), (1024, 1030), (1600, 1030), (768, 2304), (1000, 1031)]  # the last ones: threads, tiles
+@pytest.fixture(params=["numpy", "numba"])
+def kernel(request, monkeypatch):
+    """Each product test runs twice: NumPy alone, and with the compiled kernel (perf/compiled.py)."""
+    if request.param == "numba" and compiled.compile_kernel() is None:
+        pytest.skip("numba is not installed (pip install 'picogpt[fast]')")
+    monkeypatch.setenv(compiled.KERNEL_ENV, request.param)
+    return request.param
+
+
+# the last ones: threads, tiles, and for the compiled kernel rows of W not a multiple of 8
+# (1027, 1003) and columns not a multiple of its 256-column segments
+SHAPES = [(32, 97), (1024, 1030), (1600, 1030), (768, 2304), (1000, 1031), (1027, 1100), (6403, 300)]
 
 
 @pytest.mark.parametrize("n_in, n_out", SHAPES)
 @pytest.mark.parametrize("n_rows", [1, 2, 3, 5, 9, MAX_TILED_ROWS, MAX_TILED_ROWS + 1, 40])
-def test_matmul_is_x_at_w_on_the_checkpoint_layout(n_in, n_out, n_rows):
+def test_matmul_is_x_at_w_on_the_checkpoint_layout(n_in, n_out, n_rows, kernel):
     rng = np.random.default_rng(n_rows)
     weight = rng.standard_normal((n_in, n_out)).astype(np.float32)
     x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
@@ -56,7 +67,7 @@ def test_matmul_is_x_at_w_on_the_checkpoint_layout(n_in, n_out, n_rows):
 
 @pytest.mark.parametrize("n_vocab, n_embd", [(97, 32), (1030, 1024), (5003, 768)])
 @pytest.mark.parametrize("n_rows", [1, 2, 5, 9, MAX_TILED_ROWS + 1])
-def test_matmul_is_x_at_w_for_the_lm_head_view(n_vocab, n_embd, n_rows):
+def test_matmul_is_x_at_w_for_the_lm_head_view(n_vocab, n_embd, n_rows, kernel):
     rng = np.random.default_rng(n_rows)
     wte = rng.standard_normal((n_vocab, n_embd)).astype(np.float32)
     x = rng.standard_normal((n_rows, n_embd)).astype(np.float32)
@@ -73,7 +84,7 @@ def test_the_shapes_above_take_the_threaded_and_tiled_paths():
 
 
 @pytest.mark.parametrize("threads", ["1", "3"])
-def test_matmul_gives_the_same_product_on_any_number_of_threads(monkeypatch, threads):
+def test_matmul_gives_the_same_product_on_any_number_of_threads(monkeypatch, threads, kernel):
     monkeypatch.setenv(kernels.THREADS_ENV, threads)
     rng = np.random.default_rng(7)
     weight = rng.standard_normal((1024, 1030)).astype(np.float32)
@@ -89,13 +100,55 @@ def test_a_bad_thread_count_is_one_clear_error(monkeypatch, value):
         kernels.n_threads()
 
 
-def test_matmul_reads_memory_mapped_read_only_weights(tmp_path):
+def test_matmul_reads_memory_mapped_read_only_weights(tmp_path, kernel):
     path = tmp_path / "w.safetensors"
     write_safetensors(path, {"w": np.random.default_rng(0).standard_normal((1024, 1030)).astype(np.float32)})
     weight = read_safetensors(path)["w"]
     assert not weight.flags.writeable
     x = np.ones((5, 1024), np.float32)
     assert relative_diff(matmul(x, weight), x.astype(np.float64) @ weight.astype(np.float64)) < RELATIVE
+
+
+def test_the_compiled_kernel_takes_every_few_row_product_when_enabled(monkeypatch, kernel):
+    def other_path(*args):
+        raise AssertionError("a NumPy path was taken")
+
+    def compiled_path(*args):
+        raise AssertionError("the compiled kernel was taken")
+
+    if kernel == "numba":
+        monkeypatch.setattr(kernels, "tiled", other_path)
+        monkeypatch.setattr(kernels, "split_inputs", other_path)
+    else:
+        monkeypatch.setattr(kernels, "compiled_rows", compiled_path)
+    weight = np.ones((1024, 1030), np.float32)
+    for n_rows in (1, 5, MAX_TILED_ROWS):
+        assert np.all(matmul(np.ones((n_rows, 1024), np.float32), weight) == 1024)
+
+
+@pytest.mark.parametrize("value", ["fast", "blas", "1"])
+def test_a_bad_kernel_choice_is_one_clear_error(monkeypatch, value):
+    monkeypatch.setenv(compiled.KERNEL_ENV, value)
+    with pytest.raises(PicoGPTError, match="PICOGPT_KERNEL=.*expected 'auto', 'numba' or 'numpy'"):
+        compiled.enabled()
+
+
+def test_asking_for_numba_without_it_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(compiled, "compile_kernel", lambda: None)
+    monkeypatch.setenv(compiled.KERNEL_ENV, "numba")
+    with pytest.raises(PicoGPTError, match=r"pip install 'picogpt\[fast\]'"):
+        compiled.enabled()
+    monkeypatch.setenv(compiled.KERNEL_ENV, "")
+    assert not compiled.enabled() and compiled.name() == "numpy"  # without numba: NumPy alone
+
+
+def test_the_compiled_kernel_keeps_nan_and_inf(kernel):
+    weight = np.ones((1024, 1030), np.float32)
+    x = np.ones((3, 1024), np.float32)
+    x[1, 7], x[2, 9] = np.nan, np.inf
+    with np.errstate(invalid="ignore"):  # NumPy's tiles add inf to inf and NaN: it says so
+        got = matmul(x, weight)
+    assert np.all(got[0] == 1024) and np.all(np.isnan(got[1])) and np.all(got[2] == np.inf)
 
 
 def test_the_fast_path_runs_openblas_on_one_thread(model):
@@ -108,13 +161,13 @@ def model():  # c_fc (512 x 2048) and the LM head (2100 x 512) are big enough fo
     return random_gpt2(3, n_layer=2, n_head=4, n_embd=512, n_ctx=128, n_vocab=2100, peaked=False)
 
 
-def test_fast_full_forward_equals_plain(model):
+def test_fast_full_forward_equals_plain(model, kernel):
     ids = np.random.default_rng(4).integers(0, 2100, size=40)
     for n in (1, 2, 5, 9, 17, 40):
         assert relative_diff(model(ids[:n]), model.plain(ids[:n])) < RELATIVE, f"{n} positions"
 
 
-def test_fast_cached_decoding_and_scoring_equal_plain(model):
+def test_fast_cached_decoding_and_scoring_equal_plain(model, kernel):
     ids = np.random.default_rng(5).integers(0, 2100, size=60)
     fast_cache, plain_cache = model.new_cache(), model.new_cache()
     start = 0

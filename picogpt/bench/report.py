@@ -92,7 +92,7 @@ def plot(results, path):
     if ax_pred.get_legend_handles_labels()[0]:
         ax_pred.legend(fontsize=6)
     fig.suptitle(f"picogpt bench, {results['date_utc']}, {results['machine']['cpu']}, "
-                 f"{results['machine']['threads_used']} threads", fontsize=9)
+                 f"{results['machine']['threads_used']} threads, {results['machine'].get('kernel', 'numpy')} kernel", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -102,7 +102,8 @@ def plot(results, path):
 def table(results):
     """The figures as text lines (what `python -m picogpt bench` prints)."""
     machine, c = results["machine"], results["ceiling"]
-    lines = [f"machine: {machine['cpu']}, {machine['threads_used']} threads, numpy "
+    lines = [f"machine: {machine['cpu']}, {machine['threads_used']} threads, "
+             f"{machine.get('kernel', 'numpy')} kernel for a few rows (perf/compiled.py), numpy "
              f"{machine['versions']['numpy']}, BLAS {machine['blas'].get('name')} "
              f"({machine['blas'].get('runtime core')}); load average "
              f"{results['load_average_before']} -> {results['load_average_after']}",

@@ -38,11 +38,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import PicoGPTError
+from . import compiled
 
 TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 floats at XL)
 MAX_TILED_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
 BIG_MATRIX = 1 << 20  # weights; smaller matrices stay on one core (a thread hand-off costs ~70 us)
 CHUNKS_PER_THREAD = 4
+BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 THREADS_ENV = "PICOGPT_THREADS"
 
 
@@ -261,6 +263,24 @@ def tiled(x, W):
     return out
 
 
+def compiled_rows(x, W):
+    """x @ W with the compiled product (perf/compiled.py) for x [n_rows, n_in] C-contiguous:
+    W's input rows cut into bands of a multiple of 8 rows, a partial sum per band (taken by
+    any thread), added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    kernel = compiled.compile_kernel()
+    n_rows, n_in = x.shape
+    n_bands = max(1, min(n_threads() * BANDS_PER_THREAD, n_in // 8)) if W.size >= BIG_MATRIX else 1
+    edges = [8 * ((n_in // 8) * k // n_bands) for k in range(n_bands)] + [n_in]
+    partial = np.zeros((n_bands, n_rows, W.shape[1]), np.float32)  # [n_bands, n_rows, n_out]
+
+    def multiply(start, stop):
+        for k in range(start, stop):
+            kernel(x, W, partial[k], edges[k], edges[k + 1])
+
+    parallel(multiply, n_bands, chunks_per_thread=BANDS_PER_THREAD)
+    return partial.sum(0) if n_bands > 1 else partial[0]
+
+
 def by_output_rows(x, W_t):
     """x @ W_t.T for W_t [n_out, n_in] C-contiguous (the LM head: W_t is wte): whole rows of W_t
     in tiles of about TILE_BYTES, one GEMV per row of x on each tile (full dot products, nothing
@@ -297,6 +317,8 @@ def matmul(x, W):
     if W.ndim != 2 or W.dtype != np.float32 or x.dtype != np.float32 or W.size < BIG_MATRIX:
         return x @ W
     if W.flags.c_contiguous:
+        if n_rows <= MAX_TILED_ROWS and compiled.enabled():
+            return compiled_rows(np.ascontiguousarray(x), W)
         if n_rows == 1 or n_rows > MAX_TILED_ROWS:
             return split_inputs(x, W)  # GEMV, or GEMM for a prompt, on all threads
         return tiled(np.ascontiguousarray(x), W)

@@ -1,0 +1,112 @@
+"""A compiled product for decoding: every row of x per load of W (numba, used when installed).
+
+`x @ W` for a few rows x [n_rows, n_in] and a linear weight W [n_in, n_out] (GPT-2's Conv1D
+layout, as model.safetensors stores it) waits on memory: two flops per weight, and the weights
+of GPT-2 XL (6 GB) do not fit any cache. Speculative sampling's scoring call has K + 1 rows,
+so it costs about one decode *if* each weight, once loaded, is applied to every row. NumPy has
+no such product here (its OpenBLAS packs the weights for every GEMM; kernels.py's L2 tiles get
+to ~2x a one-row product for 5 rows). This one is a dozen lines of loops that numba compiles:
+
+    for each group of 8 input rows i..i+7 (8 rows of W):
+        for each segment of 256 output columns (8 x 256 floats = 8 KB of W, in L1 after the first row):
+            for each row r of x:      acc[r, seg] += x[r, i:i+8] @ W[i:i+8, seg]
+
+W is read from memory once; each row of x re-reads the 8 KB segment from L1, and the
+accumulator is loaded and stored once per 8 input rows, not once per input row. Threads take
+bands of input rows (kernels.parallel) and add their partial sums at the end.
+
+Measured (benchmarks/kernels, GPT-2 XL's linear weights, 2 cores): 5 rows cost ~1.3x one row,
+against ~2x for the NumPy tiles; one row streams at least as fast as OpenBLAS's GEMV. numba is
+optional (`pip install picogpt[fast]`, in `[dev]`): without it, kernels.py uses NumPy alone.
+PICOGPT_KERNEL=numpy switches the compiled product off (to compare, or to rule it out).
+"""
+
+import functools
+import os
+import sys
+
+import numpy as np
+
+from ..errors import PicoGPTError
+
+KERNEL_ENV = "PICOGPT_KERNEL"
+SEGMENT = 256  # output columns per step: 8 x 256 float32 = 8 KB of W, kept in L1 for all rows of x
+
+
+def band_product(x, W, acc, start, stop):
+    """acc += x[:, start:stop] @ W[start:stop]: the loop above, compiled by `compile_kernel`.
+    x [n_rows, n_in], W [n_in, n_out], acc [n_rows, n_out] float32, C-contiguous."""
+    n_rows = x.shape[0]
+    n_out = W.shape[1]
+    i = start
+    while i + 8 <= stop:  # 8 rows of W per load/store of the accumulator (unrolled by hand)
+        for o in range(0, n_out, SEGMENT):
+            e = min(o + SEGMENT, n_out)
+            w0, w1, w2, w3 = W[i, o:e], W[i + 1, o:e], W[i + 2, o:e], W[i + 3, o:e]
+            w4, w5, w6, w7 = W[i + 4, o:e], W[i + 5, o:e], W[i + 6, o:e], W[i + 7, o:e]
+            for r in range(n_rows):
+                x0, x1, x2, x3 = x[r, i], x[r, i + 1], x[r, i + 2], x[r, i + 3]
+                x4, x5, x6, x7 = x[r, i + 4], x[r, i + 5], x[r, i + 6], x[r, i + 7]
+                a = acc[r, o:e]
+                for j in range(e - o):
+                    a[j] += (x0 * w0[j] + x1 * w1[j] + x2 * w2[j] + x3 * w3[j]) + \
+                            (x4 * w4[j] + x5 * w5[j] + x6 * w6[j] + x7 * w7[j])
+        i += 8
+    while i < stop:  # the last < 8 rows of W
+        w = W[i]
+        for r in range(n_rows):
+            xr, a = x[r, i], acc[r]
+            for j in range(n_out):
+                a[j] += xr * w[j]
+        i += 1
+
+
+@functools.cache
+def compile_kernel():
+    """band_product compiled by numba, or None if numba is not installed. Compiled here, once per
+    install (a few seconds, with a message), for weights both writable and read-only (memory-mapped);
+    numba caches the machine code on disk, so later processes load it in well under a second.
+    fastmath 'contract' lets the compiler fuse multiply-adds; no other fast-math assumption
+    (NaN stays NaN)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    kernel = numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})(band_product)
+    if not is_cached(kernel):
+        print("picogpt: compiling the fast kernel with numba (once per install, a few seconds)", file=sys.stderr)
+    x, acc = np.zeros((1, 8), np.float32), np.zeros((1, 8), np.float32)
+    W = np.zeros((8, 8), np.float32)
+    kernel(x, W, acc, 0, 8)
+    W.flags.writeable = False
+    kernel(x, W, acc, 0, 8)
+    return kernel
+
+
+def is_cached(kernel):
+    """Whether numba has this kernel's machine code on disk (its cache index exists); True if
+    that cannot be told (numba's cache layout is not public), so no false message is printed."""
+    try:
+        return os.path.exists(kernel._cache._cache_file._index_path)
+    except AttributeError:
+        return True
+
+
+def enabled():
+    """Whether kernels.matmul uses the compiled product: numba installed and $PICOGPT_KERNEL not
+    'numpy' ('numba' insists on it, '' or 'auto' takes it if installed)."""
+    choice = os.environ.get(KERNEL_ENV, "").strip().lower()
+    if choice not in ("", "auto", "numba", "numpy"):
+        raise PicoGPTError(f"{KERNEL_ENV}={choice!r}: expected 'auto', 'numba' or 'numpy'")
+    if choice == "numpy":
+        return False
+    if compile_kernel() is None:
+        if choice == "numba":
+            raise PicoGPTError(f"{KERNEL_ENV}=numba but numba is not installed: pip install 'picogpt[fast]'")
+        return False
+    return True
+
+
+def name():
+    """'numba' or 'numpy': which product the fast path uses now (the bench records it)."""
+    return "numba" if enabled() else "numpy"
