@@ -126,6 +126,16 @@ def test_the_compiled_kernel_takes_every_few_row_product_when_enabled(monkeypatc
         assert np.all(matmul(np.ones((n_rows, 1024), np.float32), weight) == 1024)
 
 
+@pytest.mark.parametrize("start, stop", [(0, 19), (0, 8), (3, 17), (5, 6)])
+def test_the_kernels_loop_as_plain_python_adds_x_at_w_for_its_band(start, stop):
+    """perf/compiled.py's loop, run by Python itself (no numba): the same sum, whatever numba does."""
+    rng = np.random.default_rng(start)
+    x, W = rng.standard_normal((3, 19)).astype(np.float32), rng.standard_normal((19, 300)).astype(np.float32)
+    acc = np.ones((3, 300), np.float32)
+    compiled.band_product(x, W, acc, start, stop)
+    assert relative_diff(acc, 1 + x[:, start:stop].astype(np.float64) @ W[start:stop]) < RELATIVE
+
+
 @pytest.mark.parametrize("value", ["fast", "blas", "1"])
 def test_a_bad_kernel_choice_is_one_clear_error(monkeypatch, value):
     monkeypatch.setenv(compiled.KERNEL_ENV, value)

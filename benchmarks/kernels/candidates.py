@@ -6,7 +6,8 @@ few rows, x [n_rows, n_in] @ W -> [n_rows, n_out]. On a CPU that product waits o
 should cost about one decode (one row) if it reads W once for all rows. This script measures
 how close each candidate built from NumPy and its OpenBLAS gets: time over all of a model's
 linear weights, as a multiple of one row's product `x[:1] @ W`. README.md beside it has the
-tables and what they mean; picogpt.perf.kernels.matmul is the winner.
+tables and what they mean; picogpt.perf.kernels.matmul is the winner (the compiled product
+with numba installed, the L2 tiles without).
 
     python benchmarks/kernels/candidates.py rows --layers 4 --runs 5   # every candidate, n_rows 1..9
     python benchmarks/kernels/candidates.py loop --layers 4            # draft (small, 1 row) / score (XL, 5 rows)
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from picogpt.perf import kernels
+from picogpt.perf import compiled, kernels
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "weights" / "kernel-bench"  # git-ignored
@@ -308,6 +309,16 @@ def transposed_blocks(copies, block=64):
     return multiply
 
 
+def tiles_per_row_gemv(x, W):
+    """NumPy's best (picogpt's product without numba): L2 tiles, one GEMV per row per tile."""
+    return kernels.tiled(np.ascontiguousarray(x), W)
+
+
+def compiled_product(x, W):
+    """picogpt's product with numba: every row per load of W (perf/compiled.py), bands per thread."""
+    return kernels.compiled_rows(np.ascontiguousarray(x), W)
+
+
 @dataclass(frozen=True)
 class Candidate:
     multiply: object  # (x [n_rows, n_in], W [n_in, n_out]) -> [n_rows, n_out], or None if not applicable
@@ -331,8 +342,10 @@ def candidates(sgemm, copies=None):
         "L2 tiles, one GEMM per tile": Candidate(tiles_sgemm, 1),
         "L2 tiles ~32x800, per-row GEMV": Candidate(tiles_gemv(32, 800), 1),
         "L2 tiles ~100x160, per-row GEMV": Candidate(tiles_gemv(100, 160), 1),
-        "L2 tiles, per-row GEMV = kernels.matmul": Candidate(kernels.matmul, 1),
+        "L2 tiles, per-row GEMV (kernels.tiled, without numba)": Candidate(tiles_per_row_gemv, 1),
     }
+    if compiled.compile_kernel() is not None:
+        found["compiled, each weight to all rows (perf/compiled.py) = kernels.matmul"] = Candidate(compiled_product, 1)
     if sgemm is not None:
         for b in (32, 96, 200, 400):
             found[f"row panels b={b}, ctypes sgemm"] = Candidate(row_panels_sgemm(sgemm, b), 1)

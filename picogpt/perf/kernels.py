@@ -14,10 +14,12 @@ benchmarks/README.md, "Kernels"):
   GEMM for 2-9 rows runs below memory speed.
 - its matrix-vector product (GEMV) is the one primitive that is fast: it streams weights from
   memory at full bandwidth, and re-reads weights already in the L2 cache several times faster.
-So `tiled` cuts W into tiles of ~80 KB and, for each tile, runs one GEMV per row: the first row
-brings the tile into L2, the others re-read it from there. Cost ~ 1 + 0.17 (n_rows - 1) one-row
-products on the bench machine: ~1.8x for 5 rows. A kernel that applies all rows per weight load
-(~1.1x) needs compiled code; picogpt stays NumPy-only.
+So a few rows of a linear weight go to the compiled product (perf/compiled.py: Python loops
+that numba compiles, applying each weight to every row once loaded; ~1.3x one row for 5 rows),
+when numba is installed. Without it, `tiled` cuts W into tiles of ~80 KB and, for each tile,
+runs one GEMV per row: the first row brings the tile into L2, the others re-read it from there
+(~1 + 0.17 (n_rows - 1) one-row products on the bench machine: ~2x for 5 rows). The LM head
+(wte.T) always takes NumPy's GEMV by whole rows of wte (`by_output_rows`).
 
 Threads: OpenBLAS's own threads spin ~0.1 s after each call and slow whatever runs next (the
 other model's call, in a sampling loop), and fight over the cores when the machine is busy. So

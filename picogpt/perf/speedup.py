@@ -329,5 +329,7 @@ def bench_measurements(path=BENCH_JSON):
         found = [(from_dict(entry["measurement"]), entry["source"]) for entry in entries]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         return [], f"{path.name} cannot be read as the bench's results ({type(e).__name__}: {e})"
-    machine = results.get("machine", {}).get("cpu", "an unrecorded machine")
-    return found, f"measured {results.get('date_utc', '(undated)')} on {machine}"
+    machine = results.get("machine", {})
+    kernel = machine.get("kernel", "numpy")  # runs before the compiled product existed used NumPy's tiles
+    return found, (f"measured {results.get('date_utc', '(undated)')} on {machine.get('cpu', 'an unrecorded machine')}, "
+                   f"{kernel} kernel for the few-row products")
