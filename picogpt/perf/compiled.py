@@ -15,9 +15,9 @@ W is read from memory once; each row of x re-reads the 8 KB segment from L1, and
 accumulator is loaded and stored once per 8 input rows, not once per input row. Threads take
 bands of input rows (kernels.parallel) and add their partial sums at the end.
 
-Measured (benchmarks/kernels, GPT-2 XL's linear weights, 2 cores): 5 rows cost ~1.3x one row,
-against ~2x for the NumPy tiles; one row streams at least as fast as OpenBLAS's GEMV. numba is
-optional (`pip install picogpt[fast]`, in `[dev]`): without it, kernels.py uses NumPy alone.
+Measured (benchmarks/kernels/README.md, 4 layers of GPT-2 XL's linear weights, 2 cores): 5 rows
+cost 1.10x its one-row product, against 1.66x for the NumPy tiles (1.94 / 1.17); one row 1.05x
+OpenBLAS's threaded GEMV. numba is optional (`pip install picogpt[fast]`, in `[dev]`): without it, kernels.py uses NumPy alone.
 PICOGPT_KERNEL=numpy switches the compiled product off (to compare, or to rule it out).
 """
 

@@ -15,7 +15,7 @@ benchmarks/README.md, "Kernels"):
 - its matrix-vector product (GEMV) is the one primitive that is fast: it streams weights from
   memory at full bandwidth, and re-reads weights already in the L2 cache several times faster.
 So a few rows of a linear weight go to the compiled product (perf/compiled.py: Python loops
-that numba compiles, applying each weight to every row once loaded; ~1.3x one row for 5 rows),
+that numba compiles, applying each weight to every row once loaded; ~1.1x one row for 5 rows),
 when numba is installed. Without it, `tiled` cuts W into tiles of ~80 KB and, for each tile,
 runs one GEMV per row: the first row brings the tile into L2, the others re-read it from there
 (~1 + 0.17 (n_rows - 1) one-row products on the bench machine: ~2x for 5 rows). The LM head
