@@ -119,11 +119,15 @@ def test_the_compiled_kernel_takes_every_few_row_product_when_enabled(monkeypatc
     if kernel == "numba":
         monkeypatch.setattr(kernels, "tiled", other_path)
         monkeypatch.setattr(kernels, "split_inputs", other_path)
+        monkeypatch.setattr(kernels, "by_output_rows", other_path)
     else:
         monkeypatch.setattr(kernels, "compiled_rows", compiled_path)
+        monkeypatch.setattr(kernels, "compiled_head", compiled_path)
     weight = np.ones((1024, 1030), np.float32)
+    wte = np.ones((1030, 1024), np.float32)
     for n_rows in (1, 5, MAX_TILED_ROWS):
         assert np.all(matmul(np.ones((n_rows, 1024), np.float32), weight) == 1024)
+        assert np.all(matmul(np.ones((n_rows, 1024), np.float32), wte.T) == 1024)
 
 
 @pytest.mark.parametrize("start, stop", [(0, 19), (0, 8), (3, 17), (5, 6)])
@@ -134,6 +138,15 @@ def test_the_kernels_loop_as_plain_python_adds_x_at_w_for_its_band(start, stop):
     acc = np.ones((3, 300), np.float32)
     compiled.band_product(x, W, acc, start, stop)
     assert relative_diff(acc, 1 + x[:, start:stop].astype(np.float64) @ W[start:stop]) < RELATIVE
+
+
+def test_the_head_loop_as_plain_python_is_x_at_wte_t():
+    rng = np.random.default_rng(2)
+    x, wte = rng.standard_normal((3, 19)).astype(np.float32), rng.standard_normal((30, 19)).astype(np.float32)
+    out = np.zeros((3, 30), np.float32)
+    compiled.head_product(x, wte, out, 4, 27)
+    assert relative_diff(out[:, 4:27], x.astype(np.float64) @ wte[4:27].T) < RELATIVE
+    assert not out[:, :4].any() and not out[:, 27:].any()  # outside its band: untouched
 
 
 @pytest.mark.parametrize("value", ["fast", "blas", "1"])
@@ -157,8 +170,9 @@ def test_the_compiled_kernel_keeps_nan_and_inf(kernel):
     x = np.ones((3, 1024), np.float32)
     x[1, 7], x[2, 9] = np.nan, np.inf
     with np.errstate(invalid="ignore"):  # NumPy's tiles add inf to inf and NaN: it says so
-        got = matmul(x, weight)
-    assert np.all(got[0] == 1024) and np.all(np.isnan(got[1])) and np.all(got[2] == np.inf)
+        got, head = matmul(x, weight), matmul(x, weight.T.copy().T)  # a linear weight; an LM head view
+    for out in (got, head):
+        assert np.all(out[0] == 1024) and np.all(np.isnan(out[1])) and np.all(out[2] == np.inf)
 
 
 def test_the_fast_path_runs_openblas_on_one_thread(model):

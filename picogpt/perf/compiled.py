@@ -61,6 +61,36 @@ def band_product(x, W, acc, start, stop):
         i += 1
 
 
+def head_product(x, E, out, start, stop):
+    """out[:, v] = x @ E[v] for v in [start, stop): the LM head, E = wte [n_vocab, n_embd]
+    (row-major). Each row of E is read from memory once and dotted with every row of x from L1.
+    x [n_rows, n_embd], out [n_rows, n_vocab] float32, C-contiguous."""
+    n_rows, n_in = x.shape
+    for v in range(start, stop):
+        e = E[v]
+        for r in range(n_rows):
+            xr = x[r]
+            s = np.float32(0)
+            for k in range(n_in):
+                s += e[k] * xr[k]
+            out[r, v] = s
+
+
+@functools.cache
+def compile_head():
+    """head_product compiled by numba, or None without numba. 'reassoc' lets the compiler split the
+    dot product into vector lanes (a different order of summation, ~1e-7 relative); NaN stays NaN."""
+    if compile_kernel() is None:
+        return None
+    import numba
+    head = numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract", "reassoc"})(head_product)
+    x, out, E = np.zeros((1, 8), np.float32), np.zeros((1, 4), np.float32), np.zeros((4, 8), np.float32)
+    head(x, E, out, 0, 4)
+    E.flags.writeable = False
+    head(x, E, out, 0, 4)
+    return head
+
+
 @functools.cache
 def compile_kernel():
     """band_product compiled by numba, or None if numba is not installed. Compiled here, once per

@@ -19,7 +19,8 @@ that numba compiles, applying each weight to every row once loaded; ~1.1x one ro
 when numba is installed. Without it, `tiled` cuts W into tiles of ~80 KB and, for each tile,
 runs one GEMV per row: the first row brings the tile into L2, the others re-read it from there
 (~1 + 0.17 (n_rows - 1) one-row products on the bench machine: ~2x for 5 rows). The LM head
-(wte.T) always takes NumPy's GEMV by whole rows of wte (`by_output_rows`).
+(wte.T) takes compiled dot products of each row of wte with every row of x (`compiled_head`),
+or without numba NumPy's GEMV by whole rows of wte (`by_output_rows`).
 
 Threads: OpenBLAS's own threads spin ~0.1 s after each call and slow whatever runs next (the
 other model's call, in a sampling loop), and fight over the cores when the machine is busy. So
@@ -283,6 +284,24 @@ def compiled_rows(x, W):
     return partial.sum(0) if n_bands > 1 else partial[0]
 
 
+def compiled_head(x, W_t):
+    """x @ W_t.T for W_t [n_out, n_in] C-contiguous (the LM head: W_t is wte) with the compiled
+    dot products (perf/compiled.py): bands of W_t's rows shared among the threads.
+    [n_rows, n_in] -> [n_rows, n_out]."""
+    head = compiled.compile_head()
+    n_out = W_t.shape[0]
+    out = np.empty((x.shape[0], n_out), np.float32)
+    n_bands = n_threads() * CHUNKS_PER_THREAD
+    edges = [n_out * k // n_bands for k in range(n_bands + 1)]
+
+    def multiply(start, stop):
+        for k in range(start, stop):
+            head(x, W_t, out, edges[k], edges[k + 1])
+
+    parallel(multiply, n_bands)
+    return out
+
+
 def by_output_rows(x, W_t):
     """x @ W_t.T for W_t [n_out, n_in] C-contiguous (the LM head: W_t is wte): whole rows of W_t
     in tiles of about TILE_BYTES, one GEMV per row of x on each tile (full dot products, nothing
@@ -327,5 +346,7 @@ def matmul(x, W):
     if W.flags.f_contiguous:
         if n_rows > MAX_TILED_ROWS:
             return split_inputs(x, W)
+        if compiled.enabled():
+            return compiled_head(np.ascontiguousarray(x), W.T)
         return by_output_rows(np.ascontiguousarray(x), W.T)
     return x @ W

@@ -78,8 +78,8 @@ def measure_matmul_gflops(n=1024, repeats=5):
 def meminfo_bytes():
     """Linux's /proc/meminfo as {name: bytes} ({} elsewhere)."""
     try:
-        return {name: int(value.split()[0]) * 1024
-                for name, value in (line.split(":") for line in open("/proc/meminfo"))}
+        with open("/proc/meminfo") as lines:
+            return {name: int(value.split()[0]) * 1024 for name, value in (line.split(":") for line in lines)}
     except (OSError, ValueError, IndexError):
         return {}
 
