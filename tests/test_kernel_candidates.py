@@ -74,3 +74,24 @@ def test_cache_mode_reports_a_bandwidth_per_tile_and_row_count(candidates_script
     results = candidates_script.cache_mode(Namespace(runs=1), None, n_repeats=8, tiles=((8, 16),))
     assert [row["n_rows"] for row in results["tiles"]] == [1, 2, 5, 9]
     assert all(np.isfinite([row["gemv_per_row_gbs"], row["gemm_gbs"]]).all() for row in results["tiles"])
+
+
+def test_compute_mode_sets_the_loop_s_arithmetic_beside_the_memory_rate(candidates_script, tmp_path, monkeypatch):
+    from argparse import Namespace
+
+    pytest.importorskip("numba")
+    monkeypatch.setattr(candidates_script, "MODELS", {"xl": 64})
+    args = Namespace(runs=1, layers=1, data=tmp_path)
+    results = candidates_script.compute_mode(args, None, n_repeats=4, shape=(16, 40), row_counts=(1, 3))
+    assert [row["n_rows"] for row in results["compute"]] == [1, 3]
+    assert results["memory_gbs"] > 0
+    for row in results["compute"]:
+        for way in (row["on_boundary"], row["from_column_0"]):
+            assert way["one_thread_gbs"] > 0 and way["all_threads_gbs"] > 0
+            assert way["all_threads_over_memory"] == pytest.approx(way["all_threads_gbs"] / results["memory_gbs"])
+
+
+@pytest.mark.parametrize("offset", [0, 8, 24])
+def test_weights_are_placed_where_asked_past_a_32_byte_boundary(candidates_script, offset):
+    W = candidates_script.placed_at((4, 40), offset, np.random.default_rng(0))
+    assert W.ctypes.data % 32 == offset and W.shape == (4, 40) and W.dtype == np.float32

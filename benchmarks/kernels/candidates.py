@@ -13,6 +13,7 @@ with numba installed, the L2 tiles without).
     python benchmarks/kernels/candidates.py loop --layers 4            # draft (small, 1 row) / score (XL, 5 rows)
     python benchmarks/kernels/candidates.py busy --layers 4            # beside two busy-loop processes
     python benchmarks/kernels/candidates.py cache                      # GEMV vs GEMM on a tile in cache
+    python benchmarks/kernels/candidates.py compute --layers 4         # the compiled loop: arithmetic vs memory
 
 Random weights with GPT-2's shapes (timing does not depend on the values) are written once
 under --data as raw float32 files and memory-mapped, like a checkpoint. Every timing is a pass
@@ -26,10 +27,12 @@ import argparse
 import ctypes
 import datetime
 import json
+import math
 import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -561,6 +564,80 @@ def cache_mode(args, sgemm, n_repeats=4000, tiles=((64, 320), (32, 800), (64, 80
     return {"n_repeats": n_repeats, "tiles": results}
 
 
+def placed_at(shape, offset, rng):
+    """Random float32 weights of `shape` starting `offset` bytes past a 32-byte boundary (GPT-2 XL's
+    model.safetensors places its tensors 24 bytes past one: safetensors aligns them to 8 bytes)."""
+    n = math.prod(shape)
+    buffer = np.empty(n + 16, np.float32)
+    start = (-buffer.ctypes.data % 32 + offset) // 4
+    W = buffer[start:start + n].reshape(shape)
+    W[...] = rng.standard_normal(shape, dtype=np.float32)
+    return W
+
+
+def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2, 5, 9), offset=24):
+    """How fast the compiled loop (perf/compiled.py) does its arithmetic, beside how fast memory
+    delivers the weights. Arithmetic: W of `shape` (320 KB, stays in each core's L2), placed
+    `offset` bytes past a 32-byte boundary as in the checkpoint, multiplied n_repeats times on
+    one thread and on every thread at once (each its own W), in GB/s of W; twice: with the
+    vector loop starting on the boundary (kernels.lead, as compiled_rows runs it) and from
+    column 0 (half the 32-byte loads straddle two cache lines). Memory: passes of kernels.matmul
+    over GPT-2 XL's linear weights (args.layers layers) with one row, in the same GB/s. If the
+    arithmetic for R rows is not well above the memory rate, the product of R rows cannot hide
+    under the stream of weights from memory: it costs more than one row."""
+    kernel = compiled.compile_kernel()
+    if kernel is None:
+        print("numba is not installed: nothing to measure (pip install 'picogpt[fast]')")
+        return {"compute": [], "memory_gbs": None}
+    rng = np.random.default_rng(0)
+    n_threads = kernels.n_threads()
+
+    def arithmetic_gbs(n_rows, threads, aligned):  # median of args.runs timings, GB/s of W summed over threads
+        Ws = [placed_at(shape, offset, rng) for _ in range(threads)]
+        xs = [rng.standard_normal((n_rows, shape[0]), dtype=np.float32) for _ in range(threads)]
+        accs = [kernels.empty_aligned_with((n_rows, shape[1]), W) for W in Ws]  # as compiled_rows has them
+        leads = [kernels.lead(W) if aligned else 0 for W in Ws]
+        rates = []
+        for _ in range(args.runs + 1):
+            barrier, ends = threading.Barrier(threads + 1), [0.0] * threads
+
+            def work(t):
+                barrier.wait()
+                for _ in range(n_repeats):
+                    kernel(xs[t], Ws[t], accs[t], 0, shape[0], leads[t])
+                ends[t] = time.perf_counter()
+
+            workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+            for worker in workers:
+                worker.start()
+            barrier.wait()
+            start = time.perf_counter()
+            for worker in workers:
+                worker.join()
+            rates.append(threads * Ws[0].nbytes * n_repeats / (max(ends) - start) / 1e9)
+        return median_iqr(rates[1:])[0]
+
+    weights = make_weights(args.data, "xl", MODELS["xl"], args.layers)
+    x = random_rows(weights, 1)
+    memory = Candidate(lambda rows, W: kernels.matmul(rows, W), 1)
+    memory_s = median_iqr(interleaved({"memory": memory}, x, weights, args.runs)["memory"])[0]
+    memory_gbs = sum(W.nbytes for W in weights) / memory_s / 1e9
+    print(f"memory: one row over {len(weights)} matrices of GPT-2 XL, {n_threads} threads: {memory_gbs:.1f} GB/s")
+    results = []
+    for n_rows in row_counts:
+        row = {"n_rows": n_rows, "load": load_average()}
+        for aligned, name in ((True, "on_boundary"), (False, "from_column_0")):
+            one, every = arithmetic_gbs(n_rows, 1, aligned), arithmetic_gbs(n_rows, n_threads, aligned)
+            row[name] = {"one_thread_gbs": one, "all_threads_gbs": every, "all_threads_over_memory": every / memory_gbs}
+        print(f"{n_rows} rows, W in L2, {n_threads} threads: {row['on_boundary']['all_threads_gbs']:.1f} GB/s of W "
+              f"= {row['on_boundary']['all_threads_over_memory']:.2f}x the memory rate "
+              f"(one thread {row['on_boundary']['one_thread_gbs']:.1f}); vector loop from column 0: "
+              f"{row['from_column_0']['all_threads_gbs']:.1f} (one thread {row['from_column_0']['one_thread_gbs']:.1f})",
+              flush=True)
+        results.append(row)
+    return {"n_repeats": n_repeats, "shape": list(shape), "offset_bytes": offset, "threads": n_threads,
+            "memory_gbs": memory_gbs, "compute": results}
+
 def machine():
     """What the numbers were measured on."""
     cpu = platform.processor() or ""
@@ -575,7 +652,7 @@ def machine():
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache"])
+    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache", "compute"])
     parser.add_argument("--layers", type=int, default=12, help="layers of each model (GPT-2 small and XL: 12 and 48)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved passes per candidate")
     parser.add_argument("--models", default="xl,small", help="rows: comma-separated, of " + ",".join(MODELS))
@@ -602,7 +679,8 @@ def main(argv=None):
     if sgemm is None:
         print("note: cblas_sgemm not found in NumPy's OpenBLAS: the ctypes candidates are left out")
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    results = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode, "cache": cache_mode}[args.mode](args, sgemm)
+    modes = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode, "cache": cache_mode, "compute": compute_mode}
+    results = modes[args.mode](args, sgemm)
     set_blas_threads(1)
     record = {"mode": args.mode, "started": started, "machine": machine(), "sgemm_found": sgemm is not None,
               "command": "benchmarks/kernels/candidates.py " + " ".join(sys.argv[1:] if argv is None else argv),

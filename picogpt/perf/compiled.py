@@ -33,15 +33,21 @@ KERNEL_ENV = "PICOGPT_KERNEL"
 SEGMENT = 256  # output columns per step: 8 x 256 float32 = 8 KB of W, kept in L1 for all rows of x
 
 
-def band_product(x, W, acc, start, stop):
+def band_product(x, W, acc, start, stop, lead=0):
     """acc += x[:, start:stop] @ W[start:stop]: the loop above, compiled by `compile_kernel`.
-    x [n_rows, n_in], W [n_in, n_out], acc [n_rows, n_out] float32, C-contiguous."""
+    x [n_rows, n_in], W [n_in, n_out], acc [n_rows, n_out] float32, C-contiguous. Columns
+    [0, lead) are a segment of their own, so that every other segment starts where W's rows
+    (and acc's) cross a 32-byte boundary (kernels.lead): a 32-byte load that straddles two
+    cache lines costs about two, and the checkpoint places tensors on 8-byte boundaries."""
     n_rows = x.shape[0]
     n_out = W.shape[1]
+    lead = min(lead, n_out)
+    n_segments = 1 + (n_out - lead + SEGMENT - 1) // SEGMENT
     i = start
     while i + 8 <= stop:  # 8 rows of W per load/store of the accumulator (unrolled by hand)
-        for o in range(0, n_out, SEGMENT):
-            e = min(o + SEGMENT, n_out)
+        for s in range(n_segments):  # segment 0: columns [0, lead); then SEGMENT at a time
+            o = 0 if s == 0 else lead + (s - 1) * SEGMENT
+            e = lead if s == 0 else min(lead + s * SEGMENT, n_out)
             w0, w1, w2, w3 = W[i, o:e], W[i + 1, o:e], W[i + 2, o:e], W[i + 3, o:e]
             w4, w5, w6, w7 = W[i + 4, o:e], W[i + 5, o:e], W[i + 6, o:e], W[i + 7, o:e]
             for r in range(n_rows):
@@ -61,19 +67,41 @@ def band_product(x, W, acc, start, stop):
         i += 1
 
 
-def head_product(x, E, out, start, stop):
+def head_product(x, E, out, start, stop, lead=0):
     """out[:, v] = x @ E[v] for v in [start, stop): the LM head, E = wte [n_vocab, n_embd]
-    (row-major). Each row of E is read from memory once and dotted with every row of x from L1.
+    (row-major). Four rows of E at a time are read from memory once and dotted with every row
+    of x from L1 (one load of x per four multiply-adds). Columns [lead, n_embd) are the vector
+    loop, starting on a 32-byte boundary of E's rows and x's (kernels.lead); [0, lead) after it.
     x [n_rows, n_embd], out [n_rows, n_vocab] float32, C-contiguous."""
     n_rows, n_in = x.shape
-    for v in range(start, stop):
-        e = E[v]
+    lead = min(lead, n_in)
+    v = start
+    while v + 4 <= stop:
+        e0, e1, e2, e3 = E[v, lead:], E[v + 1, lead:], E[v + 2, lead:], E[v + 3, lead:]
         for r in range(n_rows):
-            xr = x[r]
+            xr = x[r, lead:]
+            s0, s1, s2, s3 = np.float32(0), np.float32(0), np.float32(0), np.float32(0)
+            for k in range(n_in - lead):
+                xk = xr[k]
+                s0 += e0[k] * xk
+                s1 += e1[k] * xk
+                s2 += e2[k] * xk
+                s3 += e3[k] * xk
+            for k in range(lead):
+                xk = x[r, k]
+                s0 += E[v, k] * xk
+                s1 += E[v + 1, k] * xk
+                s2 += E[v + 2, k] * xk
+                s3 += E[v + 3, k] * xk
+            out[r, v], out[r, v + 1], out[r, v + 2], out[r, v + 3] = s0, s1, s2, s3
+        v += 4
+    while v < stop:  # the last < 4 rows of E
+        for r in range(n_rows):
             s = np.float32(0)
             for k in range(n_in):
-                s += e[k] * xr[k]
+                s += E[v, k] * x[r, k]
             out[r, v] = s
+        v += 1
 
 
 @functools.cache
@@ -85,9 +113,9 @@ def compile_head():
     import numba
     head = numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract", "reassoc"})(head_product)
     x, out, E = np.zeros((1, 8), np.float32), np.zeros((1, 4), np.float32), np.zeros((4, 8), np.float32)
-    head(x, E, out, 0, 4)
+    head(x, E, out, 0, 4, 0)
     E.flags.writeable = False
-    head(x, E, out, 0, 4)
+    head(x, E, out, 0, 4, 0)
     return head
 
 
@@ -107,9 +135,9 @@ def compile_kernel():
         print("picogpt: compiling the fast kernel with numba (once per install, a few seconds)", file=sys.stderr)
     x, acc = np.zeros((1, 8), np.float32), np.zeros((1, 8), np.float32)
     W = np.zeros((8, 8), np.float32)
-    kernel(x, W, acc, 0, 8)
+    kernel(x, W, acc, 0, 8, 0)
     W.flags.writeable = False
-    kernel(x, W, acc, 0, 8)
+    kernel(x, W, acc, 0, 8, 0)
     return kernel
 
 

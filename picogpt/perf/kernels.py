@@ -34,6 +34,7 @@ import contextlib
 import ctypes
 import functools
 import glob
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ BIG_MATRIX = 1 << 20  # weights; smaller matrices stay on one core (a thread han
 CHUNKS_PER_THREAD = 4
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 THREADS_ENV = "PICOGPT_THREADS"
+VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
 
 
 # ---- threads ---------------------------------------------------------------------------------
@@ -266,6 +268,23 @@ def tiled(x, W):
     return out
 
 
+def lead(array):
+    """Columns before the first 32-byte boundary of `array`'s rows (0 to 7 float32s; every row
+    starts at the same offset when a row's bytes are a multiple of 32, as at all GPT-2 shapes).
+    The compiled loops start their vector loads there: a 32-byte (AVX) load that straddles two
+    cache lines costs about two, and model.safetensors aligns tensors to 8 bytes only."""
+    return (-array.ctypes.data % VECTOR_BYTES) // array.itemsize
+
+
+def empty_aligned_with(shape, array):
+    """An uninitialised float32 array of `shape` that starts at the same offset from a 32-byte
+    boundary as `array`: its columns then cross 32-byte boundaries where `array`'s do."""
+    n = math.prod(shape)
+    buffer = np.empty(n + VECTOR_BYTES // 4, np.float32)
+    skip = (array.ctypes.data - buffer.ctypes.data) % VECTOR_BYTES // 4
+    return buffer[skip:skip + n].reshape(shape)
+
+
 def compiled_rows(x, W):
     """x @ W with the compiled product (perf/compiled.py) for x [n_rows, n_in] C-contiguous:
     W's input rows cut into bands of a multiple of 8 rows, a partial sum per band (taken by
@@ -274,11 +293,13 @@ def compiled_rows(x, W):
     n_rows, n_in = x.shape
     n_bands = max(1, min(n_threads() * BANDS_PER_THREAD, n_in // 8)) if W.size >= BIG_MATRIX else 1
     edges = [8 * ((n_in // 8) * k // n_bands) for k in range(n_bands)] + [n_in]
-    partial = np.zeros((n_bands, n_rows, W.shape[1]), np.float32)  # [n_bands, n_rows, n_out]
+    partial = empty_aligned_with((n_bands, n_rows, W.shape[1]), W)  # [n_bands, n_rows, n_out]
+    partial[...] = 0
+    first = lead(W)
 
     def multiply(start, stop):
         for k in range(start, stop):
-            kernel(x, W, partial[k], edges[k], edges[k + 1])
+            kernel(x, W, partial[k], edges[k], edges[k + 1], first)
 
     parallel(multiply, n_bands, chunks_per_thread=BANDS_PER_THREAD)
     return partial.sum(0) if n_bands > 1 else partial[0]
@@ -286,17 +307,20 @@ def compiled_rows(x, W):
 
 def compiled_head(x, W_t):
     """x @ W_t.T for W_t [n_out, n_in] C-contiguous (the LM head: W_t is wte) with the compiled
-    dot products (perf/compiled.py): bands of W_t's rows shared among the threads.
-    [n_rows, n_in] -> [n_rows, n_out]."""
+    dot products (perf/compiled.py): bands of W_t's rows shared among the threads; x copied to
+    cross 32-byte boundaries where W_t's rows do. [n_rows, n_in] -> [n_rows, n_out]."""
     head = compiled.compile_head()
     n_out = W_t.shape[0]
+    x_aligned = empty_aligned_with(x.shape, W_t)
+    x_aligned[...] = x
     out = np.empty((x.shape[0], n_out), np.float32)
     n_bands = n_threads() * CHUNKS_PER_THREAD
     edges = [n_out * k // n_bands for k in range(n_bands + 1)]
+    first = lead(W_t)
 
     def multiply(start, stop):
         for k in range(start, stop):
-            head(x, W_t, out, edges[k], edges[k + 1])
+            head(x_aligned, W_t, out, edges[k], edges[k + 1], first)
 
     parallel(multiply, n_bands)
     return out
