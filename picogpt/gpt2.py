@@ -47,9 +47,9 @@ def softmax(x):
 
 def layer_norm(x, ln, eps):
     """Normalise each row to mean 0, variance 1, then scale and shift."""
-    mean = np.mean(x, axis=-1, keepdims=True)
-    variance = np.var(x, axis=-1, keepdims=True)
-    return ln["weight"] * (x - mean) / np.sqrt(variance + eps) + ln["bias"]  # [n_seq, n_embd]
+    centred = x - np.mean(x, axis=-1, keepdims=True)
+    variance = np.mean(centred * centred, axis=-1, keepdims=True)  # np.var, without computing the mean again
+    return ln["weight"] * centred / np.sqrt(variance + eps) + ln["bias"]  # [n_seq, n_embd]
 
 
 def linear(x, layer, matmul=np.matmul):
