@@ -13,12 +13,20 @@ to ~2x a one-row product for 5 rows). This one is a dozen lines of loops that nu
 
 W is read from memory once; each row of x re-reads the 8 KB segment from L1, and the
 accumulator is loaded and stored once per 8 input rows, not once per input row. Threads take
-bands of input rows (kernels.parallel) and add their partial sums at the end.
+bands of input rows (kernels.parallel) and add their partial sums at the end. The vector loop
+starts where W's rows cross a 32-byte boundary (`lead`): safetensors aligns tensors to 8 bytes
+only, and a 32-byte load that straddles two cache lines costs about two.
 
-Measured (benchmarks/kernels/README.md, 4 layers of GPT-2 XL's linear weights, 2 cores): 5 rows
-cost 1.10x its one-row product, against 1.66x for the NumPy tiles (1.94 / 1.17); one row 1.05x
-OpenBLAS's threaded GEMV. numba is optional (`pip install picogpt[fast]`, in `[dev]`): without it, kernels.py uses NumPy alone.
-PICOGPT_KERNEL=numpy switches the compiled product off (to compare, or to rule it out).
+Measured (benchmarks/kernels/README.md, 2 cores): over 4 layers of GPT-2 XL's linear weights,
+5 rows cost 1.10x its one-row product, against 1.66x for the NumPy tiles; one row 1.05x
+OpenBLAS's threaded GEMV. With W in cache, the loop applies 5 rows to 40 GB/s of weights
+(30.5 when its loads straddle lines), against 31 GB/s from memory: for 5 rows the arithmetic
+is barely faster than memory, so the product costs somewhat more than one row.
+
+The LM head, x @ wte.T, is the same idea on wte's own layout (`head_product`): dot products of
+4 rows of wte with every row of x. numba is optional (`pip install picogpt[fast]`, in `[dev]`):
+without it, kernels.py uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products
+off (to compare, or to rule them out).
 """
 
 import functools
