@@ -18,7 +18,7 @@ starts where W's rows cross a 32-byte boundary (`lead`): safetensors aligns tens
 only, and a 32-byte load that straddles two cache lines costs about two.
 
 Measured (benchmarks/kernels/README.md, 2 cores): over 4 layers of GPT-2 XL's linear weights,
-5 rows cost 1.10x its one-row product, against 1.66x for the NumPy tiles; one row 1.05x
+5 rows cost 1.15x its one-row product, against 1.66x for the NumPy tiles; one row 1.04x
 OpenBLAS's threaded GEMV. With W in cache, the loop applies 5 rows to 40 GB/s of weights
 (30.5 when its loads straddle lines), against 31 GB/s from memory: for 5 rows the arithmetic
 is barely faster than memory, so the product costs somewhat more than one row.

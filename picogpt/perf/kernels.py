@@ -15,7 +15,7 @@ benchmarks/README.md, "Kernels"):
 - its matrix-vector product (GEMV) is the one primitive that is fast: it streams weights from
   memory at full bandwidth, and re-reads weights already in the L2 cache several times faster.
 So a few rows of a linear weight go to the compiled product (perf/compiled.py: Python loops
-that numba compiles, applying each weight to every row once loaded; ~1.1x one row for 5 rows),
+that numba compiles, applying each weight to every row once loaded; ~1.15x one row for 5 rows),
 when numba is installed. Without it, `tiled` cuts W into tiles of ~80 KB and, for each tile,
 runs one GEMV per row: the first row brings the tile into L2, the others re-read it from there
 (~1 + 0.17 (n_rows - 1) one-row products on the bench machine: ~2x for 5 rows). The LM head
@@ -308,7 +308,9 @@ def compiled_rows(x, W):
 def compiled_head(x, W_t):
     """x @ W_t.T for W_t [n_out, n_in] C-contiguous (the LM head: W_t is wte) with the compiled
     dot products (perf/compiled.py): bands of W_t's rows shared among the threads; x copied to
-    cross 32-byte boundaries where W_t's rows do. [n_rows, n_in] -> [n_rows, n_out]."""
+    cross 32-byte boundaries where W_t's rows do. The order of summation follows that offset, so
+    a memory-mapped wte and a copy of it (in_memory) give logits equal to ~1e-7, not bit for bit.
+    [n_rows, n_in] -> [n_rows, n_out]."""
     head = compiled.compile_head()
     n_out = W_t.shape[0]
     x_aligned = empty_aligned_with(x.shape, W_t)
