@@ -295,11 +295,11 @@ def compiled_rows(x, W):
     edges = [8 * ((n_in // 8) * k // n_bands) for k in range(n_bands)] + [n_in]
     partial = empty_aligned_with((n_bands, n_rows, W.shape[1]), W)  # [n_bands, n_rows, n_out]
     partial[...] = 0
-    first = lead(W)
+    lead_columns = lead(W)
 
     def multiply(start, stop):
         for k in range(start, stop):
-            kernel(x, W, partial[k], edges[k], edges[k + 1], first)
+            kernel(x, W, partial[k], edges[k], edges[k + 1], lead_columns)
 
     parallel(multiply, n_bands, chunks_per_thread=BANDS_PER_THREAD)
     return partial.sum(0) if n_bands > 1 else partial[0]
@@ -318,11 +318,11 @@ def compiled_head(x, W_t):
     out = np.empty((x.shape[0], n_out), np.float32)
     n_bands = n_threads() * CHUNKS_PER_THREAD
     edges = [n_out * k // n_bands for k in range(n_bands + 1)]
-    first = lead(W_t)
+    lead_columns = lead(W_t)
 
     def multiply(start, stop):
         for k in range(start, stop):
-            head(x_aligned, W_t, out, edges[k], edges[k + 1], first)
+            head(x_aligned, W_t, out, edges[k], edges[k + 1], lead_columns)
 
     parallel(multiply, n_bands)
     return out
