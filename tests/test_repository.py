@@ -111,7 +111,7 @@ def test_the_pattern_finds_machine_paths_and_spares_the_others():
         assert machine_paths(line), line
     for line in [".venv/bin/python tools/page_sizes.py", "weights/random-gpt2/model.safetensors",
                  "/proc/self/smaps", "#!/usr/bin/env python3", "https://huggingface.co/openai-community/gpt2",
-                 "build/tmp/x", "~/work/notes"]:
+                 "build/tmp/x", "~/picogpt/notes"]:
         assert not machine_paths(line), line
 
 
