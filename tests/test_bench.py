@@ -119,14 +119,15 @@ def test_goals_come_from_the_goals_file(results, tmp_path):
         {"goal": "speedup", "metric": "speedup", "params": {"alpha": 0.5, "K": 2}, "at_least": 1e9},
         {"goal": "bytes", "metric": "bytes_beside_checkpoint", "params": {"model": "target"}, "at_most": 0},
         {"goal": "teaching", "metric": "best_speedup", "params": {"pair": "teaching"}, "at_least": 2.0},
-        {"goal": "not by the bench", "metric": None, "at_most": 1.6}]}))
+        {"goal": "not by the bench", "metric": None, "at_most": 1.6, "measured_by": "tools/x.py"}]}))
     scored = {g["goal"]: g for g in goals.score_goals(results, path)}
     assert scored["speedup"]["met"] is False and scored["speedup"]["direction"] == "at_least"
     assert scored["bytes"] == {"goal": "bytes", "value": 0, "limit": 0, "direction": "at_most", "stretch": None,
-                               "met": True}
+                               "met": True, "measured_by": None}
     assert scored["teaching"]["value"] is None and scored["teaching"]["met"] is None  # teaching_pair=None
     assert scored["not by the bench"]["met"] is None
-    assert "NOT MEASURED not by the bench" in report.goal_line(scored["not by the bench"])
+    assert report.goal_line(scored["not by the bench"]) == (
+        "NOT MEASURED not by the bench (goal at most 1.6): measured by tools/x.py")
 
 
 def test_the_committed_goals_are_scored_by_name(results):

@@ -84,8 +84,8 @@ def metric_value(results, metric, params, within):
 
 
 def score_goals(results, path=GOALS_JSON):
-    """[{goal, value, limit, direction, met}] for every goal of the goals file; value and met are
-    None for what this run did not measure."""
+    """[{goal, value, limit, direction, stretch, met, measured_by}] for every goal of the goals file;
+    value and met are None for what this run did not measure (measured_by: the tool that does)."""
     goals, within = load_goals(path)
     scored = []
     for g in goals:
@@ -93,5 +93,5 @@ def score_goals(results, path=GOALS_JSON):
         value = metric_value(results, g["metric"], g.get("params", {}), within) if g["metric"] else None
         met = None if value is None else bool(value >= g[direction] if direction == "at_least" else value <= g[direction])
         scored.append({"goal": g["goal"], "value": value, "limit": g[direction], "direction": direction,
-                       "stretch": g.get("stretch"), "met": met})
+                       "stretch": g.get("stretch"), "met": met, "measured_by": g.get("measured_by")})
     return scored

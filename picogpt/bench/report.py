@@ -187,6 +187,7 @@ def measurements(results):
 
 def goal_line(g):
     if g["met"] is None:
-        return f"NOT MEASURED {g['goal']} (goal {g['direction'].replace('_', ' ')} {g['limit']})"
+        elsewhere = f": measured by {g['measured_by']}" if g.get("measured_by") else ""
+        return f"NOT MEASURED {g['goal']} (goal {g['direction'].replace('_', ' ')} {g['limit']}){elsewhere}"
     sign = ">=" if g["direction"] == "at_least" else "<="
     return f"{'MET   ' if g['met'] else 'MISSED'} {g['goal']}: {g['value']:.2f} (goal {sign} {g['limit']})"

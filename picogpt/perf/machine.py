@@ -220,10 +220,22 @@ def read_through(path, chunk_bytes=64 * 2**20):
             pass
 
 
-def page_cache_fraction(path):
-    """How much of a file is in the OS page cache (via `fincore`, if installed), 0..1."""
+def page_cache_bytes(path):
+    """How many bytes of a file are in the OS page cache (via `fincore`, if installed), or None."""
     if not shutil.which("fincore"):
         return None
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES", str(path)],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        return int(out[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def page_cache_fraction(path):
+    """How much of a file is in the OS page cache (page_cache_bytes), 0..1, or None."""
+    resident = page_cache_bytes(path)
+    return None if resident is None else round(resident / max(1, os.path.getsize(path)), 3)
     try:
         out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE", str(path)],
                              capture_output=True, text=True, timeout=30).stdout.split()
