@@ -14,7 +14,7 @@ through a temporary PICOGPT_WEIGHTS_DIR of symbolic links. The notebook then pri
 tokens; which bytes it reads does not depend on the values.
 
     .venv/bin/python tools/page_cache.py                   # notebook 01 -> benchmarks/page-cache.json
-    .venv/bin/python tools/page_cache.py --notebook notebooks/05-speedup.ipynb --out /tmp/pc.json
+    .venv/bin/python tools/page_cache.py --notebook notebooks/05-speedup.ipynb --out page-cache-05.json
 """
 
 import argparse
