@@ -76,12 +76,13 @@ def test_it_counts_what_the_notebook_reads_and_nothing_else(disk_dir, monkeypatc
         "assert os.environ['PICOGPT_COURSE_MODELS'] == 'gpt2'\n"
         "with open(os.path.join(os.environ['PICOGPT_WEIGHTS_DIR'], 'gpt2-xl', 'model.safetensors'), 'rb') as f:\n"
         "    n = len(f.read())")])
-    nb_path = disk_dir / "reads-the-target.ipynb"
+    nb_path = disk_dir / tool.GOAL_NOTEBOOK  # the notebook the goal is about: scored
     nbformat.write(notebook, nb_path)
     out = disk_dir / "page-cache.json"
     for name in sizes:
         machine.read_through(disk_dir / name / "model.safetensors")  # the tool must evict these first
-    tool.main(["--notebook", str(nb_path), "--out", str(out)])
+    executed = disk_dir / "executed.ipynb"
+    tool.main(["--notebook", str(nb_path), "--out", str(out), "--executed", str(executed)])
     result = json.loads(out.read_text())
     assert result["checkpoint_bytes_touched"] == sizes["gpt2-xl"]
     by_name = {Path(f).parent.name: v for f, v in result["files"].items()}
@@ -89,3 +90,5 @@ def test_it_counts_what_the_notebook_reads_and_nothing_else(disk_dir, monkeypatc
     assert by_name["gpt2-xl"]["in_page_cache_before"] == 0
     assert by_name["gpt2-xl"]["in_page_cache_after"] == sizes["gpt2-xl"]
     assert result["met"] is True
+    assert nbformat.read(executed, as_version=4).cells[0].outputs == []  # ran (no error output), kept
+    assert "language_info" in nbformat.read(executed, as_version=4).metadata  # the kernel ran it

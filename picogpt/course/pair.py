@@ -32,3 +32,15 @@ def course_models(verbose=True):
     if verbose:
         print(f"course models: draft p = {draft!r}\n               target q = {target!r}")
     return draft, target
+
+
+# Notebook 05 times autoregressive against speculative sampling for K = 1..8, several repeats.
+# On the teaching pair, with N = 32 the best K moved from run to run on an idle machine; with 128
+# it held, in under a minute. GPT-2 XL reads 6.2 GB per token: there 128 tokens x 5 repeats would
+# take a quarter of an hour, and 64 x 3 took 13 minutes here: a target that big gets 32 x 3.
+BIG_TARGET_BYTES = 1e9  # weight bytes read per token
+
+
+def speedup_run_size(target):
+    """(N tokens per run, repeats) for notebook 05's measurement on this target (see above)."""
+    return (32, 3) if target.bytes_per_token > BIG_TARGET_BYTES else (128, 5)
