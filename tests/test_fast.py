@@ -46,6 +46,8 @@ def kernel(request, monkeypatch):
     if request.param == "numba" and compiled.compile_kernel() is None:
         pytest.skip("numba is not installed (pip install 'picogpt[fast]')")
     monkeypatch.setenv(compiled.KERNEL_ENV, request.param)
+    # the shapes here are small: take the threads' paths for one row too (see the test of ONE_CORE_BYTES)
+    monkeypatch.setattr(kernels, "ONE_CORE_BYTES", 0)
     return request.param
 
 
@@ -81,6 +83,27 @@ def test_the_shapes_above_take_the_threaded_and_tiled_paths():
     b, c = tile_shape(1000, 1031)  # neither divides: leftover rows and columns are handled
     assert 1000 % b or 1031 % c
     assert tile_shape(1600, 6400) == (64, 320)  # GPT-2 XL's c_fc: 80 KB tiles that divide it
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_one_row_times_a_matrix_below_one_core_bytes_stays_on_the_calling_thread(monkeypatch, transposed):
+    """One row times a matrix of less than ONE_CORE_BYTES is OpenBLAS's GEMV on the calling
+    thread (waking a helper thread costs more than it brings there); a few rows, or a bigger
+    matrix, are shared among the threads."""
+    handed_out = []
+    monkeypatch.setattr(kernels, "parallel", lambda function, n_items, **_: handed_out.append(n_items)
+                        or function(0, n_items))
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((1030, 1024) if transposed else (1024, 1030)).astype(np.float32)
+    W = W.T if transposed else W  # the LM head's wte.T view, or a linear weight
+    x = rng.standard_normal((5, 1024)).astype(np.float32)
+    assert W.nbytes < kernels.ONE_CORE_BYTES and W.size >= BIG_MATRIX
+    assert np.array_equal(matmul(x[:1], W), x[:1] @ W) and handed_out == []
+    assert relative_diff(matmul(x, W), x.astype(np.float64) @ W.astype(np.float64)) < RELATIVE
+    assert len(handed_out) == 1  # five rows: on the threads
+    monkeypatch.setattr(kernels, "ONE_CORE_BYTES", W.nbytes)
+    assert relative_diff(matmul(x[:1], W), x[:1].astype(np.float64) @ W.astype(np.float64)) < RELATIVE
+    assert len(handed_out) == 2  # a matrix of ONE_CORE_BYTES or more: one row on the threads too
 
 
 @pytest.mark.parametrize("threads", ["1", "3"])

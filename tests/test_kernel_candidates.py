@@ -95,3 +95,14 @@ def test_compute_mode_sets_the_loop_s_arithmetic_beside_the_memory_rate(candidat
 def test_weights_are_placed_where_asked_past_a_32_byte_boundary(candidates_script, offset):
     W = candidates_script.placed_at((4, 40), offset, np.random.default_rng(0))
     assert W.ctypes.data % 32 == offset and W.shape == (4, 40) and W.dtype == np.float32
+
+
+def test_one_row_mode_rates_each_shape_for_every_way_of_threading_one_row(candidates_script, tmp_path, monkeypatch):
+    monkeypatch.setattr(candidates_script, "MODELS", {"tiny": 64})
+    out = tmp_path / "results.json"
+    candidates_script.main(["one-row", "--models", "tiny", "--layers", "2", "--runs", "1",
+                            "--data", str(tmp_path), "--out", str(out)])
+    record = json.loads(out.read_text())
+    assert [shape["shape"] for shape in record["shapes"]] == [[64, 192], [64, 64], [64, 256], [256, 64]]
+    for shape in record["shapes"]:
+        assert shape["matrices"] == 2 and len(shape["gbs"]) >= 2 and all(rate > 0 for rate in shape["gbs"].values())

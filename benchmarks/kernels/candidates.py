@@ -14,6 +14,7 @@ with numba installed, the L2 tiles without).
     python benchmarks/kernels/candidates.py busy --layers 4            # beside two busy-loop processes
     python benchmarks/kernels/candidates.py cache                      # GEMV vs GEMM on a tile in cache
     python benchmarks/kernels/candidates.py compute --layers 4         # the compiled loop: arithmetic vs memory
+    python benchmarks/kernels/candidates.py one-row --runs 15          # one row: one core, or shared by the threads?
 
 Random weights with GPT-2's shapes (timing does not depend on the values) are written once
 under --data as raw float32 files and memory-mapped, like a checkpoint. Every timing is a pass
@@ -492,6 +493,44 @@ def loop_mode(args, sgemm, n_loops=12, k_draft=4, n_score_rows=5):
     return {"schemes": results, "k_draft": k_draft, "n_score_rows": n_score_rows}
 
 
+def one_row_mode(args, sgemm, between=6400):
+    """One row, per weight shape of GPT-2 small and XL: OpenBLAS's GEMV on the calling thread
+    against the product shared by picogpt's threads, as a decode calls them: one matrix after
+    another with a little NumPy work on the calling thread between them (a tanh over `between`
+    floats, like GELU's), so the helper threads go to sleep between products as they do in the
+    forward pass. Per shape, every matrix of that shape in --layers layers, interleaved passes.
+    kernels.ONE_CORE_BYTES is where the first stops winning."""
+    work = np.ones(between, np.float32)
+    found = {"OpenBLAS GEMV, calling thread (kernels.matmul below ONE_CORE_BYTES)": Candidate(one_row, 1),
+             "GEMV split, own threads": Candidate(one_row_split, 1)}
+    if compiled.compile_kernel() is not None:
+        found["compiled product, own threads"] = Candidate(compiled_product, 1)
+
+    def with_work_between(candidate):
+        def multiply(x, W):
+            out = candidate.multiply(x, W)
+            np.tanh(work)
+            return out
+        return Candidate(multiply, candidate.blas_threads)
+
+    found = {label: with_work_between(candidate) for label, candidate in found.items()}
+    shapes = []
+    for model in args.models:
+        weights = make_weights(args.data, model, MODELS[model], args.layers)
+        for shape in dict.fromkeys(W.shape for W in weights):
+            mine = [W for W in weights if W.shape == shape]
+            rows = random_rows(mine, 1)
+            load_before = load_average()
+            times = interleaved(found, rows, mine, args.runs)
+            n_bytes = sum(W.nbytes for W in mine)
+            gbs = {label: n_bytes / median_iqr(values)[0] / 1e9 for label, values in times.items()}
+            shapes.append({"model": model, "shape": list(shape), "matrix_bytes": mine[0].nbytes, "matrices": len(mine),
+                           "load_before": load_before, "load_after": load_average(), "times_s": times, "gbs": gbs})
+            print(f"{model} {shape} ({mine[0].nbytes / 1e6:.1f} MB each, load {load_before[0]}): "
+                  + ", ".join(f"{label.split(' (')[0]} {rate:.1f} GB/s" for label, rate in gbs.items()), flush=True)
+    return {"between_floats": between, "one_core_bytes": kernels.ONE_CORE_BYTES, "shapes": shapes}
+
+
 def busy_mode(args, sgemm, busy_s=60):
     """GPT-2 small's weights, 5 rows and 1 row, idle and beside two busy-loop processes
     (`timeout 60`: they stop on their own even if this script is killed)."""
@@ -652,7 +691,7 @@ def machine():
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache", "compute"])
+    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache", "compute", "one-row"])
     parser.add_argument("--layers", type=int, default=12, help="layers of each model (GPT-2 small and XL: 12 and 48)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved passes per candidate")
     parser.add_argument("--models", default="xl,small", help="rows: comma-separated, of " + ",".join(MODELS))
@@ -679,7 +718,8 @@ def main(argv=None):
     if sgemm is None:
         print("note: cblas_sgemm not found in NumPy's OpenBLAS: the ctypes candidates are left out")
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    modes = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode, "cache": cache_mode, "compute": compute_mode}
+    modes = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode, "cache": cache_mode, "compute": compute_mode,
+             "one-row": one_row_mode}
     results = modes[args.mode](args, sgemm)
     set_blas_threads(1)
     record = {"mode": args.mode, "started": started, "machine": machine(), "sgemm_found": sgemm is not None,

@@ -27,7 +27,13 @@ other model's call, in a sampling loop), and fight over the cores when the machi
 the fast path runs OpenBLAS on ONE thread (`use_own_threads`, called when a model first runs on
 it) and shares every big product, one row or many, among its own threads, which take chunks
 from a common counter: a thread the OS delays does not hold the others up. PICOGPT_THREADS sets
-how many (default: the cores this process may use).
+how many (default: the cores this process may use). One row times a matrix of less than
+ONE_CORE_BYTES (GPT-2 small's 7-9 MB matrices, XL's 10 MB attention projection, the teaching
+pair's LM head) stays on the calling thread, in OpenBLAS's GEMV: a sleeping helper thread starts
+~50 us after it is asked (measured on the bench machine), a seventh of such a product, and one
+core's GEMV streamed GPT-2 small's matrices at 25 GB/s where the compiled product shared by two
+threads reached 18-24 (benchmarks/kernels/README.md). A few rows are arithmetic as much as
+memory, so they keep both cores.
 """
 
 import contextlib
@@ -46,7 +52,8 @@ from . import compiled
 
 TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 floats at XL)
 MAX_TILED_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
-BIG_MATRIX = 1 << 20  # weights; smaller matrices stay on one core (a thread hand-off costs ~70 us)
+BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
+ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
 CHUNKS_PER_THREAD = 4
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 THREADS_ENV = "PICOGPT_THREADS"
@@ -363,16 +370,18 @@ def matmul(x, W):
     n_rows = x.shape[0]
     if W.ndim != 2 or W.dtype != np.float32 or x.dtype != np.float32 or W.size < BIG_MATRIX:
         return x @ W
+    if not (W.flags.c_contiguous or W.flags.f_contiguous):
+        return x @ W
+    if n_rows > MAX_TILED_ROWS:
+        return split_inputs(x, W)  # a prompt: GEMM on all threads
+    if n_rows == 1 and W.nbytes < ONE_CORE_BYTES:
+        return x @ W  # OpenBLAS's GEMV on the calling thread (see ONE_CORE_BYTES)
     if W.flags.c_contiguous:
-        if n_rows <= MAX_TILED_ROWS and compiled.enabled():
-            return compiled_rows(np.ascontiguousarray(x), W)
-        if n_rows == 1 or n_rows > MAX_TILED_ROWS:
-            return split_inputs(x, W)  # GEMV, or GEMM for a prompt, on all threads
-        return tiled(np.ascontiguousarray(x), W)
-    if W.flags.f_contiguous:
-        if n_rows > MAX_TILED_ROWS:
-            return split_inputs(x, W)
         if compiled.enabled():
-            return compiled_head(np.ascontiguousarray(x), W.T)
-        return by_output_rows(np.ascontiguousarray(x), W.T)
-    return x @ W
+            return compiled_rows(np.ascontiguousarray(x), W)
+        if n_rows == 1:
+            return split_inputs(x, W)  # GEMV on all threads
+        return tiled(np.ascontiguousarray(x), W)
+    if compiled.enabled():
+        return compiled_head(np.ascontiguousarray(x), W.T)
+    return by_output_rows(np.ascontiguousarray(x), W.T)
