@@ -493,6 +493,24 @@ def loop_mode(args, sgemm, n_loops=12, k_draft=4, n_score_rows=5):
     return {"schemes": results, "k_draft": k_draft, "n_score_rows": n_score_rows}
 
 
+def helper_start_us(n_calls=300, gap_s=0.0005, chunk_s=0.0003):
+    """Microseconds from calling kernels.parallel to a helper thread starting its first chunk,
+    once per call (calls `gap_s` apart, so the helpers are asleep as between two products);
+    each chunk sleeps `chunk_s`, releasing the GIL as the compiled product does."""
+    delays = []
+    for _ in range(n_calls):
+        started, first = time.perf_counter(), {}
+
+        def chunk(start, stop):
+            first.setdefault(threading.current_thread().name, time.perf_counter() - started)
+            time.sleep(chunk_s)
+
+        kernels.parallel(chunk, 4, chunks_per_thread=2)
+        delays += [1e6 * s for name, s in first.items() if name != threading.main_thread().name]
+        time.sleep(gap_s)
+    return delays
+
+
 def one_row_mode(args, sgemm, between=6400):
     """One row, per weight shape of GPT-2 small and XL: OpenBLAS's GEMV on the calling thread
     against the product shared by picogpt's threads, as a decode calls them: one matrix after
@@ -514,6 +532,10 @@ def one_row_mode(args, sgemm, between=6400):
         return Candidate(multiply, candidate.blas_threads)
 
     found = {label: with_work_between(candidate) for label, candidate in found.items()}
+    wake_us = helper_start_us() if kernels.n_threads() > 1 else []
+    if wake_us:
+        print(f"a sleeping helper thread starts its first chunk {np.median(wake_us):.0f} us (median; p90 "
+              f"{np.percentile(wake_us, 90):.0f} us) after kernels.parallel is called", flush=True)
     shapes = []
     for model in args.models:
         weights = make_weights(args.data, model, MODELS[model], args.layers)
@@ -528,7 +550,8 @@ def one_row_mode(args, sgemm, between=6400):
                            "load_before": load_before, "load_after": load_average(), "times_s": times, "gbs": gbs})
             print(f"{model} {shape} ({mine[0].nbytes / 1e6:.1f} MB each, load {load_before[0]}): "
                   + ", ".join(f"{label.split(' (')[0]} {rate:.1f} GB/s" for label, rate in gbs.items()), flush=True)
-    return {"between_floats": between, "one_core_bytes": kernels.ONE_CORE_BYTES, "shapes": shapes}
+    return {"between_floats": between, "one_core_bytes": kernels.ONE_CORE_BYTES, "helper_start_us": wake_us,
+            "shapes": shapes}
 
 
 def busy_mode(args, sgemm, busy_s=60):

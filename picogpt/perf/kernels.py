@@ -29,11 +29,11 @@ it) and shares every big product, one row or many, among its own threads, which 
 from a common counter: a thread the OS delays does not hold the others up. PICOGPT_THREADS sets
 how many (default: the cores this process may use). One row times a matrix of less than
 ONE_CORE_BYTES (GPT-2 small's 7-9 MB matrices, XL's 10 MB attention projection, the teaching
-pair's LM head) stays on the calling thread, in OpenBLAS's GEMV: a sleeping helper thread starts
-~50 us after it is asked (measured on the bench machine), a seventh of such a product, and one
-core's GEMV streamed GPT-2 small's matrices at 25 GB/s where the compiled product shared by two
-threads reached 18-24 (benchmarks/kernels/README.md). A few rows are arithmetic as much as
-memory, so they keep both cores.
+pair's LM head) stays on the calling thread, in OpenBLAS's GEMV: a helper thread asleep since
+the last product starts tens of microseconds after it is asked, a large share of such a product,
+and one core's GEMV streamed GPT-2 small's matrices at 21.6-25.2 GB/s against 18.4-19.5 shared
+by two threads (XL's 31-41 MB matrices: 24.1-26.7 against 28.2-31.4; benchmarks/kernels/README.md,
+"One row"). A few rows are arithmetic as much as memory, so they keep both cores.
 """
 
 import contextlib
