@@ -31,9 +31,9 @@ how many (default: the cores this process may use). One row times a matrix of le
 ONE_CORE_BYTES (GPT-2 small's 7-9 MB matrices, XL's 10 MB attention projection, the teaching
 pair's LM head) stays on the calling thread, in OpenBLAS's GEMV: a helper thread asleep since
 the last product starts tens of microseconds after it is asked, a large share of such a product,
-and one core's GEMV streamed GPT-2 small's matrices at 21.6-25.2 GB/s against 18.4-19.5 shared
-by two threads (XL's 31-41 MB matrices: 24.1-26.7 against 28.2-31.4; benchmarks/kernels/README.md,
-"One row"). A few rows are arithmetic as much as memory, so they keep both cores.
+and one core's GEMV streamed GPT-2 small's matrices at 21.6-26.8 GB/s against 16.4-21.7 shared
+by two threads, in two runs (XL's 31-41 MB matrices mostly the other way round; benchmarks/kernels/
+README.md, "One row"). A few rows are arithmetic as much as memory, so they keep both cores.
 """
 
 import contextlib
