@@ -717,7 +717,7 @@ def parse_args(argv=None):
     parser.add_argument("mode", choices=["rows", "loop", "busy", "cache", "compute", "one-row"])
     parser.add_argument("--layers", type=int, default=12, help="layers of each model (GPT-2 small and XL: 12 and 48)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved passes per candidate")
-    parser.add_argument("--models", default="xl,small", help="rows: comma-separated, of " + ",".join(MODELS))
+    parser.add_argument("--models", default="xl,small", help="rows, one-row: comma-separated, of " + ",".join(MODELS))
     parser.add_argument("--rows", default="1-9", help="rows: n_rows, as 1-9 or 1,2,5")
     parser.add_argument("--no-settle", dest="settle", action="store_false",
                         help=f"rows: no {SETTLE_S} s pause after a pass on OpenBLAS's threads")
