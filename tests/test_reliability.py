@@ -24,7 +24,7 @@ from picogpt.errors import CheckpointError, PicoGPTError
 from picogpt.gpt2 import GPT2Config
 from picogpt.io.checkpoint import read_safetensors, write_safetensors
 from picogpt.io.params import params_from_tensors
-from picogpt.io.registry import REPO_WEIGHTS
+from picogpt.io.registry import EMBEDDED_DIR
 from picogpt.kv_cache import KVCache
 from picogpt.model import GPT2, load_checkpoint
 from picogpt.sampling import MIN_TEMPERATURE, distribution, validate_controls
@@ -217,9 +217,9 @@ def test_a_model_made_in_python_with_a_bad_config_is_refused(eps):
 
 def test_tiny_draft_without_its_config_is_refused_not_guessed(tmp_path):
     """tiny-draft has 2 heads; its shapes alone fit 1 head too, which gives other text."""
-    source = REPO_WEIGHTS / "tiny-draft" / "model.safetensors"
+    source = EMBEDDED_DIR / "tiny-draft" / "model.safetensors"
     if not source.exists():
-        pytest.skip("weights/tiny-draft is not in this checkout")
+        pytest.skip("picogpt/io/data/tiny-draft is not in this checkout")
     shutil.copy(source, tmp_path / "model.safetensors")
     with pytest.raises(CheckpointError, match="n_head cannot be inferred.*config.json next to the checkpoint"):
         load_checkpoint(tmp_path)

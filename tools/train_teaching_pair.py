@@ -1,7 +1,7 @@
 """Train the embedded teaching pair: a tiny GPT-2 target q and a tinier draft p distilled from it.
 
 Dev-only tool (PyTorch, CPU). picogpt itself never imports torch: this script writes ordinary
-GPT-2 checkpoints (`weights/tiny-target/`, `weights/tiny-draft/`) in the layout of the published
+GPT-2 checkpoints (`picogpt/io/data/tiny-target/`, `picogpt/io/data/tiny-draft/`) in the layout of the published
 `openai-community/gpt2` files, which picogpt's NumPy loader reads.
 
 Recipe (speculative sampling, Chen et al. 2023, arXiv 2302.01318, wants a draft p whose
@@ -30,8 +30,8 @@ torch and transformers (the `bench` extra; see pyproject.toml for the CPU build 
     .venv/bin/python -m pip install -e '.[bench]'
 The defaults reproduce the committed weights; on the project's 2-core machine, otherwise idle,
 the target took 19 minutes and the draft 5 (see weights/README.md):
-    .venv/bin/python tools/train_teaching_pair.py                                    # both, into weights/
-    .venv/bin/python tools/train_teaching_pair.py --target-from weights/tiny-target  # the draft only
+    .venv/bin/python tools/train_teaching_pair.py                                    # both, into picogpt/io/data/
+    .venv/bin/python tools/train_teaching_pair.py --target-from picogpt/io/data/tiny-target  # the draft only
 """
 
 import argparse
@@ -397,8 +397,8 @@ def parse_args(argv=None):
     parser.add_argument("--corpus", type=Path, default=REPO / "build" / "kjv.txt",
                         help="KJV text, one verse per line (default: build/kjv.txt, created with "
                              "`bible -f Gen1:1-Rev22:21` if missing)")
-    parser.add_argument("--out", type=Path, default=REPO / "weights",
-                        help="writes OUT/tiny-target/ and OUT/tiny-draft/ (default: weights/)")
+    parser.add_argument("--out", type=Path, default=REPO / "picogpt" / "io" / "data",
+                        help="writes OUT/tiny-target/ and OUT/tiny-draft/ (default: picogpt/io/data/)")
     parser.add_argument("--target-steps", type=int, default=TARGET_TRAINING.steps)
     parser.add_argument("--draft-steps", type=int, default=DRAFT_TRAINING.steps)
     parser.add_argument("--target-layers", type=int, default=TARGET.n_layer)
@@ -461,7 +461,7 @@ def main(argv=None):
     else:
         target_dir = args.target_from
     # Step 2 restarts from the seed and from the target as exported (float16 weights, the model
-    # the draft must imitate), so `--target-from weights/tiny-target` gives the same draft as
+    # the draft must imitate), so `--target-from picogpt/io/data/tiny-target` gives the same draft as
     # one run of both steps.
     torch.manual_seed(SEED)
     generator = torch.Generator().manual_seed(SEED)

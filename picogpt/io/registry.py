@@ -3,9 +3,12 @@
 `picogpt.load(x)` takes a model name ("gpt2", "gpt2-xl", "tiny-draft", ...), a folder holding
 `model.safetensors` (+ `config.json`), or the path of a `.safetensors` file.
 
-Downloaded checkpoints live in `weights/<name>/` in the repository, or in
-`$PICOGPT_WEIGHTS_DIR/<name>/` when that variable is set. The embedded teaching pair ships in
-the repository's `weights/` and is found there either way.
+Downloaded checkpoints live in `$PICOGPT_WEIGHTS_DIR/<name>/` when that variable is set, else
+in `weights/<name>/` of the source checkout picogpt runs from (`pip install -e .`), else, for an
+installed wheel, in the user's cache folder (`~/.cache/picogpt/weights`, or under
+$XDG_CACHE_HOME). The embedded teaching pair ships inside the package (`picogpt/io/data/`), so
+any install runs the course offline; a `tiny-draft/` or `tiny-target/` in the weights folder
+takes its place (a retrained pair).
 """
 
 import os
@@ -15,7 +18,9 @@ from ..errors import CheckpointError, PicoGPTError
 from ..model import load_checkpoint
 from .params import PRETRAINED, hf_config  # PRETRAINED: the published GPT-2 shapes
 
-REPO_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
+SOURCE_TREE = Path(__file__).resolve().parents[2]  # the repository, when run from a checkout
+REPO_WEIGHTS = SOURCE_TREE / "weights"
+EMBEDDED_DIR = Path(__file__).resolve().parent / "data"  # the teaching pair, package data
 
 EMBEDDED = ("tiny-draft", "tiny-target")  # the teaching pair, committed in weights/
 
@@ -27,8 +32,15 @@ def published_config(name):
 
 
 def weights_dir():
-    """Where downloads go: $PICOGPT_WEIGHTS_DIR, else the repository's weights/ folder."""
-    return Path(os.environ.get("PICOGPT_WEIGHTS_DIR") or REPO_WEIGHTS)
+    """Where downloads go: $PICOGPT_WEIGHTS_DIR, else the source checkout's weights/ folder,
+    else the user's cache folder (an installed wheel has no repository to write into)."""
+    chosen = os.environ.get("PICOGPT_WEIGHTS_DIR")
+    if chosen:
+        return Path(chosen)
+    if (SOURCE_TREE / "pyproject.toml").is_file() and (SOURCE_TREE / "picogpt").is_dir():
+        return REPO_WEIGHTS
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "picogpt" / "weights"
 
 
 def model_names():
@@ -38,10 +50,8 @@ def model_names():
 def checkpoint_path(name):
     """The model.safetensors a model name refers to (it may not exist yet)."""
     if name in EMBEDDED:
-        for folder in (weights_dir(), REPO_WEIGHTS):
-            if (folder / name / "model.safetensors").exists():
-                return folder / name / "model.safetensors"
-        return REPO_WEIGHTS / name / "model.safetensors"
+        retrained = weights_dir() / name / "model.safetensors"
+        return retrained if retrained.exists() else EMBEDDED_DIR / name / "model.safetensors"
     return weights_dir() / name / "model.safetensors"
 
 
@@ -56,7 +66,8 @@ def resolve(name_or_path):
         path = checkpoint_path(text)
         if not path.exists():
             hint = (f"run: python -m picogpt download {text}  (or: make weights)"
-                    if text in PRETRAINED else "it ships with the repository: restore it with git checkout weights/")
+                    if text in PRETRAINED else "it ships inside the package: reinstall picogpt-speculative "
+                    "(from a checkout: git checkout picogpt/io/data/ && pip install -e .)")
             raise CheckpointError(f"{path} not found — {hint}")
         return path
     path = Path(text).expanduser()
