@@ -20,6 +20,9 @@ usual controls, always in this order:
 
 Speculative sampling applies the same controls to both the draft p and the target q, and then
 reproduces the *controlled* target distribution exactly.
+
+Reading order: Algorithm 1, then how logits become the distribution it samples from, then the
+checks of a request's arguments.
 """
 
 import math
@@ -36,72 +39,49 @@ MIN_TEMPERATURE = 1e-30  # smallest positive temperature accepted (0 is greedy);
 
 
 # ---------------------------------------------------------------------------------------------
-# Checking the arguments once, with messages a student can act on
+# Algorithm 1: autoregressive sampling
 # ---------------------------------------------------------------------------------------------
 
-def is_whole(x):
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+@dataclass
+class SamplingResult:
+    """What autoregressive sampling produced and how long each token took."""
+    tokens: list  # the N generated token ids (the prompt excluded)
+    token_times_s: list = field(default_factory=list)  # wall time of each token (model call + sampling)
+    seconds: float = 0.0  # total wall time, argument checks excluded
+
+    @property
+    def tokens_per_s(self):
+        return len(self.tokens) / self.seconds if self.seconds else float("inf")
 
 
-def validate_controls(temperature=1.0, top_k=None, top_p=None):
-    """Raise PicoGPTError unless temperature is 0 or in [MIN_TEMPERATURE, inf), top_k >= 1 (or
-    None), 0 < top_p <= 1 (or None)."""
-    if not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) or temperature < 0:
-        raise PicoGPTError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
-    if 0 < temperature < MIN_TEMPERATURE:
-        raise PicoGPTError(f"temperature {temperature!r} is below {MIN_TEMPERATURE:g}, where logits / "
-                           "temperature overflow and sampling is greedy anyway: use temperature=0 for greedy")
-    if top_k is not None and (not is_whole(top_k) or top_k < 1):
-        raise PicoGPTError(f"top_k must be a whole number >= 1 (or None to keep every token), got {top_k!r}")
-    if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
-        raise PicoGPTError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p!r}")
+def autoregressive_sampling(model, ids, N, *, temperature=1.0, top_k=None, top_p=None, seed=None,
+                            on_token=None):
+    """Algorithm 1: sample N tokens from `model` one at a time, with its KV cache.
 
-
-def random_generator(seed):
-    """The numpy Generator every random draw uses: from an int >= 0, None (fresh entropy), or a
-    Generator, used as is (anything else numpy.random.default_rng takes works too)."""
-    try:
-        if isinstance(seed, bool) or is_whole(seed) and seed < 0:
-            raise ValueError
-        return np.random.default_rng(seed)
-    except (TypeError, ValueError):
-        raise PicoGPTError(f"seed must be a whole number >= 0 (or None for a random one), got {seed!r}") from None
-
-
-def validate_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=None, top_p=None):
-    """Validate a generation request before any model runs; return the prompt as a list of ints.
-
-    `models` are the models that will run (one for Algorithm 1, draft and target for
-    Algorithm 2): the prompt plus N tokens must fit every model's context, the prompt's ids must
-    be in the vocabulary, and a draft and target must share one vocabulary.
+    One cached model call per token; the first call is the prompt prefill. `seed` is an int,
+    None, or a numpy Generator (then used as is). `on_token(token)` is called as each token is
+    produced (the command line streams text with it); its time is not counted in the timings.
     """
-    if not is_whole(N) or N < 1:
-        raise PicoGPTError(f"N, the number of tokens to generate, must be a whole number >= 1, got {N!r}")
-    if K is not None and (not is_whole(K) or K < 1):
-        raise PicoGPTError(f"K, the number of draft tokens per loop, must be a whole number >= 1, got {K!r}")
-    validate_controls(temperature, top_k, top_p)
-    prompt = np.asarray(ids)
-    if prompt.size == 0:
-        raise PicoGPTError("the prompt is empty: give at least one token (some text, or '<|endoftext|>')")
-    if prompt.ndim != 1 or not np.issubdtype(prompt.dtype, np.integer):
-        raise PicoGPTError(f"the prompt must be a 1-D sequence of token ids, got shape {prompt.shape} "
-                           f"of {prompt.dtype}")
-    vocabularies = {model.config.n_vocab for model in models}
-    if len(vocabularies) > 1:
-        sizes = " vs ".join(f"{model.name}: {model.config.n_vocab:,}" for model in models)
-        raise PicoGPTError(f"the draft and target vocabularies differ ({sizes} tokens): speculative "
-                           "sampling compares p and q token by token, so both models must share one tokenizer")
-    for model in models:
-        n_vocab, n_ctx = model.config.n_vocab, model.config.n_ctx
-        bad = prompt[(prompt < 0) | (prompt >= n_vocab)]
-        if bad.size:
-            raise PicoGPTError(f"prompt token id {int(bad[0])} is outside {model.name}'s vocabulary "
-                               f"(ids 0..{n_vocab - 1})")
-        if prompt.size + N > n_ctx:
-            raise PicoGPTError(f"the prompt ({prompt.size} token{'s' * (prompt.size != 1)}) + N={N} = {prompt.size + N} positions "
-                               f"exceed {model.name}'s context of {n_ctx} tokens; shorten the prompt "
-                               "or generate fewer tokens")
-    return [int(t) for t in prompt]
+    prompt = validate_sampling_args(ids, N, (model,), temperature=temperature, top_k=top_k, top_p=top_p)
+    rng = random_generator(seed)
+    cache = model.new_cache()
+    result = SamplingResult(tokens=[])
+    new = prompt  # the tokens the model has not seen yet
+    callback_s = 0.0
+    start = time.perf_counter()
+    for _ in range(N):
+        t = time.perf_counter()
+        logits = model(new, cache)[-1]  # [n_new, n_vocab] -> [n_vocab]: the next token's logits
+        token = sample(distribution(logits, temperature, top_k, top_p), rng)
+        result.tokens.append(token)
+        result.token_times_s.append(time.perf_counter() - t)
+        if on_token is not None:
+            t = time.perf_counter()
+            on_token(token)
+            callback_s += time.perf_counter() - t
+        new = [token]
+    result.seconds = time.perf_counter() - start - callback_s
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,46 +165,63 @@ def sample(probs, rng):
 
 
 # ---------------------------------------------------------------------------------------------
-# Algorithm 1: autoregressive sampling
+# Checking the arguments once, with messages a student can act on
 # ---------------------------------------------------------------------------------------------
 
-@dataclass
-class SamplingResult:
-    """What autoregressive sampling produced and how long each token took."""
-    tokens: list  # the N generated token ids (the prompt excluded)
-    token_times_s: list = field(default_factory=list)  # wall time of each token (model call + sampling)
-    seconds: float = 0.0  # total wall time, argument checks excluded
-
-    @property
-    def tokens_per_s(self):
-        return len(self.tokens) / self.seconds if self.seconds else float("inf")
+def is_whole(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-def autoregressive_sampling(model, ids, N, *, temperature=1.0, top_k=None, top_p=None, seed=None,
-                            on_token=None):
-    """Algorithm 1: sample N tokens from `model` one at a time, with its KV cache.
+def validate_controls(temperature=1.0, top_k=None, top_p=None):
+    """Raise PicoGPTError unless temperature is 0 or in [MIN_TEMPERATURE, inf), top_k >= 1 (or
+    None), 0 < top_p <= 1 (or None)."""
+    if not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) or temperature < 0:
+        raise PicoGPTError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise PicoGPTError(f"temperature {temperature!r} is below {MIN_TEMPERATURE:g}, where logits / "
+                           "temperature overflow and sampling is greedy anyway: use temperature=0 for greedy")
+    if top_k is not None and (not is_whole(top_k) or top_k < 1):
+        raise PicoGPTError(f"top_k must be a whole number >= 1 (or None to keep every token), got {top_k!r}")
+    if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
+        raise PicoGPTError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p!r}")
 
-    One cached model call per token; the first call is the prompt prefill. `seed` is an int,
-    None, or a numpy Generator (then used as is). `on_token(token)` is called as each token is
-    produced (the command line streams text with it); its time is not counted in the timings.
+
+def random_generator(seed):
+    """The numpy Generator every random draw uses: from an int >= 0, None (fresh entropy), or a
+    Generator, used as is (anything else numpy.random.default_rng takes works too)."""
+    try:
+        if isinstance(seed, bool) or is_whole(seed) and seed < 0:
+            raise ValueError
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError):
+        raise PicoGPTError(f"seed must be a whole number >= 0 (or None for a random one), got {seed!r}") from None
+
+
+def validate_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=None, top_p=None):
+    """Validate a generation request before any model runs; return the prompt as a list of ints.
+
+    `models` are the models that will run (the target for Algorithm 1, draft and target for
+    Algorithm 2): a draft and target must share one vocabulary, and each model checks that the
+    prompt's ids are in its vocabulary and that the prompt plus N tokens fit its context (its
+    `validate_ids`, the one home of those checks: picogpt/model.py).
     """
-    prompt = validate_sampling_args(ids, N, (model,), temperature=temperature, top_k=top_k, top_p=top_p)
-    rng = random_generator(seed)
-    cache = model.new_cache()
-    result = SamplingResult(tokens=[])
-    new = prompt  # the tokens the model has not seen yet
-    callback_s = 0.0
-    start = time.perf_counter()
-    for _ in range(N):
-        t = time.perf_counter()
-        logits = model(new, cache)[-1]  # [n_new, n_vocab] -> [n_vocab]: the next token's logits
-        token = sample(distribution(logits, temperature, top_k, top_p), rng)
-        result.tokens.append(token)
-        result.token_times_s.append(time.perf_counter() - t)
-        if on_token is not None:
-            t = time.perf_counter()
-            on_token(token)
-            callback_s += time.perf_counter() - t
-        new = [token]
-    result.seconds = time.perf_counter() - start - callback_s
-    return result
+    if not is_whole(N) or N < 1:
+        raise PicoGPTError(f"N, the number of tokens to generate, must be a whole number >= 1, got {N!r}")
+    if K is not None and (not is_whole(K) or K < 1):
+        raise PicoGPTError(f"K, the number of draft tokens per loop, must be a whole number >= 1, got {K!r}")
+    validate_controls(temperature, top_k, top_p)
+    prompt = np.asarray(ids)
+    if prompt.size == 0:
+        raise PicoGPTError("the prompt is empty: give at least one token (some text, or '<|endoftext|>')")
+    if prompt.ndim != 1 or not np.issubdtype(prompt.dtype, np.integer):
+        raise PicoGPTError(f"the prompt must be a 1-D sequence of token ids, got shape {prompt.shape} "
+                           f"of {prompt.dtype}")
+    vocabularies = {model.config.n_vocab for model in models}
+    if len(vocabularies) > 1:
+        sizes = " vs ".join(f"{model.name}: {model.config.n_vocab:,}" for model in models)
+        raise PicoGPTError(f"the draft and target vocabularies differ ({sizes} tokens): speculative "
+                           "sampling compares p and q token by token, so both models must share one tokenizer")
+    for model in models:
+        # the N generated tokens follow the prompt: prompt + N positions, as if N came before it
+        model.validate_ids(prompt, n_past=N)
+    return [int(t) for t in prompt]

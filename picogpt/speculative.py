@@ -10,83 +10,25 @@ from q with the same sampling controls.
 The paper indexes tokens from 1 (x_1 .. x_K, q_1 .. q_{K+1}); Python indexes from 0, so the
 paper's drafted token x~_t is `drafted[t - 1]` here, and its distributions `p_rows[t - 1]`,
 `q_rows[t - 1]`; the target's extra distribution q_{K+1} is `q_rows[K]`.
+
+Reading order: the four steps, the paper's draft (a model with its KV cache), the loop; then
+what the loop records about itself (its trace and timings), kept apart so the loop reads like
+the paper.
 """
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from . import rejection
-from .errors import PicoGPTError
 from .sampling import distribution, random_generator, sample, validate_sampling_args
 
 
-@dataclass(frozen=True)
-class LoopTrace:
-    """One loop of Algorithm 2, for plots and statistics."""
-    drafted: tuple  # x~_1 .. x~_K, sampled from p
-    p_drafted: tuple  # p_t(x~_t): the draft's probability of each drafted token
-    q_drafted: tuple  # q_t(x~_t): the target's probability of each drafted token
-    r: tuple  # the uniform draws, one per accept/reject decision (empty when a custom `step` ran)
-    n_accepted: int  # drafted tokens kept (the first n_accepted)
-    new_token: int  # resampled from (q - p)+ after a rejection, or the extra token from q_{K+1}
-    resampled: bool  # True: new_token came from (q - p)+; False: all K accepted, it is the extra
-    t_draft_s: float  # K draft calls + sampling
-    t_score_s: float  # the one target call + turning its logits into q
-    t_decide_s: float  # the accept/reject steps and the cache roll-back
-    p: np.ndarray = field(default=None, compare=False, repr=False)  # [K, n_vocab] if kept
-    q: np.ndarray = field(default=None, compare=False, repr=False)  # [K + 1, n_vocab] if kept
-
-    @property
-    def K(self):
-        return len(self.drafted)
-
-    @property
-    def decisions(self):
-        """Accept/reject decisions made: the accepted drafts, plus the rejected one if any."""
-        return self.n_accepted + self.resampled
-
-    @property
-    def tokens(self):
-        """The tokens this loop emitted: the accepted drafts, then the new token."""
-        return self.drafted[: self.n_accepted] + (self.new_token,)
-
-    @property
-    def seconds(self):
-        return self.t_draft_s + self.t_score_s + self.t_decide_s
-
-
-@dataclass
-class SpeculativeResult:
-    """The N tokens speculative sampling produced, and a trace of every loop."""
-    tokens: list  # exactly N generated token ids (the last loop may have made more: cut)
-    loops: list  # [LoopTrace]
-    seconds: float  # total wall time, argument checks excluded
-    K: int
-
-    @property
-    def accepted(self):
-        """Drafted tokens accepted in each loop."""
-        return [loop.n_accepted for loop in self.loops]
-
-    @property
-    def alpha_hat(self):
-        """Observed acceptance rate: accepted / accept-reject decisions made (a decision ends a
-        loop at the first rejection, so later drafts are never judged). This is the estimate
-        of alpha that goes into theory.expected_tokens_per_loop(alpha, K)."""
-        decisions = sum(loop.decisions for loop in self.loops)
-        return sum(self.accepted) / decisions if decisions else float("nan")
-
-    @property
-    def tokens_per_loop(self):
-        """Mean tokens emitted per loop, i.e. per target call (before cutting to N)."""
-        return float(np.mean([len(loop.tokens) for loop in self.loops]))
-
-    @property
-    def tokens_per_s(self):
-        return len(self.tokens) / self.seconds if self.seconds else float("inf")
-
+# ---------------------------------------------------------------------------------------------
+# The steps of one loop
+# ---------------------------------------------------------------------------------------------
 
 def draft_tokens(draft, cache, new, K, controls, rng):
     """Step 1: sample x~_1 .. x~_K from p one at a time with the draft's KV cache.
@@ -137,86 +79,219 @@ def speculative_step(drafted, p, q, rng, r_drawn=None):
     return emitted
 
 
-def run_step(step, drafted, p, q, rng):
-    """Call the step function of Steps 3-4 (None: the library's `speculative_step`, recording its r
-    draws) and check what it returned has the shape of a loop's output. Returns (emitted, r's)."""
-    if step is None or step is speculative_step:
-        rs = []
-        return speculative_step(drafted, p, q, rng, r_drawn=rs), tuple(rs)
-    emitted = [int(x) for x in step(list(drafted), p, q, rng)]
-    K = len(drafted)
-    if not 1 <= len(emitted) <= K + 1 or emitted[:-1] != list(drafted[: len(emitted) - 1]):
-        raise PicoGPTError(f"your step returned {emitted} for drafted {list(drafted)}: it must return the "
-                           f"accepted drafts (a prefix of drafted), then one more token, 1 to {K + 1} ids "
-                           "in all. Try it with picogpt.course.step_exercise.check_speculative_step.")
-    return emitted, ()
+# ---------------------------------------------------------------------------------------------
+# The draft: the paper's is a smaller model
+# ---------------------------------------------------------------------------------------------
 
+class ModelDraft:
+    """The paper's draft: a smaller model p, sampled with its own KV cache (Step 1).
+
+    speculative_sampling takes a model as its draft and wraps it in this class; any object with
+    the same four members can draft instead (notebook 06 and picogpt/drafts.py: a draft with no
+    model, the target's own first layers, a lookahead that adapts):
+      models                               the models it runs (their vocabulary and context are checked)
+      start()                              before the first loop of every run
+      propose(sequence, K, controls, rng)  up to K drafts to follow x_1 .. x_n = sequence, and the
+                                           distributions p [len(drafts), n_vocab] they were sampled from
+      roll_back(n_kept)                    the loop kept x_1 .. x_{n_kept}: forget anything after it
+    """
+
+    def __init__(self, model):
+        self.model, self.name, self.models = model, model.name, (model,)
+        self.cache = None
+
+    def start(self):
+        self.cache = self.model.new_cache()
+
+    def propose(self, sequence, K, controls, rng):
+        return draft_tokens(self.model, self.cache, sequence[len(self.cache):], K, controls, rng)
+
+    def roll_back(self, n_kept):
+        # the draft never saw its own last draft x~_K, so its cache may already be shorter
+        self.cache.truncate(min(n_kept, len(self.cache)))
+
+
+def as_draft(draft):
+    """A model becomes a ModelDraft; an object that already drafts (has `propose`) is used as is."""
+    return draft if hasattr(draft, "propose") else ModelDraft(draft)
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 2
+# ---------------------------------------------------------------------------------------------
 
 def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=None, top_p=None,
-                         seed=None, keep_distributions=False, on_loop=None, step=None):
+                         seed=None, keep_distributions=False, on_loop=None, step=speculative_step):
     """Algorithm 2: sample N tokens from `target` (q), with `draft` (p) proposing K per loop.
 
-    Sampling controls are applied to both p and q before the rejection step. One numpy
-    Generator, made from `seed` (an int, None, or a Generator used as is), drives every random
-    draw: same seed, same output. `keep_distributions=True` keeps p and q of every loop in the
-    trace (for plots). `on_loop(trace)` is called after each loop (its time is not counted).
-    `step` replaces Steps 3-4 with your own `step(drafted, p, q, rng) -> list[int]` (the shape of
-    `speculative_step`; notebook 03's exercise plugs the learner's function in here).
+    `draft` is a model, or any object that drafts (see ModelDraft). Sampling controls are
+    applied to both p and q before the rejection step. One numpy Generator, made from `seed`
+    (an int, None, or a Generator used as is), drives every random draw: same seed, same output.
+    `keep_distributions=True` keeps p and q of every loop in the trace (for plots). `on_loop(trace)`
+    is called after each loop (its time is not counted). `step` replaces Steps 3-4 with your own
+    `step(drafted, p, q, rng) -> list[int]` (the shape of `speculative_step`; notebook 03's exercise
+    plugs the learner's function in here).
 
     Near the end of the context the lookahead shrinks so that the K drafts fit (it never falls
     below 1, since the prompt + N must fit).
     """
-    prompt = validate_sampling_args(ids, N, (draft, target), K=K, temperature=temperature,
-                                 top_k=top_k, top_p=top_p)
+    drafter = as_draft(draft)
+    prompt = validate_sampling_args(ids, N, (*drafter.models, target), K=K, temperature=temperature,
+                                    top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rng = random_generator(seed)
-    n_ctx = min(draft.config.n_ctx, target.config.n_ctx)
-    draft_cache, target_cache = draft.new_cache(), target.new_cache()
+    n_ctx = min(model.config.n_ctx for model in (*drafter.models, target))
+    drafter.start()
+    target_cache = target.new_cache()
     sequence = list(prompt)  # x_1 .. x_n: the prompt and every token emitted so far
-    loops, callback_s = [], 0.0
-    start = time.perf_counter()
+    record = LoopRecorder(keep_distributions, on_loop)  # the clock starts; traces and timings go here
+    step = record.with_r_draws(step)
 
     while len(sequence) - len(prompt) < N:  # "while n < T"
         n = len(sequence)
-        K_loop = min(K, n_ctx - n)  # the target scores positions n .. n + K_loop - 1
+        record.start_loop()
 
         # Step 1. Sample the draft autoregressively: x~_t ~ p(x | x_1..x_n, x~_1..x~_{t-1}).
-        t0 = time.perf_counter()
-        drafted, p_rows = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K_loop,
-                                       controls, rng)
+        drafted, p_rows = drafter.propose(sequence, min(K, n_ctx - n), controls, rng)
+        record.lap("draft")
 
         # Step 2. In parallel (one call), the K + 1 target distributions
         #         q(x | x_1..x_n), q(x | x_1..x_n, x~_1), ..., q(x | x_1..x_n, x~_1..x~_K).
-        t1 = time.perf_counter()
         q_rows = score(target, target_cache, sequence[len(target_cache):], drafted, controls)
+        record.lap("score")
 
         # Steps 3 and 4 (accept/reject each draft in turn; resample or add the extra token).
-        t2 = time.perf_counter()
-        emitted, rs = run_step(step, drafted, p_rows, q_rows, rng)
-        n_accepted, resampled = len(emitted) - 1, len(emitted) <= K_loop
-        new_token = emitted[-1]
+        emitted = step(drafted, p_rows, q_rows, rng)
+        n_accepted = len(emitted) - 1
         sequence += emitted
 
         # Roll both caches back to the kept tokens x_1 .. x_{n + n_accepted}. Neither model has
-        # seen new_token yet, and the draft never saw its own last draft x~_K: the next loop
-        # feeds each model exactly the tokens it is missing.
+        # seen the new token yet: the next loop feeds each model exactly the tokens it is missing.
         target_cache.truncate(n + n_accepted)
-        draft_cache.truncate(min(n + n_accepted, len(draft_cache)))
-        t3 = time.perf_counter()
+        drafter.roll_back(n + n_accepted)
+        record.end_loop(drafted, p_rows, q_rows, emitted)
 
+    return SpeculativeResult(tokens=sequence[len(prompt): len(prompt) + N], loops=record.loops,
+                             seconds=record.seconds(), K=K)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a run records: one trace per loop, and the time of each step
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoopTrace:
+    """One loop of Algorithm 2, for plots and statistics."""
+    drafted: tuple  # x~_1 .. x~_K, sampled from p
+    p_drafted: tuple  # p_t(x~_t): the draft's probability of each drafted token
+    q_drafted: tuple  # q_t(x~_t): the target's probability of each drafted token
+    r: tuple  # the uniform draws, one per accept/reject decision (empty when a custom `step` ran)
+    n_accepted: int  # drafted tokens kept (the first n_accepted)
+    new_token: int  # resampled from (q - p)+ after a rejection, or the extra token from q_{K+1}
+    resampled: bool  # True: new_token came from (q - p)+; False: all K accepted, it is the extra
+    t_draft_s: float  # K draft calls + sampling
+    t_score_s: float  # the one target call + turning its logits into q
+    t_decide_s: float  # the accept/reject steps and the cache roll-back
+    p: np.ndarray = field(default=None, compare=False, repr=False)  # [K, n_vocab] if kept
+    q: np.ndarray = field(default=None, compare=False, repr=False)  # [K + 1, n_vocab] if kept
+
+    @property
+    def K(self):
+        return len(self.drafted)
+
+    @property
+    def decisions(self):
+        """Accept/reject decisions made: the accepted drafts, plus the rejected one if any."""
+        return self.n_accepted + self.resampled
+
+    @property
+    def tokens(self):
+        """The tokens this loop emitted: the accepted drafts, then the new token."""
+        return self.drafted[: self.n_accepted] + (self.new_token,)
+
+    @property
+    def seconds(self):
+        return self.t_draft_s + self.t_score_s + self.t_decide_s
+
+
+@dataclass
+class SpeculativeResult:
+    """The N tokens speculative sampling produced, and a trace of every loop."""
+    tokens: list  # exactly N generated token ids (the last loop may have made more: cut)
+    loops: list  # [LoopTrace]
+    seconds: float  # total wall time, argument checks excluded
+    K: int  # the lookahead asked for (a loop drafts fewer near the context's end, or if its draft has fewer)
+
+    @property
+    def accepted(self):
+        """Drafted tokens accepted in each loop."""
+        return [loop.n_accepted for loop in self.loops]
+
+    @property
+    def alpha_hat(self):
+        """Observed acceptance rate: accepted / accept-reject decisions made (a decision ends a
+        loop at the first rejection, so later drafts are never judged). This is the estimate
+        of alpha that goes into theory.expected_tokens_per_loop(alpha, K)."""
+        decisions = sum(loop.decisions for loop in self.loops)
+        return sum(self.accepted) / decisions if decisions else float("nan")
+
+    @property
+    def tokens_per_loop(self):
+        """Mean tokens emitted per loop, i.e. per target call (before cutting to N)."""
+        return float(np.mean([len(loop.tokens) for loop in self.loops]))
+
+    @property
+    def tokens_per_s(self):
+        return len(self.tokens) / self.seconds if self.seconds else float("inf")
+
+
+class LoopRecorder:
+    """Everything speculative_sampling measures and keeps, in one place, so that its loop shows
+    only the algorithm: the wall clock (on_loop's time left out), the time of each step, the
+    uniform draws r of the library's step, and one LoopTrace per loop."""
+
+    def __init__(self, keep_distributions=False, on_loop=None):
+        self.keep_distributions, self.on_loop = keep_distributions, on_loop
+        self.loops, self.r, self.laps_s = [], [], {}
+        self.callback_s = 0.0
+        self.started = self.lap_started = time.perf_counter()
+
+    def with_r_draws(self, step):
+        """The library's step (also for step=None), made to hand its uniform draws r to the trace;
+        any other step as it is (its trace has no r)."""
+        if step is None or step is speculative_step:
+            return partial(speculative_step, r_drawn=self.r)
+        return step
+
+    def start_loop(self):
+        self.r.clear()
+        self.laps_s = {}
+        self.lap_started = time.perf_counter()
+
+    def lap(self, name):
+        """The time since the last lap (or the loop's start) was spent on `name`."""
+        now = time.perf_counter()
+        self.laps_s[name] = now - self.lap_started
+        self.lap_started = now
+
+    def end_loop(self, drafted, p_rows, q_rows, emitted):
+        """Steps 3-4 and the roll-back are over: time them, trace the loop, call on_loop."""
+        self.lap("decide")
+        n_accepted = len(emitted) - 1
         trace = LoopTrace(
-            drafted=tuple(drafted),
+            drafted=tuple(int(x) for x in drafted),
             p_drafted=tuple(float(p_rows[t, x]) for t, x in enumerate(drafted)),
             q_drafted=tuple(float(q_rows[t, x]) for t, x in enumerate(drafted)),
-            r=tuple(rs), n_accepted=n_accepted, new_token=new_token, resampled=resampled,
-            t_draft_s=t1 - t0, t_score_s=t2 - t1, t_decide_s=t3 - t2,
-            p=p_rows if keep_distributions else None, q=q_rows if keep_distributions else None)
-        loops.append(trace)
-        if on_loop is not None:
-            t4 = time.perf_counter()
-            on_loop(trace)
-            callback_s += time.perf_counter() - t4
+            r=tuple(self.r), n_accepted=n_accepted, new_token=int(emitted[-1]),
+            resampled=len(emitted) <= len(drafted),
+            t_draft_s=self.laps_s["draft"], t_score_s=self.laps_s["score"], t_decide_s=self.laps_s["decide"],
+            p=p_rows if self.keep_distributions else None, q=q_rows if self.keep_distributions else None)
+        self.loops.append(trace)
+        if self.on_loop is not None:
+            before = time.perf_counter()
+            self.on_loop(trace)
+            self.callback_s += time.perf_counter() - before
 
-    seconds = time.perf_counter() - start - callback_s
-    return SpeculativeResult(tokens=sequence[len(prompt): len(prompt) + N], loops=loops,
-                             seconds=seconds, K=K)
+    def seconds(self):
+        """Wall time since the recorder started, without the time spent in on_loop."""
+        return time.perf_counter() - self.started - self.callback_s

@@ -28,6 +28,9 @@ class MemoModel:
     def new_cache(self):
         return TokenCache()
 
+    def validate_ids(self, ids, n_past=0):
+        return self.model.validate_ids(ids, n_past)
+
     def next_logits(self, prefix):
         if prefix not in self.table:
             logits = self.model(list(prefix))  # [len(prefix), n_vocab]
@@ -73,6 +76,9 @@ class InstrumentedModel:
     def new_cache(self):
         self.caches.append(RecordingCache(self))
         return self.caches[-1]
+
+    def validate_ids(self, ids, n_past=0):
+        return self.model.validate_ids(ids, n_past)
 
     def compare(self, logits, tokens):
         full = self.model(tokens)[-len(logits):]  # a fresh forward pass, no cache

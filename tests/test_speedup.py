@@ -37,6 +37,9 @@ class Clocked:
     def new_cache(self):
         return self.model.new_cache()
 
+    def validate_ids(self, ids, n_past=0):
+        return self.model.validate_ids(ids, n_past)
+
     def __call__(self, ids, cache):
         self.clock.now += self.base + self.per_position * (len(ids) - 1) + (self.prefill if len(cache) == 0 else 0)
         return self.model(ids, cache)

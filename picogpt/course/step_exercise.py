@@ -13,7 +13,10 @@ and it returns what the loop emits: the accepted drafts, then one token resample
 cases it draws the drafts from p, calls fn, and compares the histogram of (drafts, output) with
 the exact probabilities of Algorithm 2 by a chi-square test. When the answer is wrong it also
 tests the classic mistakes (`VARIANTS`), whose exact distributions it computes the same way,
-and names the one the output fits. `VARIANTS[i].step` runs a mistake, for notebook 04's demo.
+and names the one the output fits; mistakes that show in a single output (a token after the
+resampled one, an id outside the vocabulary, rng.choice refusing an unnormalised residual) are
+named as soon as they happen. Every call of the learner's code is guarded: the grader reports,
+it never raises. `VARIANTS[i].step` runs a mistake, for notebook 04's demo.
 """
 
 import inspect
@@ -23,6 +26,7 @@ from itertools import product
 import numpy as np
 
 from .. import rejection, speculative
+from ..errors import PicoGPTError
 from ..sampling import sample
 from .chi_square import chi_square_sf, chi_square_test
 
@@ -35,25 +39,39 @@ def always(p, q, x):
     return 1.0
 
 
+def unnormalised_residual(leftover_to):
+    """max(0, q - p) without dividing by its sum, sampled by a hand-written inverse CDF: the
+    mass it lacks (1 - sum) lands on the token the search falls back to, `leftover_to` (0: the
+    first, as np.argmax(cdf > u) does; -1: the last, as a search clipped to n_vocab - 1 does)."""
+    def resample_from(p, q):
+        positive = np.maximum(0.0, np.asarray(q, np.float64) - np.asarray(p, np.float64))
+        positive[leftover_to] += 1.0 - positive.sum()
+        return positive
+    return resample_from
+
+
 @dataclass(frozen=True)
 class StepVariant:
     """One way to write Steps 3-4: accept x̃_t with probability accept(p_t, q_t, x̃_t); after a
     rejection draw from resample_from(p_t, q_t); when all K pass, the extra token from
-    q[bonus_row(K)] (bonus_row None: no extra token)."""
+    q[bonus_row(K)] (bonus_row None: no extra token). one_r: a single uniform r judges every
+    draft of the loop, instead of a fresh one per draft."""
     name: str
     hint: str  # what to fix, said to the learner
     accept: object = rejection.accept_probability
     resample_from: object = rejection.residual
     bonus_row: object = lambda K: K  # noqa: E731
+    one_r: bool = False
 
     def step(self, drafted, p, q, rng):
         """This variant as a runnable step(drafted, p, q, rng) -> list[int] (random draws in the
         library's order). Algorithm 2 itself is the library's `speculative_step`."""
         if self is ALGORITHM_2:
             return speculative.speculative_step(drafted, p, q, rng)
-        emitted = []
+        emitted, r = [], None
         for t, x in enumerate(drafted):
-            if rng.random() < self.accept(p[t], q[t], x):
+            r = rng.random() if r is None or not self.one_r else r
+            if r < self.accept(p[t], q[t], x):
                 emitted.append(int(x))
             else:
                 return emitted + [sample(self.resample_from(p[t], q[t]), rng)]
@@ -65,11 +83,13 @@ class StepVariant:
         out, kept = {}, 1.0  # kept: P(the first t drafts all accepted)
         for t, x in enumerate(drafted):
             a = self.accept(p[t], q[t], x)
-            if kept * (1 - a) > 0:
+            kept_next = min(kept, a) if self.one_r else kept * a  # one r: accepted while r < every a so far
+            rejected_here = kept - kept_next  # P(the first t accepted, this one rejected)
+            if rejected_here > 0:
                 for y, prob in enumerate(self.resample_from(p[t], q[t])):
                     key = tuple(drafted[:t]) + (y,)
-                    out[key] = out.get(key, 0.0) + kept * (1 - a) * prob
-            kept *= a
+                    out[key] = out.get(key, 0.0) + rejected_here * prob
+            kept = kept_next
         row = self.bonus_row(len(drafted))
         if row is None:
             out[tuple(drafted)] = out.get(tuple(drafted), 0.0) + kept
@@ -80,6 +100,8 @@ class StepVariant:
         return out
 
 
+NORMALISE = ("divide max(0, q − p) by its sum before sampling from it: (q − p)+ is a distribution, "
+             "and the mass it lacks must not fall on one token")
 ALGORITHM_2 = StepVariant("Algorithm 2", "")
 VARIANTS = (
     ALGORITHM_2,
@@ -90,6 +112,10 @@ VARIANTS = (
                 "the tokens the target wants more than the draft offered", resample_from=lambda p, q: np.asarray(p, np.float64)),
     StepVariant("the residual reversed, (p − q)+", "your residual is max(0, p − q) renormalised; it must be "
                 "max(0, q − p): what the target wants more than the draft", resample_from=lambda p, q: rejection.residual(q, p)),
+    StepVariant("the residual not normalised (its missing mass on the first token)", NORMALISE,
+                resample_from=unnormalised_residual(0)),
+    StepVariant("the residual not normalised (its missing mass on the last token)", NORMALISE,
+                resample_from=unnormalised_residual(-1)),
     StepVariant("no bonus token", "when all K drafts are accepted, the loop emits one more token, from q[K] "
                 "(the target's distribution after the last draft): K + 1 tokens. (Without it the text is still "
                 "distributed as q — the next loop drafts that position again — but every clean sweep throws away "
@@ -100,10 +126,22 @@ VARIANTS = (
                 "not q(x̃_t): divide by p(x̃_t), the chance it was drafted", accept=lambda p, q, x: float(q[x])),
     StepVariant("accepting with probability min(1, p/q)", "the ratio is upside down: accept with "
                 "min(1, q(x̃_t) / p(x̃_t))", accept=lambda p, q, x: rejection.accept_probability(q, p, x)),
-    StepVariant("accepting every draft", "a draft must pass the test r < min(1, q(x̃_t) / p(x̃_t)); "
-                "keeping all of them samples from p, not q", accept=always),
+    StepVariant("accepting every draft", "a draft must pass the test r < min(1, q(x̃_t) / p(x̃_t)) with a "
+                "uniform r drawn from rng; keeping every draft (or never drawing r) samples from p, not q",
+                accept=always),
+    StepVariant("one r for the whole loop", "draw a fresh r = rng.random() for every draft you judge; with one "
+                "r for the loop the verdicts are tied together (a small r accepts everything, a large one "
+                "rejects early), and the drafts after the first are kept too often", one_r=True),
 )
 MISTAKES = {variant.name: variant for variant in VARIANTS[1:]}
+
+# Mistakes that show in one output or one exception, named the moment they happen
+EXTRA_AFTER_REJECTION = ("the loop emitted a token after the one resampled at a rejection (for drafts {drafts} "
+                         "it returned {output}): after a rejection the loop emits the resampled token and stops; "
+                         "the extra token from q[K] comes only when all K drafts are accepted")
+JUDGED_ON = ("for drafts {drafts} it returned {output}: after the first rejection it went on judging the later "
+             "drafts. The loop stops at the first rejection, since the later drafts were conditioned on a token "
+             "that is now gone")
 
 # ---------------------------------------------------------------------------------------------
 # The grader
@@ -124,16 +162,21 @@ class StepCase:
     def K(self):
         return len(self.p)
 
+    @property
+    def n_vocab(self):
+        return self.p.shape[1]
+
 
 def grading_cases():
     """Small cases where every classic mistake changes the output distribution: K = 1, 2, 3, a
     token with p(x) = 0 (never drafted) and one with q(x) = 0 (a draft the target refuses),
-    and a row with p = q (never rejected)."""
+    a row with p = q (never rejected), and two drafts in a row each kept about half the time
+    (where one r for the whole loop shows)."""
     def rows(*r):
         return np.array(r, np.float64)
     return (
         StepCase(p=rows([0.6, 0.3, 0.1]), q=rows([0.2, 0.5, 0.3], [0.1, 0.2, 0.7])),
-        StepCase(p=rows([0.5, 0.4, 0.1], [0.2, 0.2, 0.6]), q=rows([0.3, 0.3, 0.4], [0.5, 0.3, 0.2], [0.7, 0.2, 0.1])),
+        StepCase(p=rows([0.6, 0.3, 0.1], [0.5, 0.1, 0.4]), q=rows([0.3, 0.3, 0.4], [0.25, 0.45, 0.3], [0.7, 0.2, 0.1])),
         StepCase(p=rows([0.5, 0.5, 0.0], [0.3, 0.3, 0.4], [0.6, 0.2, 0.2]),
                  q=rows([0.2, 0.3, 0.5], [0.3, 0.3, 0.4], [0.0, 0.5, 0.5], [0.4, 0.4, 0.2])),
     )
@@ -141,7 +184,7 @@ def grading_cases():
 
 def all_drafts(case):
     """Every possible draft sequence and its probability under p: [(drafted tuple, probability)]."""
-    V = case.p.shape[1]
+    V = case.n_vocab
     return [(d, float(np.prod([case.p[t, x] for t, x in enumerate(d)]))) for d in product(range(V), repeat=case.K)]
 
 
@@ -157,38 +200,81 @@ def exact_joint(variant, case):
 
 def fit(counts, variant, cases):
     """Chi-square of the observed counts against `variant`, one test per case, the statistics and
-    degrees of freedom added up into one test: (statistic, dof, p-value)."""
-    statistic, dof = 0.0, 0
+    degrees of freedom added up into one test: (statistic, dof, p-value, an observed (drafts,
+    output) that `variant` never produces, or None)."""
+    statistic, dof, impossible = 0.0, 0, None
     for case, case_counts in zip(cases, counts):
         joint = exact_joint(variant, case)
+        never = [key for key in case_counts if joint.get(key, 0.0) == 0.0]
+        if never:
+            impossible = impossible or never[0]
+            continue
         keys = sorted(set(joint) | set(case_counts))
         s, d, _ = chi_square_test([case_counts.get(k, 0) for k in keys], [joint.get(k, 0.0) for k in keys])
         statistic, dof = statistic + s, dof + d
-    return statistic, dof, chi_square_sf(statistic, dof) if np.isfinite(statistic) else 0.0
+    if impossible is not None:
+        return float("inf"), dof, 0.0, impossible
+    return statistic, dof, chi_square_sf(statistic, dof), None
 
 
-def shape_problem(output, drafted):
-    """Why `output` cannot be what a loop emits for these drafts, or None."""
-    K = len(drafted)
-    if not isinstance(output, (list, tuple)) or not all(isinstance(x, (int, np.integer)) for x in output):
-        return (f"it returned {output!r}; return a list of token ids (Python ints), e.g. "
-                "emitted.append(int(token)).")
-    if not 1 <= len(output) <= K + 1:
-        return (f"it returned {len(output)} tokens for K = {K} drafts; a loop emits between 1 and K + 1 "
-                "(the accepted drafts, then one more).")
-    if list(output[:-1]) != list(drafted[: len(output) - 1]):
-        return (f"for drafts {list(drafted)} it returned {list(output)}: the tokens before the last must be the "
-                "first drafts, in order. Judging drafts after the first rejection: the loop stops there, since "
-                "the later drafts were conditioned on a token that is now gone.")
+def as_tokens(output):
+    """The output as a tuple of ints, or None when it is not a list or tuple of integers."""
+    if not isinstance(output, (list, tuple)) or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                                        for x in output):
+        return None
+    return tuple(int(x) for x in output)
+
+
+def shape_problem(output, drafted, n_vocab):
+    """Why `output` cannot be what a loop emits for these drafts: (kind, message), or None.
+    kind is "fatal", or "extra" / "judged on" for a prefix that goes wrong after a rejection:
+    one output of K = 1 cannot tell those two apart, so the grader decides after every trial."""
+    K, tokens = len(drafted), as_tokens(output)
+    if tokens is None:
+        return "fatal", (f"it returned {output!r}; return a list of token ids (Python ints), e.g. "
+                         "emitted.append(int(token)).")
+    outside = [x for x in tokens if not 0 <= x < n_vocab]
+    if outside:
+        return "fatal", (f"it returned token id {outside[0]}, outside the vocabulary (ids 0..{n_vocab - 1}). From a "
+                         "hand-written inverse CDF this means the probabilities you searched add up to less than 1: "
+                         f"a classic mistake, the residual not normalised ({NORMALISE}).")
+    if not tokens:
+        return "fatal", ("it returned no token; a loop always emits at least one: after a rejection of the very first "
+                         "draft, the token resampled from (q − p)+.")
+    if len(tokens) > K + 1:
+        return "fatal", (f"it returned {len(tokens)} tokens for K = {K} drafts; a loop emits between 1 and K + 1 "
+                         "(the accepted drafts, then one more).")
+    if list(tokens[:-1]) != list(drafted[: len(tokens) - 1]):
+        j = next(i for i, (a, b) in enumerate(zip(tokens, drafted)) if a != b)  # the first token that is not a draft
+        kind, template = ("extra", EXTRA_AFTER_REJECTION) if len(tokens) == j + 2 else ("judged on", JUDGED_ON)
+        return kind, template.format(drafts=list(drafted), output=list(tokens))
     return None
+
+
+def error_message(error, drafted, case):
+    """What to say about an exception the learner's step raised: the classic mistakes that end
+    in one (rng.choice refusing a residual that is not a distribution) by name."""
+    text = str(error)
+    if isinstance(error, ValueError) and "do not sum to 1" in text:
+        return (f"your step raised ValueError: {text}. That is a classic mistake, the residual not normalised: "
+                f"{NORMALISE}.")
+    if isinstance(error, ValueError) and "non-negative" in text:
+        return (f"your step raised ValueError: {text}. q − p is negative where the draft over-rates a token: "
+                "the residual is max(0, q − p), then divided by its sum.")
+    return (f"with drafts {list(drafted)}, p = {case.p.tolist()}, q = {case.q.tolist()}, your step raised "
+            f"{type(error).__name__}: {error}")
+
+
+def attempt(fn, drafted, case, rng):
+    """Call the learner's step on copies of p and q: (output, None), or (None, what to say) if it raised."""
+    try:
+        return fn(list(drafted), case.p.copy(), case.q.copy(), rng), None
+    except Exception as e:  # the learner's code: report it, don't crash the notebook
+        return None, error_message(e, drafted, case)
 
 
 def p_text(p_value):
     return f"{p_value:.2g}" if p_value >= 1e-16 else "< 1e-16"
-
-
-def call(fn, drafted, case, rng):
-    return fn(list(drafted), case.p.copy(), case.q.copy(), rng)
 
 
 def check_speculative_step(fn, trials=TRIALS, seed=0):
@@ -197,10 +283,11 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
     First the shape of each output (a prefix of the drafts, then one token), and that the same
     Generator seed gives the same output; then the distribution: `trials` calls per case, the
     drafts sampled from p, one chi-square test of the (drafts, output) histogram against Algorithm 2's
-    exact probabilities. A correct step is refused with probability at most SIGNIFICANCE = 1e-4;
-    each classic mistake moves the distribution of some case by a total-variation distance of
-    0.08 or more (tests/test_step_exercise.py checks it), far beyond the noise of 4,000 trials:
-    every one of them is refused at p < 1e-12 there."""
+    exact probabilities. The drafts, the learner's step in each case and the same-seed checks draw
+    from independent streams (one SeedSequence, spawned). A correct step is refused with probability
+    at most SIGNIFICANCE = 1e-4; each classic mistake moves the distribution of some case by a
+    total-variation distance of 0.08 or more (tests/test_step_exercise.py checks it), far beyond the
+    noise of 4,000 trials."""
     def verdict(ok, message):
         print(("✔ right: " if ok else "✘ not yet: ") + message)
         return ok
@@ -208,48 +295,71 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
     if fn is None or fn is Ellipsis or not callable(fn):
         return verdict(False, "write your step function, then pass the function itself: check_speculative_step(my_speculative_step).")
     cases = grading_cases()
-    draft_rng = np.random.default_rng(seed)
-    counts = []
-    for i, case in enumerate(cases):
-        case_counts = {}
-        step_rng = np.random.default_rng([seed, i])
+    draft_stream, seed_checks, *step_streams = np.random.SeedSequence(seed).spawn(2 + len(cases))
+    draft_rng = np.random.default_rng(draft_stream)
+    counts, after_rejection = [], {}  # kind -> the first message of that kind
+    for case, step_stream in zip(cases, step_streams):
+        step_rng, case_counts = np.random.default_rng(step_stream), {}
         for trial in range(trials):
             drafted = tuple(int(sample(row, draft_rng)) for row in case.p)
-            try:
-                output = call(fn, drafted, case, step_rng)
-            except Exception as e:  # the learner's code: report it, don't crash the notebook
-                return verdict(False, f"with drafts {list(drafted)}, p = {case.p.tolist()}, q = {case.q.tolist()}, "
-                                      f"your step raised {type(e).__name__}: {e}")
-            problem = shape_problem(output, drafted)
+            output, error = attempt(fn, drafted, case, step_rng)
+            if error:
+                return verdict(False, error)
+            problem = shape_problem(output, drafted, case.n_vocab)
+            if problem and problem[0] == "fatal":
+                return verdict(False, problem[1])
             if problem:
-                return verdict(False, problem)
+                after_rejection.setdefault(problem[0], problem[1])
+                continue
             if trial < SEED_CHECKS:  # several: a step with its own unseeded rng may agree once by chance
-                first, again = (call(fn, drafted, case, np.random.default_rng([12345, trial])) for _ in range(2))
-                if list(first) != list(again):
+                same_seed = seed_checks.spawn(1)[0]
+                (first, error), (again, error_again) = (attempt(fn, drafted, case, np.random.default_rng(same_seed))
+                                                        for _ in range(2))
+                if error or error_again:
+                    return verdict(False, error or error_again)
+                if as_tokens(first) != as_tokens(again):
                     return verdict(False, "two calls with Generators of the same seed gave different outputs: "
                                           "draw every random number from the rng argument (rng.random(), rng.choice).")
-            key = (drafted, tuple(int(x) for x in output))
+            key = (drafted, as_tokens(output))
             case_counts[key] = case_counts.get(key, 0) + 1
         counts.append(case_counts)
-    statistic, dof, p_value = fit(counts, ALGORITHM_2, cases)
+    if after_rejection:  # judging on shows, with K >= 2, a second token after the first non-draft
+        return verdict(False, after_rejection.get("judged on") or after_rejection["extra"])
+    statistic, dof, p_value, impossible = fit(counts, ALGORITHM_2, cases)
     if p_value > SIGNIFICANCE:
         return verdict(True, f"over {len(cases)} cases (K = 1, 2, 3), {len(cases) * trials:,} calls, your step's outputs "
                              f"fit Algorithm 2's exact distribution (chi² = {statistic:.0f} on {dof} dof, p = {p_value:.2g}). "
                              "It is the function speculative_sampling runs: try speculative_sampling(..., step=speculative_step).")
+    against = (f"for drafts {list(impossible[0])} it returned {list(impossible[1])}, which Algorithm 2 never does"
+               if impossible else f"chi² = {statistic:.0f} on {dof} dof against Algorithm 2, p = {p_text(p_value)}")
     fits = sorted(((fit(counts, v, cases)[2], v) for v in MISTAKES.values()), key=lambda pv: -pv[0])
     best_p, best = fits[0]
     if best_p > SIGNIFICANCE:
-        return verdict(False, f"your outputs match a classic mistake, {best.name} (chi² test p = {best_p:.2g}, "
-                              f"against Algorithm 2 p = {p_text(p_value)}): {best.hint}.")
-    return verdict(False, f"your outputs are not distributed as Algorithm 2's (chi² = {statistic:.0f} on {dof} dof, "
-                          f"p = {p_text(p_value)}), nor like any classic mistake I know. Walk through Steps 3-4: "
-                          "r ~ U[0, 1) per draft, accept if r < min(1, q/p), else one token from (q − p)+ and stop; "
-                          "all accepted: one more from q[K].")
+        return verdict(False, f"your outputs match a classic mistake, {best.name} (chi² test p = {best_p:.2g}; "
+                              f"{against}): {best.hint}.")
+    return verdict(False, f"your outputs are not distributed as Algorithm 2's ({against}), nor like any classic "
+                          "mistake I know. Walk through Steps 3-4: r ~ U[0, 1) per draft, accept if r < min(1, q/p), "
+                          "else one token from (q − p)+ and stop; all accepted: one more from q[K].")
 
 
 def solution():
     """The library's own Steps 3-4: print it when you are stuck (it is what speculative_sampling runs)."""
     print(inspect.getsource(speculative.speculative_step))
+
+
+def checked(step):
+    """`step`, with each output checked: a prefix of the drafts, then one token, 1 to K + 1 ids
+    (as Python ints). speculative_sampling(..., step=checked(my_step)) stops with a message at
+    the first loop your step gets wrong, instead of running on with it."""
+    def checked_step(drafted, p, q, rng):
+        output = step(list(drafted), p, q, rng)
+        tokens, K = as_tokens(output), len(drafted)
+        if tokens is None or not 1 <= len(tokens) <= K + 1 or list(tokens[:-1]) != list(drafted[: len(tokens) - 1]):
+            raise PicoGPTError(f"your step returned {output!r} for drafted {list(drafted)}: it must return the "
+                               f"accepted drafts (a prefix of drafted), then one more token, 1 to {K + 1} ids "
+                               "in all. Try it with picogpt.course.step_exercise.check_speculative_step.")
+        return list(tokens)
+    return checked_step
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,6 +375,9 @@ class Recording:
 
     def new_cache(self):
         return self.model.new_cache()
+
+    def validate_ids(self, ids, n_past=0):
+        return self.model.validate_ids(ids, n_past)
 
     def __call__(self, ids, cache):
         self.calls.append((len(cache), len(ids)))
@@ -299,17 +412,42 @@ def cache_problem(draft, target, emitted_per_loop, n_prompt, K):
     return None
 
 
+def count_problem(target_calls, loops, got, N, raised):
+    """The counts first: loops run, target calls per loop, tokens returned. A message, or None."""
+    if loops == 0 and not raised:
+        return ("your loop never called step: Steps 3-4 are missing (the scaffold as given?). Call "
+                "emitted = step(drafted, p, q, rng), append what it emits, roll both caches back, and "
+                "delete the `break`")
+    if target_calls not in (loops, loops + raised):  # a loop that raised may have scored already
+        return (f"{target_calls} target calls for {loops} loops; score all K + 1 positions in one call per loop "
+                "(score(target, target_cache, ...)), not one call per position")
+    if raised:
+        return None
+    tokens = as_tokens(got)
+    if tokens is None:
+        return f"your loop returned {got!r}; return the list of the N generated token ids"
+    if len(tokens) < N:
+        return (f"your loop returned {len(tokens)} tokens, N = {N} were asked: it stopped early. The while loop "
+                "must run until N tokens are out (a `break` left in?)")
+    if len(tokens) > N:
+        return (f"{len(tokens)} tokens, expected N = {N}: the last loop may emit more than needed, cut the "
+                "output to N")
+    return None
+
+
 def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), seeds=(0, 1)):
     """Grade a learner's my_speculative_sampling(draft, target, ids, N, K, rng, step) -> list of N ids:
     for each K and seed, the same tokens as speculative_sampling(..., seed=seed, step=step), one
-    target call per loop, and both caches rolled back to the kept tokens. Prints why; returns a bool."""
+    target call per loop, and both caches rolled back to the kept tokens. Counts (loops, target
+    calls, tokens) are judged before the caches, so a loop cut short is not blamed on its roll-back.
+    Prints why; returns a bool."""
     def verdict(ok, message):
         print(("✔ right: " if ok else "✘ not yet: ") + message)
         return ok
 
     if fn is None or not callable(fn):
         return verdict(False, "pass your function itself: check_speculative_loop(my_speculative_sampling, draft, target, ids).")
-    step = speculative.speculative_step if step is None else step
+    step = speculative.speculative_step if step is None else checked(step)
     for K in Ks:
         for seed in seeds:
             expected = speculative.speculative_sampling(draft, target, ids, N, K=K, seed=seed, step=step)
@@ -318,21 +456,19 @@ def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), s
                 got, error = fn(d, t, list(ids), N, K, np.random.default_rng(seed), recording_step(step, log)), None
             except Exception as e:  # the learner's code: report it, don't crash the notebook
                 got, error = None, e
+            where = f"K = {K}, seed {seed}"
+            problem = count_problem(len(t.calls), len(log), got, N, raised=error is not None)
+            if problem:
+                return verdict(False, f"{where}: {problem}.")
             problem = cache_problem(d, t, log + [[]], len(ids), K)  # the loop that raised counts too
             if problem:
-                return verdict(False, f"K = {K}, seed {seed}: {problem}.")
+                return verdict(False, f"{where}: {problem}.")
             if error is not None:
-                return verdict(False, f"K = {K}, seed {seed}: your loop raised {type(error).__name__}: {error}")
-            got = [int(x) for x in got]
-            if len(t.calls) != len(log):
-                return verdict(False, f"K = {K}, seed {seed}: {len(t.calls)} target calls for {len(log)} loops; "
-                                      "score all K + 1 positions in one call per loop.")
-            if len(got) != N:
-                return verdict(False, f"K = {K}, seed {seed}: {len(got)} tokens, expected N = {N}: the last loop may "
-                                      "emit more than needed, cut the output to N.")
+                return verdict(False, f"{where}: your loop raised {type(error).__name__}: {error}")
+            got = list(as_tokens(got))
             if got != expected.tokens:
-                where = next(i for i, (a, b) in enumerate(zip(got, expected.tokens)) if a != b)
-                return verdict(False, f"K = {K}, seed {seed}: token {where} differs from speculative_sampling's. Same "
+                first = next(i for i, (a, b) in enumerate(zip(got, expected.tokens)) if a != b)
+                return verdict(False, f"{where}: token {first} differs from speculative_sampling's. Same "
                                       "seed, same draws: draft K tokens (draft_tokens), score once (score), call step, "
                                       "append what it emits, roll back both caches, in that order.")
     return verdict(True, f"for K in {list(Ks)} and seeds {list(seeds)} your loop writes exactly what "

@@ -2,7 +2,7 @@
 
 A `BigramModel`'s next-token logits depend only on the last token (a table [n_vocab, n_vocab]),
 yet it has the interface the samplers expect from a GPT2 (`model(ids, cache)`, `new_cache()`,
-`config.n_vocab`, `config.n_ctx`, `name`). So speculative_sampling runs on a toy pair exactly as
+`validate_ids`, `config.n_vocab`, `config.n_ctx`, `name`). So speculative_sampling runs on a toy pair exactly as
 on GPT-2, and the exact joint distribution of its first tokens can be written down
 (`joint_distribution`) and compared with what the loop samples (notebook 04).
 """
@@ -13,6 +13,7 @@ from itertools import product
 import numpy as np
 
 from ..errors import PicoGPTError
+from ..model import GPT2
 from ..sampling import distribution
 
 
@@ -47,6 +48,8 @@ class BigramModel:
 
     def new_cache(self):
         return TokenCache()
+
+    validate_ids = GPT2.validate_ids  # the same vocabulary and context checks as GPT-2's (config and name)
 
     def __call__(self, ids, cache=None):
         cache = TokenCache() if cache is None else cache
