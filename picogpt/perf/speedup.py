@@ -192,7 +192,7 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
     spec_runs {K: [SpeculativeResult]} one per repeat, in the same order (same seeds)."""
     steady = {K: [loop for run in runs for loop in run.loops[1:]] for K, runs in spec_runs.items()}
     t_target_s = median_or_nan([t for run in ar_runs for t in run.token_times_s[1:]])
-    t_draft_s = median_or_nan([loop.t_draft_s / loop.K for loops in steady.values() for loop in loops])
+    t_draft_s = median_or_nan([loop.t_draft_s / loop.K for loops in steady.values() for loop in loops if loop.K])
     ar_seconds = [run.seconds for run in ar_runs]
     ar_median_s = float(np.median(ar_seconds))
     loops = {K: [loop for run in runs for loop in run.loops] for K, runs in spec_runs.items()}
@@ -227,11 +227,13 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
 # ---------------------------------------------------------------------------------------------
 
 def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=4, temperature=1.0,
-                    top_k=None, top_p=None):
+                    top_k=None, top_p=None, on_run=None):
     """Sample N tokens after `ids` autoregressively from `target` and speculatively with `draft`
     proposing K tokens per loop, for each K in Ks, `repeats` times interleaved (repeat r uses
     seed + r for every variant); returns a SpeedupMeasurement. A short warm-up run of each
-    variant (warmup_tokens, not counted) first pays the page faults and thread start-up."""
+    variant (warmup_tokens, not counted) first pays the page faults and thread start-up.
+    `draft` is a model or any draft speculative_sampling takes (picogpt/drafts.py);
+    `on_run(K, result)` sees every timed speculative run (notebook 06 reads its loops)."""
     Ks = [int(K) for K in Ks]
     if not Ks or repeats < 1 or N < 2:
         raise PicoGPTError(f"measure_speedup needs at least one K (got {Ks}), repeats >= 1 (got {repeats}) "
@@ -247,6 +249,8 @@ def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=
         ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
         for K in Ks:
             spec_runs[K].append(speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat, **controls))
+            if on_run is not None:
+                on_run(K, spec_runs[K][-1])
     return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, load_before, load_average())
 
 

@@ -1,0 +1,107 @@
+"""Notebook 06's numbers: other drafts measured the way notebook 05 measures the paper's.
+
+Every strategy runs through the same `speculative_sampling` and is timed by the same function,
+`perf.speedup.measure_speedup` (its `on_run` hands over each run's loops). A strategy may
+propose a different number of drafts in each loop (prompt lookup finds 0 to K tokens; adaptive
+K changes K as it goes), so its prediction is Chen et al.'s arithmetic summed over the loops it
+actually ran: the tokens each loop should emit at the measured alpha, over what each loop should
+cost at the measured in-loop costs.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import theory
+from ..io.params import expected_shapes
+from ..perf import speedup, timing
+from ..sampling import distribution
+
+
+def steady_loops(runs):
+    """The loops of every run but each run's first (it also reads the prompt)."""
+    return [loop for run in runs for loop in run.loops[1:]]
+
+
+def median_t_score_s(loops):
+    """{K: median scoring time of the loops that drafted K tokens}."""
+    return {K: float(np.median([loop.t_score_s for loop in loops if loop.K == K])) for K in {loop.K for loop in loops}}
+
+
+def loop_prediction(loops, alpha, t_draft_s, t_target_s):
+    """Predicted speedup of loops that drafted K_i tokens each: the arithmetic of notebook 05
+    summed over them, Σ (1 - alpha^(K_i+1)) / (1 - alpha) / Σ (K_i t_draft + t_score(K_i)) × t_target,
+    t_score(K) the median scoring time of the loops with that K. With one K for every loop it is
+    notebook 05's prediction."""
+    Ks = np.array([loop.K for loop in loops])
+    t_score_s = median_t_score_s(loops)
+    tokens = float(np.sum(theory.expected_tokens_per_loop(alpha, Ks)))
+    seconds = float(np.sum(Ks * t_draft_s) + sum(t_score_s[K] for K in Ks))
+    return tokens / seconds * t_target_s
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    """One strategy, measured by measure_speedup and predicted from its own in-loop costs."""
+    name: str
+    measurement: object  # the SpeedupMeasurement
+    K: int  # the lookahead asked for (a cap, for strategies that choose their own)
+    K_per_loop: float  # drafts proposed per loop, mean over the timed runs
+    alpha_hat: float  # accepted / judged, every timed run
+    c: float  # t_draft / t_target, in the loop (nan if it never drafted)
+    t_score_ratio: float  # median in-loop scoring call / t_target
+    predicted: float
+    measured: float  # median autoregressive time / median speculative time
+
+
+def measure_strategy(name, draft, target, ids, N, K, repeats=3, **controls):
+    """measure_speedup on one strategy and one K, with its loops kept for the prediction."""
+    runs = []
+    m = speedup.measure_speedup(draft, target, ids, N, [K], repeats=repeats,
+                                on_run=lambda K, run: runs.append(run), **controls)
+    loops = steady_loops(runs)
+    at = m.by_K[K]
+    t_draft_s = m.t_draft_s if np.isfinite(m.t_draft_s) else 0.0  # a draft that never proposed costs nothing
+    return StrategyResult(
+        name=name, measurement=m, K=K, K_per_loop=float(np.mean([loop.K for loop in loops])),
+        alpha_hat=m.alpha_hat, c=m.t_draft_s / m.t_target_s,
+        t_score_ratio=float(np.median([loop.t_score_s for loop in loops])) / m.t_target_s,
+        predicted=loop_prediction(loops, m.alpha_hat, t_draft_s, m.t_target_s), measured=at.speedup)
+
+
+def strategy_lines(results):
+    """The strategies side by side, as text: one line each."""
+    lines = [f"{'strategy':46} {'drafts/loop':>11} {'α̂':>5} {'c':>6} {'t_score/t_target':>16} "
+             f"{'predicted':>9} {'measured':>8}  (IQR of runs)"]
+    for r in results:
+        runs = r.measurement.by_K[r.K].speedup_runs
+        lines.append(f"{r.name:46} {r.K_per_loop:11.2f} {r.alpha_hat:5.2f} {r.c:6.3f} {r.t_score_ratio:16.2f} "
+                     f"{r.predicted:8.2f}x {r.measured:7.2f}x  ({runs.q1:.2f}-{runs.q3:.2f})")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# A draft made of the target's first layers: what it accepts, what it costs
+# ---------------------------------------------------------------------------------------------
+
+def mean_acceptance(draft, target, ids, **controls):
+    """alpha = Σ_x min(p(x), q(x)) at every position of `ids`, averaged: exact (no sampling),
+    from one forward pass of each model."""
+    p, q = distribution(draft(ids), **controls), distribution(target(ids), **controls)
+    return float(np.mean(theory.acceptance_rate(p, q)))
+
+
+def time_per_token_ratio(draft, target, ids, repeats=5):
+    """c measured outside the loop: the draft's cached one-token step over the target's, median
+    over `repeats` at the last position of `ids`."""
+    position = [len(ids) - 1]
+    return float(timing.time_per_token_s(draft, ids, position, repeats=repeats)[0]
+                 / timing.time_per_token_s(target, ids, position, repeats=repeats)[0])
+
+
+def bytes_per_token(config):
+    """Bytes of float32 weights one decoding step of a GPT-2 of this config reads: every
+    weight once, except wpe, of which it reads one row."""
+    shapes = expected_shapes(config)
+    n_numbers = sum(int(np.prod(shape)) for name, shape in shapes.items() if name != "wpe.weight")
+    return 4 * (n_numbers + config.n_embd)

@@ -1,0 +1,67 @@
+"""Notebook 06's measurements (picogpt/course/strategies.py): the prediction for loops of varying
+K is notebook 05's when K is fixed, any draft goes through measure_speedup, and the byte count
+of a model's decoding step is the model's own."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from helpers import random_gpt2
+from picogpt import speculative_sampling, theory
+from picogpt.course import strategies
+from picogpt.drafts import AdaptiveK, PromptLookup, first_layers
+from picogpt.speculative import LoopTrace
+
+
+def loop(K, n_accepted, t_score_s, t_draft_s=0.0):
+    return LoopTrace(drafted=(0,) * K, p_drafted=(1.0,) * K, q_drafted=(1.0,) * K, r=(), n_accepted=n_accepted,
+                     new_token=0, resampled=n_accepted < K, t_draft_s=t_draft_s, t_score_s=t_score_s, t_decide_s=0.0)
+
+
+def test_with_one_K_the_loop_prediction_is_notebook_05s_arithmetic():
+    loops = [loop(4, 2, 0.012), loop(4, 4, 0.014), loop(4, 0, 0.013)]
+    expected = theory.predicted_speedup_paper(alpha=0.7, K=4, t_draft_s=0.002, t_target_s=0.010, t_score_s=0.013)
+    assert strategies.loop_prediction(loops, 0.7, 0.002, 0.010) == pytest.approx(expected)
+
+
+def test_the_loop_prediction_sums_over_loops_of_different_K():
+    loops = [loop(0, 0, 0.010), loop(2, 1, 0.012), loop(2, 2, 0.014)]
+    tokens = 1 + 2 * theory.expected_tokens_per_loop(0.5, 2)
+    seconds = 0.010 + 2 * (2 * 0.001 + 0.013)
+    assert strategies.loop_prediction(loops, 0.5, 0.001, 0.010) == pytest.approx(tokens / seconds * 0.010)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return random_gpt2(1), random_gpt2(2, n_layer=2)
+
+
+@pytest.mark.parametrize("make", [lambda d, t: d, lambda d, t: PromptLookup(t.config.n_vocab),
+                                  lambda d, t: AdaptiveK(d, K_start=2), lambda d, t: first_layers(t, 1)])
+def test_every_draft_is_measured_by_measure_speedup(pair, make):
+    draft, target = pair
+    result = strategies.measure_strategy("x", make(draft, target), target, [3, 1, 4, 3, 1], N=12, K=3, repeats=2)
+    m = result.measurement
+    assert result.K_per_loop <= 3 and 0 <= result.alpha_hat <= 1 and result.measured > 0 and result.predicted > 0
+    assert m.by_K[3].n_loops > 0 and np.isfinite(m.t_target_s)
+    assert len(strategies.strategy_lines([result])) == 2
+
+
+def test_acceptance_of_a_model_with_itself_is_one_and_of_its_first_layer_less(pair):
+    target = pair[1]
+    ids = [3, 1, 4, 1, 5]
+    assert strategies.mean_acceptance(target, target, ids) == pytest.approx(1.0)
+    assert 0 < strategies.mean_acceptance(first_layers(target, 1), target, ids) < 1
+
+
+def test_bytes_per_token_of_a_config_is_what_the_model_reads():
+    model = random_gpt2(3, n_layer=3)
+    assert strategies.bytes_per_token(model.config) == model.bytes_per_token
+    assert strategies.bytes_per_token(dataclasses.replace(model.config, n_layer=1)) == first_layers(model, 1).bytes_per_token
+
+
+def test_time_per_token_ratio_of_a_model_with_itself_is_about_one(pair):
+    target = pair[1]
+    ids = speculative_sampling(target, target, [1], 10, K=2, seed=0).tokens
+    assert 0.2 < strategies.time_per_token_ratio(target, target, [1] + ids) < 5
