@@ -75,6 +75,9 @@ def test_kv_cache_saving():
     inverted = check_kv_cache_saving(109 / 5950)
     assert not inverted and "without/with" in inverted.message
     assert not check_kv_cache_saving(100)
+    off_by_one = check_kv_cache_saving(5950 / 110)  # 54.09: counted n_prompt + N positions with the cache
+    assert not off_by_one and "n_prompt + N − 1" in off_by_one.message
+    assert not check_kv_cache_saving(6050 / 109)  # 55.5: counted 1..N instead of 0..N-1 without it
 
 
 def test_kv_cache_bytes_for_gpt2_xl():
@@ -99,6 +102,9 @@ def test_arithmetic_intensity():
     assert check_arithmetic_intensity(0.5)
     assert "4 bytes" in check_arithmetic_intensity(2).message
     assert not check_arithmetic_intensity(1)
+    measured = check_arithmetic_intensity(0.5, machine_flops_per_byte=2.5).message
+    assert "2.5 FLOPs" in measured and "5 times" in measured and "tens" not in measured
+    assert "arithmetic, not memory" in check_arithmetic_intensity(0.5, machine_flops_per_byte=0.4).message
 
 
 def reference_top_k(logits, k):

@@ -102,8 +102,14 @@ def check_kv_cache_saving(answer, n_prompt=10, N=100):
     solution = (f"Without a cache: N n_prompt + N(N-1)/2 = {without:,} positions. With one: "
                 f"n_prompt + N - 1 = {with_cache:,}. Ratio {without / with_cache:.1f}, and it grows "
                 f"with N: without a cache, generation is quadratic in its length.")
-    mistakes = [(with_cache / without, "that is with/without; the question asks without/with")]
-    return check_number(answer, without / with_cache, how, solution, mistakes)
+    mistakes = [(with_cache / without, "that is with/without; the question asks without/with"),
+                (without / (n_prompt + N), f"with the cache the prompt runs once and each of the N − 1 tokens after the "
+                 f"first adds one position: n_prompt + N − 1 = {with_cache}, not n_prompt + N"),
+                (sum(n_prompt + t for t in range(1, N + 1)) / with_cache,
+                 "without a cache, token t = 0 .. N − 1 reruns n_prompt + t positions: the first token runs "
+                 "the prompt alone")]
+    # 3 significant digits: rounding is fine, an off-by-one in either count (54.1, 55.5) is not
+    return check_number(answer, without / with_cache, how, solution, mistakes, rel_tol=0.002)
 
 
 def kv_cache_bytes(n_layer, n_embd, n_positions, bytes_per_number=4):
@@ -183,13 +189,21 @@ def check_min_time_per_token_ms(answer, bandwidth_gbs, n_params=1_557_611_200, b
     return check_number(answer, expected_ms, how, solution, mistakes)
 
 
-def check_arithmetic_intensity(answer):
-    """How many FLOPs per byte of weights read does decoding one token (float32) do?"""
+def check_arithmetic_intensity(answer, machine_flops_per_byte=None):
+    """How many FLOPs per byte of weights read does decoding one token (float32) do? The
+    notebook passes this machine's ratio, matmul GFLOP/s over bandwidth GB/s, for the solution."""
     how = ("in x @ W with x a single vector, each weight of W is read once and used in one "
            "multiply and one add; a float32 weight takes 4 bytes.")
-    solution = ("2 FLOPs (a multiply and an add) per weight / 4 bytes per weight = 0.5 FLOP per "
-                "byte. A CPU does tens of FLOPs in the time memory delivers one byte, so decoding "
-                "waits on memory.")
+    if machine_flops_per_byte is None:
+        machine = ("Compare it with a machine's FLOPs per byte (its GFLOP/s over its GB/s): where that "
+                   "ratio is above 0.5, decoding waits on memory.")
+    elif machine_flops_per_byte > 0.5:
+        machine = (f"This machine does {machine_flops_per_byte:.1f} FLOPs in the time its memory delivers one byte, "
+                   f"{machine_flops_per_byte / 0.5:.0f} times what decoding needs: decoding waits on memory.")
+    else:
+        machine = (f"This machine does {machine_flops_per_byte:.2f} FLOPs in the time its memory delivers one byte, "
+                   "no more than decoding needs: here the arithmetic, not memory, sets the pace.")
+    solution = f"2 FLOPs (a multiply and an add) per weight / 4 bytes per weight = 0.5 FLOP per byte. {machine}"
     mistakes = [(2, "that is FLOPs per weight; divide by the 4 bytes each float32 weight takes"),
                 (0.25, "a multiply-add is 2 FLOPs, not 1")]
     return check_number(answer, 0.5, how, solution, mistakes)

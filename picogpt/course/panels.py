@@ -1,7 +1,7 @@
 """The numbers behind the course's pictures, as pure functions (no matplotlib, no widgets):
 toy and real next-token distributions, Theorem 1's panel, the Monte-Carlo of one
 accept/resample step (with a switch to wrong residuals), and the speculative loop's trace as
-tables and marked text (notebooks 03-04). Tested headless in tests/test_viz*.py.
+tables and marked text (notebooks 03-04), loops whose acceptance varies (05). Tested headless in tests/test_viz*.py.
 
 Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
 token, (f)+ = max(0, f) / Σ max(0, f).
@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import PicoGPTError
 from ..rejection import accept_or_resample_many, output_distribution, residual
+from .. import theory
 from ..sampling import distribution
 from ..theory import acceptance_rate
 
@@ -288,6 +289,39 @@ def tokens_per_loop_pmf(alpha, K):
     probability alpha: alpha^(n-1) (1 - alpha) for n <= K, and alpha^K for n = K + 1. [K + 1]"""
     n = np.arange(1, K + 2)
     return np.where(n <= K, alpha ** (n - 1) * (1 - alpha), alpha**K)
+
+
+@dataclass(frozen=True)
+class PooledAcceptance:
+    """Loops whose acceptance rate differs from loop to loop, simulated (notebook 05)."""
+    K: int
+    tokens_per_loop: float  # measured: mean tokens emitted per loop
+    mean_alpha: float  # the loops' own rates, averaged
+    alpha_hat: float  # pooled, as the sampler reports it: accepted / judged, over every loop
+
+    @property
+    def at_mean_alpha(self):
+        """1 + a + ... + a^K at the mean rate: below the measured mean, since the sum is convex in a."""
+        return float(theory.expected_tokens_per_loop(self.mean_alpha, self.K))
+
+    @property
+    def at_alpha_hat(self):
+        """1 + a + ... + a^K at the pooled rate: what notebook 05's 'tokens' factor divides by."""
+        return float(theory.expected_tokens_per_loop(self.alpha_hat, self.K))
+
+
+def pooled_acceptance(alphas, K, n_loops=100_000, seed=0):
+    """n_loops loops, each drawing its acceptance rate from `alphas` (equally likely) and then
+    accepting each draft independently at that rate; returns the measured tokens per loop, the
+    mean rate and the pooled estimate accepted / judged. Easy loops judge up to K drafts, hard
+    ones about 1, so the pooled estimate leans towards the easy loops' rate."""
+    rng = np.random.default_rng(seed)
+    alpha = rng.choice(np.asarray(alphas, np.float64), size=n_loops)  # [n_loops]
+    accepted = rng.random((n_loops, K)) < alpha[:, None]  # [n_loops, K] each draft's verdict
+    n_accepted = np.where(accepted.all(axis=1), K, np.argmin(accepted, axis=1))  # up to the first rejection
+    judged = np.minimum(n_accepted + 1, K)  # the accepted drafts and the rejected one, if any
+    return PooledAcceptance(K=K, tokens_per_loop=float(np.mean(n_accepted + 1)), mean_alpha=float(alpha.mean()),
+                            alpha_hat=float(n_accepted.sum() / judged.sum()))
 
 
 # ---------------------------------------------------------------------------------------------

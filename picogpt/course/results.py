@@ -1,0 +1,133 @@
+"""Reading measurements for the notebooks, so that their prose never quotes a figure: whether a
+run resolves its best K, what the bench committed (benchmarks/bench.json) for GPT-2 small and
+XL, and others' published figures of the same pair, each printed with what differs from ours.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..perf import speedup
+
+
+# ---------------------------------------------------------------------------------------------
+# Does a measurement resolve its best K?
+# ---------------------------------------------------------------------------------------------
+
+def indistinguishable_from_best(m):
+    """(best K measured, [every K whose run-by-run speedups overlap the best's]): K is kept when the
+    upper quartile of its repeat-by-repeat speedups reaches the best K's lower quartile."""
+    best = max(m.Ks, key=lambda K: m.by_K[K].speedup)
+    floor = m.by_K[best].speedup_runs.q1
+    return best, [K for K in m.Ks if m.by_K[K].speedup_runs.q3 >= floor]
+
+
+def best_K_lines(m):
+    """The best K measured and predicted, and whether these repeats can tell the best K apart."""
+    best, tied = indistinguishable_from_best(m)
+    predicted = m.best_K[1]
+    lines = [f"best K measured: {best} ({m.by_K[best].speedup:.2f}x); best K predicted (in-loop t_score(K)): "
+             f"{predicted} ({m.by_K[predicted].predicted:.2f}x)"]
+    if tied == [best]:
+        lines.append(f"resolved: every other K's run-by-run speedups stay below K = {best}'s "
+                     f"(interquartile ranges over {m.repeats} repeats of {m.N} tokens)")
+    else:
+        lines.append(f"not resolved: K in {tied} cannot be told apart by {m.repeats} repeats of {m.N} tokens "
+                     "(their run-by-run interquartile ranges overlap the best's); the prediction "
+                     + ("falls among them" if predicted in tied else "falls outside them"))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# What `python -m picogpt bench` committed
+# ---------------------------------------------------------------------------------------------
+
+def read_bench(path=speedup.BENCH_JSON):
+    """benchmarks/bench.json as a dict, or None when it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def bench_pair_measurements(draft="gpt2", target="gpt2-xl", path=speedup.BENCH_JSON):
+    """The bench's end-to-end measurements of this pair: [SpeedupMeasurement] (any temperature)."""
+    found, _ = speedup.bench_measurements(path)
+    return [m for m, _ in found if (m.draft, m.target) == (draft, target)]
+
+
+def bench_source(bench, name):
+    """Where the bench's weights of `name` came from ('random weights, published shapes', ...)."""
+    return (bench or {}).get("models", {}).get(name, {}).get("source", "weights of unrecorded origin")
+
+
+def decode_vs_floor_lines(name="gpt2-xl", path=speedup.BENCH_JSON):
+    """How close the bench's one-token decode of `name` came to its memory floor (reading every
+    weight once at the machine's measured bandwidth), in isolated calls and inside the sampling
+    loop, as lines of text; or a line saying it is not measured."""
+    bench = read_bench(path)
+    model = (bench or {}).get("models", {}).get(name)
+    if not model or "floor_s" not in model:
+        return [f"{name}: not in {Path(path).name}; run python -m picogpt bench to measure it"]
+    floor_s = model["floor_s"]
+    decode = model.get("engines", {}).get("picogpt", {}).get("decode", {})
+    lines = [f"{name} ({model.get('source', 'unrecorded weights')}), picogpt's fast path, from {Path(path).name} "
+             f"({bench.get('machine', {}).get('cpu', 'an unrecorded machine')}): memory floor {floor_s * 1e3:.0f} ms per token"]
+    for context, run in sorted(decode.items(), key=lambda item: int(item[0])):
+        lines.append(f"  isolated one-token calls after {context} tokens: {run['median_s'] * 1e3:.0f} ms = "
+                     f"{run['median_s'] / floor_s:.2f} x the floor")
+    for m in bench_pair_measurements(target=name, path=path):
+        lines.append(f"  inside the sampling loop (t_target, temperature {m.controls.get('temperature', 1.0):g}): "
+                     f"{m.t_target_s * 1e3:.0f} ms = {m.t_target_s / floor_s:.2f} x the floor")
+    return lines
+
+
+def bench_best_K_lines(draft="gpt2", target="gpt2-xl", path=speedup.BENCH_JSON):
+    """The bench's committed best K for the pair, at each temperature it ran, with its resolution."""
+    found = bench_pair_measurements(draft, target, path)
+    if not found:
+        return [f"{draft} -> {target}: not in {Path(path).name}, not measured (run: python -m picogpt bench)"]
+    bench = read_bench(path)
+    lines = []
+    for m in found:
+        lines.append(f"the bench, {draft} -> {target} ({bench_source(bench, target)}), temperature "
+                     f"{m.controls.get('temperature', 1.0):g}, alpha_hat {m.alpha_hat:.2f}, N = {m.N}, {m.repeats} repeats:")
+        lines += ["  " + line for line in best_K_lines(m)]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Others' published figures of GPT-2 small drafting for GPT-2 XL
+# ---------------------------------------------------------------------------------------------
+
+MODY = {  # jaymody/speculative-sampling, README.md (main branch), main.py's settings
+    "source": "Jay Mody, github.com/jaymody/speculative-sampling, README",
+    "autoregressive_s": 60.64, "speculative_s": 27.15, "N": 40, "K": 4,
+    "setup": "real GPT-2 weights, temperature 0 (greedy), no KV cache (every step reruns the whole sequence), "
+             "his machine",
+}
+
+
+def others_lines(m=None, label="picogpt"):
+    """Mody's published figures beside a picogpt measurement `m` of the same pair (or the bench's
+    at temperature 1 when m is None), each line saying what differs."""
+    mody = MODY
+    lines = [f"{mody['source']}: {mody['autoregressive_s']} s autoregressive, {mody['speculative_s']} s speculative "
+             f"for N = {mody['N']}, K = {mody['K']}: {mody['autoregressive_s'] / mody['speculative_s']:.2f}x",
+             f"  setup: {mody['setup']}"]
+    if m is None:
+        found = [x for x in bench_pair_measurements() if x.controls.get("temperature", 1.0) == 1.0]
+        m, label = (found[0], "the bench") if found else (None, label)
+    if m is None:
+        return lines + ["picogpt: GPT-2 small -> XL not measured here (run: python -m picogpt bench)"]
+    at = m.by_K.get(mody["K"])
+    source = bench_source(read_bench(), m.target) if label == "the bench" else "the weights loaded here"
+    lines.append(f"{label}: {m.draft} -> {m.target}, K = {mody['K']}: "
+                 + (f"{at.speedup:.2f}x" if at else "K = 4 not measured"))
+    lines.append(f"  setup: {source}, temperature {m.controls.get('temperature', 1.0):g} (sampling: alpha_hat "
+                 f"{m.alpha_hat:.2f} is set by how much the two models agree at that temperature), a KV cache, "
+                 f"N = {m.N}, median of {m.repeats} repeats, {label}'s machine")
+    lines.append("  so: different weights, decoding, caching and machines; compare what each ratio is made of, "
+                 "not the two ratios")
+    return lines

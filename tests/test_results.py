@@ -1,0 +1,66 @@
+"""Reading measurements for the notebooks (picogpt/course/results.py) and the pooled-acceptance
+simulation of notebook 05 (course/panels.py): claims no stronger than the numbers."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from picogpt.course import panels, results
+from picogpt.perf.speedup import Spread
+
+
+def measurement(speedups, runs, predicted_best=2):
+    """A stand-in SpeedupMeasurement: speedups {K: x}, runs {K: (q1, q3)}."""
+    by_K = {K: SimpleNamespace(speedup=x, speedup_runs=Spread(x, *runs[K]), predicted=x) for K, x in speedups.items()}
+    return SimpleNamespace(Ks=sorted(by_K), by_K=by_K, best_K=(max(by_K, key=lambda K: speedups[K]), predicted_best),
+                           repeats=3, N=32)
+
+
+def test_a_best_K_whose_runs_overlap_others_is_said_not_resolved():
+    m = measurement({1: 1.2, 2: 1.5, 3: 1.45}, {1: (1.1, 1.3), 2: (1.4, 1.6), 3: (1.35, 1.5)})
+    assert results.indistinguishable_from_best(m) == (2, [2, 3])
+    lines = results.best_K_lines(m)
+    assert "best K measured: 2" in lines[0] and lines[1].startswith("not resolved: K in [2, 3]")
+    assert "falls among them" in lines[1]
+
+
+def test_a_clear_best_K_is_said_resolved():
+    m = measurement({1: 1.2, 2: 1.8, 3: 1.3}, {1: (1.1, 1.3), 2: (1.7, 1.9), 3: (1.2, 1.4)})
+    assert results.best_K_lines(m)[1].startswith("resolved")
+
+
+def test_without_the_bench_file_everything_says_not_measured(tmp_path):
+    missing = tmp_path / "bench.json"
+    assert "not in bench.json" in results.decode_vs_floor_lines(path=missing)[0]
+    assert "not measured" in results.bench_best_K_lines(path=missing)[0]
+    assert results.read_bench(missing) is None
+
+
+def test_the_committed_bench_is_read_with_its_setup():
+    if not results.bench_pair_measurements():
+        pytest.skip("benchmarks/bench.json holds no GPT-2 small -> XL measurement")
+    decode = results.decode_vs_floor_lines()
+    assert "x the floor" in "\n".join(decode) and "gpt2-xl" in decode[0]
+    best = "\n".join(results.bench_best_K_lines())
+    assert "best K measured" in best and "resolved" in best
+    others = "\n".join(results.others_lines())
+    assert "temperature 0 (greedy)" in others and "the bench: gpt2 -> gpt2-xl" in others and "setup:" in others
+
+
+def test_mody_without_a_picogpt_measurement_says_so(monkeypatch):
+    monkeypatch.setattr(results, "bench_pair_measurements", lambda *a, **k: [])
+    assert "not measured" in results.others_lines()[-1]
+
+
+def test_pooled_acceptance_with_one_rate_matches_the_formula():
+    r = panels.pooled_acceptance((0.8,), K=4, n_loops=200_000)
+    assert r.alpha_hat == pytest.approx(0.8, abs=0.005)
+    assert r.tokens_per_loop == pytest.approx(r.at_alpha_hat, rel=0.01)
+
+
+@pytest.mark.parametrize("K", [2, 4, 8])
+def test_varying_rates_raise_the_mean_but_the_pooled_rate_overstates_it(K):
+    r = panels.pooled_acceptance((0.95, 0.5), K=K, n_loops=200_000)
+    assert r.alpha_hat > r.mean_alpha  # easy loops judge more drafts
+    assert r.tokens_per_loop > r.at_mean_alpha  # convexity: variation raises the mean
+    assert r.tokens_per_loop < r.at_alpha_hat  # ... yet below the formula at the pooled rate
