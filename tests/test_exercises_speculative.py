@@ -1,4 +1,4 @@
-"""The exercise checkers of notebooks 03-05: right answers pass with the worked solution, known
+"""The exercise checkers of notebooks 03-06: right answers pass with the worked solution, known
 mistakes get their hint, other wrong answers the method."""
 
 import numpy as np
@@ -15,6 +15,8 @@ NUMBER_CHECKS = [  # (checker, right answer, a known mistake and a word of its h
     (ex.check_output_probability, 0.3, (0.1, "only accepted")),
     (ex.check_paper_speedup, 1.8357, (2.3169, "not the share β")),
     (ex.check_best_K, 8, (4, "paper's choice")),
+    (ex.check_point_mass_residual, 0.2 / 0.7, (0.2, "leaves x̃ out")),
+    (ex.check_first_layers_cost, 0.2888, (0.25, "embedding and LM head")),
 ]
 
 

@@ -65,7 +65,8 @@ def test_notebook_02_top_k_solution_passes():
 
 
 @pytest.mark.parametrize("name", ["01-gpt2-in-numpy.ipynb", "02-autoregressive-sampling.ipynb",
-                                  "03-speculative-sampling.ipynb", "04-theorem-1.ipynb"])
+                                  "03-speculative-sampling.ipynb", "04-theorem-1.ipynb",
+                                  "06-beyond-one-draft-model.ipynb"])
 def test_every_placeholder_exercise_has_a_solution_to_reveal(name):
     texts = ["".join(c["source"]) for c in cells(name)]
     exercises = [i for i, t in enumerate(texts) if "answer = None" in t or "(None" in t]

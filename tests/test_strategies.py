@@ -11,6 +11,7 @@ from helpers import random_gpt2
 from picogpt import speculative_sampling, theory
 from picogpt.course import strategies
 from picogpt.drafts import AdaptiveK, PromptLookup, first_layers
+from picogpt.sampling import distribution
 from picogpt.speculative import LoopTrace
 
 
@@ -48,11 +49,20 @@ def test_every_draft_is_measured_by_measure_speedup(pair, make):
     assert len(strategies.strategy_lines([result])) == 2
 
 
+def test_a_fixed_K_measurement_reads_as_a_strategy(pair):
+    draft, target = pair
+    result = strategies.measure_strategy("x", draft, target, [3, 1, 4], N=10, K=2, repeats=2)
+    again = strategies.measurement_result("x", result.measurement, 2)
+    assert again.measured == result.measured and again.alpha_hat == result.alpha_hat and again.K_per_loop == 2
+    assert again.predicted == result.measurement.by_K[2].predicted
+
+
 def test_acceptance_of_a_model_with_itself_is_one_and_of_its_first_layer_less(pair):
     target = pair[1]
     ids = [3, 1, 4, 1, 5]
-    assert strategies.mean_acceptance(target, target, ids) == pytest.approx(1.0)
-    assert 0 < strategies.mean_acceptance(first_layers(target, 1), target, ids) < 1
+    q_rows = distribution(target(ids))
+    assert strategies.mean_acceptance(target, ids, q_rows) == pytest.approx(1.0)
+    assert 0 < strategies.mean_acceptance(first_layers(target, 1), ids, q_rows) < 1
 
 
 def test_bytes_per_token_of_a_config_is_what_the_model_reads():

@@ -35,9 +35,9 @@ def course_models(verbose=True):
 
 
 # Notebook 05 times autoregressive against speculative sampling for K = 1..8, several repeats.
-# On the teaching pair, with N = 32 the best K moved from run to run on an idle machine; with 128
-# it held, in under a minute. GPT-2 XL reads 6.2 GB per token: there 128 tokens x 5 repeats would
-# take a quarter of an hour, and 64 x 3 took 13 minutes here: a target that big gets 32 x 3.
+# The teaching pair's steps are cheap, so it gets enough tokens and repeats for the best K to hold
+# from run to run; GPT-2 XL reads 6.2 GB per token, so a target that big gets fewer, and notebook
+# 05 says on screen whether that run resolved its best K (course/results.py).
 BIG_TARGET_BYTES = 1e9  # weight bytes read per token
 
 

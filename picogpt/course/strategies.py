@@ -69,6 +69,15 @@ def measure_strategy(name, draft, target, ids, N, K, repeats=3, **controls):
         predicted=loop_prediction(loops, m.alpha_hat, t_draft_s, m.t_target_s), measured=at.speedup)
 
 
+def measurement_result(name, m, K):
+    """A StrategyResult from a SpeedupMeasurement at one fixed K, without its loops (the bench's:
+    benchmarks/bench.json keeps the summary only); its prediction is the measurement's own."""
+    at = m.by_K[K]
+    return StrategyResult(name=name, measurement=m, K=K, K_per_loop=float(K), alpha_hat=m.alpha_hat,
+                          c=m.t_draft_s / m.t_target_s, t_score_ratio=at.t_score_s / m.t_target_s,
+                          predicted=at.predicted, measured=at.speedup)
+
+
 def strategy_lines(results):
     """The strategies side by side, as text: one line each."""
     lines = [f"{'strategy':46} {'drafts/loop':>11} {'α̂':>5} {'c':>6} {'t_score/t_target':>16} "
@@ -84,11 +93,11 @@ def strategy_lines(results):
 # A draft made of the target's first layers: what it accepts, what it costs
 # ---------------------------------------------------------------------------------------------
 
-def mean_acceptance(draft, target, ids, **controls):
-    """alpha = Σ_x min(p(x), q(x)) at every position of `ids`, averaged: exact (no sampling),
-    from one forward pass of each model."""
-    p, q = distribution(draft(ids), **controls), distribution(target(ids), **controls)
-    return float(np.mean(theory.acceptance_rate(p, q)))
+def mean_acceptance(draft, ids, q_rows, **controls):
+    """alpha = Σ_x min(p(x), q(x)) at every position of `ids`, averaged: exact (no sampling), from
+    one forward pass of the draft; q_rows [len(ids), n_vocab] are the target's distributions there."""
+    p_rows = distribution(draft(ids), **controls)  # [len(ids), n_vocab]
+    return float(np.mean(theory.acceptance_rate(p_rows, q_rows)))
 
 
 def time_per_token_ratio(draft, target, ids, repeats=5):
