@@ -5,8 +5,11 @@ Every command turns bad input into one readable line on stderr and exit status 2
 
 import argparse
 import codecs
+import contextlib
 import json
+import os
 import secrets
+import signal
 import sys
 
 from .errors import PicoGPTError
@@ -259,6 +262,28 @@ def tolerant_stdout():
         sys.stdout.reconfigure(errors="backslashreplace")
 
 
+def check_environment():
+    """Parse picogpt's environment variables now (PICOGPT_THREADS, PICOGPT_COURSE_MODELS,
+    PICOGPT_WEIGHTS_DIR), so that a bad value is one line before the command prints anything,
+    not an error in the middle of its output. HF_ENDPOINT is checked by `download`, first."""
+    from .course.pair import course_pair_names
+    from .io.registry import weights_dir
+    from .perf.kernels import n_threads
+
+    n_threads()
+    course_pair_names()
+    weights_dir()
+
+
+def closed_stdout_status():
+    """The reader of our output went away (`... | head -n1`): end quietly, with the status of a
+    program stopped by SIGPIPE. stdout is pointed at /dev/null, so that Python's last flush
+    at exit finds nothing to complain about."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + getattr(signal, "SIGPIPE", 13)
+
+
 def main(argv=None):
     import numpy as np
 
@@ -266,13 +291,16 @@ def main(argv=None):
     tolerant_stdout()
     np.seterr(all="ignore")  # NaN or inf logits are reported by the model's own check, in one line
     try:
-        return args.run(args) or 0
+        check_environment()
+        status = args.run(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return status
+    except BrokenPipeError:
+        return closed_stdout_status()
     except PicoGPTError as e:
         error_line(e)
         return 2
     except OSError as e:  # the environment: a full disk, a file or folder we may not read or write
-        if isinstance(e, BrokenPipeError):  # the reader went away (| head): not ours to report
-            raise
         where = f" ({e.filename})" if e.filename else ""
         error_line(f"{e.strerror or e}{where}: check the disk's free space and the permissions of "
                    "that path (or set PICOGPT_WEIGHTS_DIR to another folder) and run the command again")

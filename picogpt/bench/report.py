@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..io.atomic import atomic_write, write_text_atomically
 from ..perf import speedup
 
 BENCH_DIR = speedup.BENCH_JSON.parent
@@ -24,14 +25,15 @@ def to_json(results):
 
 
 def save(results, folder=BENCH_DIR, stem="bench"):
-    """Write <stem>.json and (with matplotlib) <stem>.png into folder; returns their paths."""
+    """Write <stem>.json and (with matplotlib) <stem>.png into folder, each atomically
+    (io/atomic.py: a full disk or a kill leaves the previous file whole); returns their paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    json_path = folder / f"{stem}.json"
-    json_path.write_text(to_json(results) + "\n")
-    paths = [json_path]
+    paths = [write_text_atomically(folder / f"{stem}.json", to_json(results) + "\n")]
     try:
-        paths.append(plot(results, folder / f"{stem}.png"))
+        with atomic_write(folder / f"{stem}.png") as png:
+            plot(results, png)
+        paths.append(folder / f"{stem}.png")
     except ImportError:
         results["notes"].append("matplotlib not installed: no figure")
     return paths

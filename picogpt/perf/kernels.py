@@ -57,6 +57,7 @@ ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on 
 CHUNKS_PER_THREAD = 4
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 THREADS_ENV = "PICOGPT_THREADS"
+MAX_THREADS_PER_CORE = 4  # more threads than cores only take turns; each costs a stack and a share of every product
 VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
 
 
@@ -70,11 +71,19 @@ def n_threads():
 
 @functools.cache
 def threads_for(value):
-    """The thread count a value of $PICOGPT_THREADS stands for ('' for unset)."""
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise PicoGPTError(f"{THREADS_ENV}={value!r}: expected a whole number of threads, 1 or more")
-        return int(value)
+    """The thread count a value of $PICOGPT_THREADS stands for ('' for unset): a whole number
+    from 1 to MAX_THREADS_PER_CORE per usable core, written in ASCII digits."""
+    if not value:
+        return usable_cores()
+    most = MAX_THREADS_PER_CORE * usable_cores()
+    if not (value.isascii() and value.isdigit() and len(value) <= 6 and 1 <= int(value) <= most):
+        raise PicoGPTError(f"{THREADS_ENV}={value[:20]!r}: expected a whole number of threads from 1 to {most} "
+                           f"({MAX_THREADS_PER_CORE} per core this process may use), or unset it to use every core")
+    return int(value)
+
+
+def usable_cores():
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
