@@ -62,7 +62,9 @@ class DuplicateName(ValueError):
 
 
 def shown(name, limit=80):
-    """A tensor name as error messages quote it: hand-made headers may hold very long names."""
+    """A tensor name as error messages quote it: hand-made headers may hold very long names,
+    or line breaks and control characters (shown as escapes)."""
+    name = name if name.isprintable() else repr(name)[1:-1]
     return name if len(name) <= limit else name[:limit] + "…"
 
 
