@@ -8,7 +8,9 @@ checkpoint (GPT-2 XL is 6.4 GB) is ready at once and its pages are read on first
 Half-precision tensors (F16, BF16) are widened to float32, the precision we compute in.
 
 Every field is validated before a byte is used, so a truncated or corrupt file gives an
-error that names the file and the tensor instead of garbage logits.
+error that names the file and the tensor instead of garbage logits. The header and the bytes
+are read from one open file, whose identity (file_identity) the model keeps: a mapped file that
+changes later would change the weights under it.
 """
 
 import json

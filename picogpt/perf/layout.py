@@ -3,12 +3,13 @@ gpt2.py reads); what changes is the memory behind them.
 
 - Memory-mapped (the default): the arrays read_safetensors returns. Ready at once, nothing
   written anywhere, and every process (each notebook kernel) shares the same pages of the OS
-  page cache.
+  page cache. They are the file: the model checks before each call that it has not changed.
 - In memory (`in_memory=True`, or `"background"`): a private copy in this process. The page
-  cache holds a file in pieces as big as free memory allowed when it was read, and on the bench
-  machine mapped weights sometimes streamed slower than a fresh copy, laid out in order in 2 MB
-  pages (benchmarks/README.md, "Mapped weights"). A copy costs seconds and the weights' size in
-  every process. (llama.cpp's --no-mmap makes the same trade.)
+  cache holds a file in pieces as big as free memory allowed when it was read, so mapped
+  weights can stream slower than a fresh copy, laid out in order in 2 MB pages (the bench
+  measures both: benchmarks/README.md, "Mapped weights"). A copy costs seconds and the weights'
+  size in every process, and once made no longer depends on the file. (llama.cpp's --no-mmap
+  makes the same trade.)
 """
 
 import sys
