@@ -131,13 +131,13 @@ class GPT2:
         return not (self.in_memory is True and self.fast_params is not None)
 
     def prepare(self):
-        """Get ready for the fast path: OpenBLAS on one thread, our threads sharing the work
-        (kernels.use_own_threads), and the weights: the mapped arrays as they are, or with
-        in_memory=True copied into this process now (the file checked again after the copy,
-        which must not mix two versions of it), or with in_memory="background" copied while
+        """Get ready for the fast path: OpenBLAS on one thread, our threads sharing the work, the
+        compiled products loaded (kernels.prepare), and the weights: the mapped arrays as they are,
+        or with in_memory=True copied into this process now (the file checked again after the
+        copy, which must not mix two versions of it), or with in_memory="background" copied while
         the model already runs (self.copying.join() waits for the copy)."""
         if self.fast_params is None:
-            kernels.use_own_threads()
+            kernels.prepare()
             fast_params = self.params
             if self.in_memory == "background":
                 fast_params, self.copying = layout.in_memory_in_background(fast_params, self.name)
