@@ -161,3 +161,15 @@ def test_temporary_names_are_unique_and_name_their_process(tmp_path):
     names = {atomic.temporary_path(path).name for _ in range(100)}
     assert len(names) == 100
     assert all(atomic.writer_pid(tmp_path / name, path) == os.getpid() for name in names)
+
+
+def test_bench_says_how_many_gb_it_writes_where_and_shows_progress(tmp_path, capsys):
+    import picogpt.bench.checkpoints as checkpoints
+
+    config = {"n_layer": 1, "n_head": 2, "n_embd": 64, "n_positions": 32, "vocab_size": 500}
+    path = checkpoints.random_checkpoint("toy", folder=tmp_path / "random-toy", config=config)
+    err = capsys.readouterr().err
+    n_bytes = path.stat().st_size
+    assert f"writing random-weight toy (0.00 GB) to {tmp_path / 'random-toy'}" in err
+    assert "model.safetensors: 100%" in err  # the progress bar, in bytes
+    assert sorted(p.name for p in path.parent.iterdir()) == ["config.json", "model.safetensors"] and n_bytes > 0

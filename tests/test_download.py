@@ -443,6 +443,7 @@ def test_a_download_killed_mid_file_leaves_its_lock_free_and_the_next_one_resume
     assert status == 0, err
     assert f"resuming {files.part.name} at {n_part:,}" in out
     assert files.final.read_bytes() == PAYLOAD
+    assert sorted(p.name for p in files.final.parent.iterdir()) == ["config.json", "model.safetensors"]
 
 
 def test_the_file_on_disk_is_verified_not_the_bytes_received(server, monkeypatch, capsys):

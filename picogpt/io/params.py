@@ -184,6 +184,11 @@ def sizes_held(shapes):
 HF_KEYS = {"n_layer": "n_layer", "n_embd": "n_embd", "n_vocab": "vocab_size", "n_ctx": "n_positions"}
 
 
+def shown_size(n):
+    """A size as an error message shows it: exact, or its order of magnitude when too long to read."""
+    return str(n) if n < 10**15 else f"about 10**{len(str(n)) - 1}"
+
+
 def check_config_fits(config, shapes, path="checkpoint"):
     """Raise CheckpointError, naming both numbers, if the config's layer count, width,
     vocabulary or context disagrees with the tensors ({name: shape}). Runs on the header before
@@ -193,7 +198,7 @@ def check_config_fits(config, shapes, path="checkpoint"):
     for key, held in sizes_held(shapes).items():
         said = getattr(config, key)
         if said != held:
-            raise CheckpointError(f"{path}: the config says {HF_KEYS[key]}={said} but the checkpoint's tensors "
+            raise CheckpointError(f"{path}: the config says {HF_KEYS[key]}={shown_size(said)} but the checkpoint's tensors "
                                   f"have {key}={held}; config.json does not match the weights beside it")
     return config
 
