@@ -108,6 +108,27 @@ def test_one_row_times_a_matrix_below_one_core_bytes_stays_on_the_calling_thread
     assert len(handed_out) == 2  # a matrix of ONE_CORE_BYTES or more: one row on the threads too
 
 
+ROUTES = {  # (n_rows, shape of W, the LM head's transposed view?) -> product (numba, NumPy alone)
+    (5, (64, 64), False): ("numpy", "numpy"),
+    (1, (1024, 1030), False): ("one_core", "one_core"),
+    (1, (1024, 5000), False): ("compiled_rows", "split_inputs"),
+    (5, (1024, 1030), False): ("compiled_rows", "tiled"),
+    (5, (5000, 1024), True): ("compiled_head", "by_output_rows"),
+    (MAX_TILED_ROWS + 1, (1024, 1030), False): ("split_inputs", "split_inputs"),
+}
+
+
+@pytest.mark.parametrize("case", ROUTES, ids=str)
+def test_each_product_is_chosen_by_a_named_route(kernel, monkeypatch, case):
+    monkeypatch.setattr(kernels, "ONE_CORE_BYTES", 16 << 20)  # the real threshold, not the fixture's 0
+    n_rows, shape, transposed = case
+    W = np.zeros(shape, np.float32)
+    W = W.T if transposed else W
+    expected = ROUTES[case][0 if kernel == "numba" else 1]
+    assert kernels.route(np.zeros((n_rows, W.shape[0]), np.float32), W) == expected
+    assert set(kernels.PRODUCTS) >= {expected}
+
+
 @pytest.mark.parametrize("threads", ["1", "3"])
 def test_matmul_gives_the_same_product_on_any_number_of_threads(monkeypatch, threads, kernel):
     monkeypatch.setenv(kernels.THREADS_ENV, threads)

@@ -1,11 +1,11 @@
 """A compiled product for decoding: every row of x per load of W (numba, used when installed).
 
 `x @ W` for a few rows x [n_rows, n_in] and a linear weight W [n_in, n_out] (GPT-2's Conv1D
-layout, as model.safetensors stores it) waits on memory: two flops per weight, and the weights
-of GPT-2 XL (6 GB) do not fit any cache. Speculative sampling's scoring call has K + 1 rows,
-so it costs about one decode *if* each weight, once loaded, is applied to every row. NumPy has
-no such product here (its OpenBLAS packs the weights for every GEMM; kernels.py's L2 tiles get
-to ~2x a one-row product for 5 rows). This one is a dozen lines of loops that numba compiles:
+layout, as model.safetensors stores it) waits on memory: two flops per weight, and GPT-2 XL's
+weights (6 GB) fit no cache. Speculative sampling's scoring call has K + 1 rows, so it costs
+about one decode *if* each weight, once loaded, is applied to every row. NumPy has no such
+product (its OpenBLAS packs the weights for every GEMM; kernels.py's L2 tiles re-read each tile
+once per row). This one is a dozen lines of loops that numba compiles:
 
     for each group of 8 input rows i..i+7 (8 rows of W):
         for each segment of 256 output columns (8 x 256 floats = 8 KB of W, in L1 after the first row):
@@ -15,18 +15,15 @@ W is read from memory once; each row of x re-reads the 8 KB segment from L1, and
 accumulator is loaded and stored once per 8 input rows, not once per input row. Threads take
 bands of input rows (kernels.parallel) and add their partial sums at the end. The vector loop
 starts where W's rows cross a 32-byte boundary (`lead`): safetensors aligns tensors to 8 bytes
-only, and a 32-byte load that straddles two cache lines costs about two.
-
-Measured (benchmarks/kernels/README.md, 2 cores): over 4 layers of GPT-2 XL's linear weights,
-5 rows cost 1.15x its one-row product, against 1.66x for the NumPy tiles; one row 1.04x
-OpenBLAS's threaded GEMV. With W in cache, the loop applies 5 rows to 40 GB/s of weights
-(30.5 when its loads straddle lines), against 31 GB/s from memory: for 5 rows the arithmetic
-is barely faster than memory, so the product costs somewhat more than one row.
+only, and a 32-byte load that straddles two cache lines costs about two. What it costs against
+one row, and against the alternatives, is measured by benchmarks/kernels/candidates.py (results
+in benchmarks/kernels/) and, inside the sampling loop, by `python -m picogpt bench`.
 
 The LM head, x @ wte.T, is the same idea on wte's own layout (`head_product`): dot products of
-4 rows of wte with every row of x. numba is optional (`pip install 'picogpt-speculative[fast]'`, in `[dev]`):
-without it, kernels.py uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products
-off (to compare, or to rule them out).
+4 rows of wte with every row of x. numba is optional (`pip install 'picogpt-speculative[fast]'`,
+in `[dev]`): without it, or where it cannot run (compile_kernels says why, in one line),
+kernels.py uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products off (to
+compare, or to rule them out).
 """
 
 import functools
