@@ -110,12 +110,12 @@ class GPT2:
         return logits
 
     def prepare(self):
-        """Get ready for the fast path: OpenBLAS on one thread, our threads sharing the work
-        (kernels.use_own_threads), and the weights: the mapped arrays as they are, or with
+        """Get ready for the fast path: OpenBLAS on one thread, our threads sharing the work, the
+        compiled products loaded (kernels.prepare), and the weights: the mapped arrays as they are, or with
         in_memory=True copied into this process now, or with in_memory="background" copied
         while the model already runs (self.copying.join() waits for the copy)."""
         if self.fast_params is None:
-            kernels.use_own_threads()
+            kernels.prepare()
             fast_params = self.params
             if self.in_memory == "background":
                 fast_params, self.copying = layout.in_memory_in_background(fast_params, self.name)

@@ -24,7 +24,7 @@ OpenBLAS's threaded GEMV. With W in cache, the loop applies 5 rows to 40 GB/s of
 is barely faster than memory, so the product costs somewhat more than one row.
 
 The LM head, x @ wte.T, is the same idea on wte's own layout (`head_product`): dot products of
-4 rows of wte with every row of x. numba is optional (`pip install picogpt[fast]`, in `[dev]`):
+4 rows of wte with every row of x. numba is optional (`pip install 'picogpt-speculative[fast]'`, in `[dev]`):
 without it, kernels.py uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products
 off (to compare, or to rule them out).
 """
@@ -34,6 +34,7 @@ import os
 import sys
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import PicoGPTError
 
@@ -113,48 +114,88 @@ def head_product(x, E, out, start, stop, lead=0):
 
 
 @functools.cache
-def compile_head():
-    """head_product compiled by numba, or None without numba. 'reassoc' lets the compiler split the
-    dot product into vector lanes (a different order of summation, ~1e-7 relative); NaN stays NaN."""
-    if compile_kernel() is None:
-        return None
-    import numba
-    head = numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract", "reassoc"})(head_product)
-    x, out, E = np.zeros((1, 8), np.float32), np.zeros((1, 4), np.float32), np.zeros((4, 8), np.float32)
-    head(x, E, out, 0, 4, 0)
-    E.flags.writeable = False
-    head(x, E, out, 0, 4, 0)
-    return head
+def compile_kernels():
+    """{"band": band_product, "head": head_product} compiled by numba, or None, in which case
+    kernels.py runs its NumPy path.
 
-
-@functools.cache
-def compile_kernel():
-    """band_product compiled by numba, or None if numba is not installed. Compiled here, once per
-    install (a few seconds, with a message), for weights both writable and read-only (memory-mapped);
-    numba caches the machine code on disk, so later processes load it in well under a second.
-    fastmath 'contract' lets the compiler fuse multiply-adds; no other fast-math assumption
-    (NaN stays NaN)."""
+    numba keeps the machine code on disk (cache=True), so this compiles once per install (a few
+    seconds, with a progress bar) and later processes load it in well under a second. Each
+    function is compiled for weights both writable and read-only (memory-mapped) here, before
+    any model call, so that no timed call pays for it (GPT2.prepare calls this). None when numba
+    is not installed (silently: it is an optional extra) or cannot run here, with one line
+    saying why: NUMBA_DISABLE_JIT (the loops would run as Python, hundreds of times slower), no
+    writable folder for numba's cache (read-only installs, an unwritable home; NUMBA_CACHE_DIR
+    names one), or any failure to compile.
+    fastmath 'contract' lets the compiler fuse multiply-adds; the head's 'reassoc' lets it split
+    a dot product into vector lanes (another order of summation, ~1e-7 relative); NaN stays NaN."""
     try:
         import numba
     except ImportError:
         return None
-    kernel = numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})(band_product)
-    if not is_cached(kernel):
-        print("picogpt: compiling the fast kernel with numba (once per install, a few seconds)", file=sys.stderr)
-    x, acc = np.zeros((1, 8), np.float32), np.zeros((1, 8), np.float32)
-    W = np.zeros((8, 8), np.float32)
-    kernel(x, W, acc, 0, 8, 0)
-    W.flags.writeable = False
-    kernel(x, W, acc, 0, 8, 0)
-    return kernel
+    if numba.config.DISABLE_JIT:
+        return unavailable("NUMBA_DISABLE_JIT is set, so numba would run its loops as Python")
+    try:
+        functions = {
+            "band": numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})(band_product),
+            "head": numba.njit(nogil=True, cache=True, boundscheck=False,
+                               fastmath={"contract", "reassoc"})(head_product)}
+        calls = [(functions[name], writable) for name in functions for writable in (True, False)]
+        if not all(is_cached(function) for function in functions.values()):
+            calls = tqdm(calls, desc="picogpt: compiling the fast kernels with numba (once per install)",
+                         unit="kernel", file=sys.stderr)
+        for function, writable in calls:
+            function(*example_arguments(function.py_func, writable))
+    except RuntimeError as e:
+        if "cannot cache" not in str(e):
+            return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
+        return unavailable(f"numba has no writable folder for its compiled code ({first_line(e)}); set "
+                           "NUMBA_CACHE_DIR to a writable folder to use the compiled kernels")
+    except Exception as e:  # noqa: BLE001 (numba's errors have no common base): fall back, say why
+        return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
+    return functions
+
+
+def first_line(error):
+    """'TypeError: the first line of its message'."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else 'no message'}"
+
+
+def example_arguments(function, writable):
+    """Small arguments that compile `function` for float32 weights, writable or read-only."""
+    x = np.zeros((1, 8), np.float32)
+    if function is band_product:  # x [1, 8] @ W [8, 8] += into acc [1, 8]
+        W, out = np.zeros((8, 8), np.float32), np.zeros((1, 8), np.float32)
+    else:  # x [1, 8] . E [4, 8] rows -> out [1, 4]
+        W, out = np.zeros((4, 8), np.float32), np.zeros((1, 4), np.float32)
+    W.flags.writeable = writable
+    return x, W, out, 0, W.shape[0], 0
+
+
+def unavailable(reason):
+    """None, after saying on one line why the NumPy path runs instead of the compiled one."""
+    print(f"picogpt: {reason}: running the NumPy path instead", file=sys.stderr)
+    return None
+
+
+def compile_kernel():
+    """The compiled band_product, or None (see compile_kernels)."""
+    functions = compile_kernels()
+    return functions and functions["band"]
+
+
+def compile_head():
+    """The compiled head_product, or None (see compile_kernels)."""
+    functions = compile_kernels()
+    return functions and functions["head"]
 
 
 def is_cached(kernel):
-    """Whether numba has this kernel's machine code on disk (its cache index exists); True if
+    """Whether numba has this kernel's machine code on disk, up to date with its source; True if
     that cannot be told (numba's cache layout is not public), so no false message is printed."""
     try:
-        return os.path.exists(kernel._cache._cache_file._index_path)
-    except AttributeError:
+        return bool(kernel._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 (private API: any change in it means "cannot tell")
         return True
 
 
@@ -166,9 +207,11 @@ def enabled():
         raise PicoGPTError(f"{KERNEL_ENV}={choice!r}: expected 'auto', 'numba' or 'numpy'")
     if choice == "numpy":
         return False
-    if compile_kernel() is None:
+    if compile_kernels() is None:
         if choice == "numba":
-            raise PicoGPTError(f"{KERNEL_ENV}=numba but numba is not installed: pip install 'picogpt[fast]'")
+            raise PicoGPTError(f"{KERNEL_ENV}=numba but the compiled kernels cannot run here (numba not "
+                               "installed, or the line above says why): pip install 'picogpt-speculative[fast]', "
+                               f"or unset {KERNEL_ENV}")
         return False
     return True
 

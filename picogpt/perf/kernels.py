@@ -123,6 +123,14 @@ def use_own_threads():
     return True
 
 
+def prepare():
+    """What the fast path needs before a model's first call, done once per process so that no
+    timed call pays for it: OpenBLAS on one thread (use_own_threads) and the compiled products
+    loaded from numba's cache, or compiled once per install (compiled.enabled)."""
+    use_own_threads()
+    compiled.enabled()
+
+
 @contextlib.contextmanager
 def openblas_on_all_threads():
     """Within the block, OpenBLAS runs on n_threads() threads of its own (as NumPy uses it

@@ -14,17 +14,20 @@ The first call of each run also reads the prompt (the prefill), so the first tok
 autoregressive sampling and the first loop of speculative sampling are left out of the costs;
 they stay in the wall times and in the breakdown, which adds up to the wall time.
 
-The runs are interleaved (per repeat: autoregressive, then each K, all with the same seed), so a
-busy moment hits every variant alike. Figures are medians over the repeats with their
-interquartile range. The measured speedup is median autoregressive time / median speculative
+A warm-up run of every variant first pays what a process pays once (first reads of the weights,
+loading the compiled kernels). The timed runs are interleaved (per repeat: each K, then
+autoregressive, all with the same seed), so a busy moment hits every variant alike. Figures are
+medians over the repeats with their interquartile range. The measured speedup is median autoregressive time / median speculative
 time; the predicted one is Chen et al.'s arithmetic (theory.predicted_speedup_paper) fed the
 in-loop costs and alpha_hat, the acceptance rate pooled over every accept/reject decision.
 """
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import theory
 from ..errors import PicoGPTError
@@ -223,27 +226,56 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
 # ---------------------------------------------------------------------------------------------
 
 def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=4, temperature=1.0,
-                    top_k=None, top_p=None):
+                    top_k=None, top_p=None, on_loop=None, progress=False):
     """Sample N tokens after `ids` autoregressively from `target` and speculatively with `draft`
     proposing K tokens per loop, for each K in Ks, `repeats` times interleaved (repeat r uses
-    seed + r for every variant); returns a SpeedupMeasurement. A short warm-up run of each
-    variant (warmup_tokens, not counted) first pays the page faults and thread start-up."""
+    seed + r for every variant); returns a SpeedupMeasurement. warm_up runs first (not counted).
+    `on_loop(trace)` sees every loop of the first speculative run (the command line streams its
+    text); `progress` shows a bar over the runs."""
     Ks = [int(K) for K in Ks]
     if not Ks or repeats < 1 or N < 2:
         raise PicoGPTError(f"measure_speedup needs at least one K (got {Ks}), repeats >= 1 (got {repeats}) "
                            f"and N >= 2 (got {N}): the first token reads the prompt, the costs come after it")
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     load_before = load_average()
-    if warmup_tokens:
-        autoregressive_sampling(target, ids, min(N, warmup_tokens), seed=seed, **controls)
-        for K in Ks:
-            speculative_sampling(draft, target, ids, min(N, warmup_tokens), K=K, seed=seed, **controls)
-    ar_runs, spec_runs = [], {K: [] for K in Ks}
-    for repeat in range(repeats):
-        ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
-        for K in Ks:
-            spec_runs[K].append(speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat, **controls))
+    warm_up(draft, target, ids, Ks, min(N, warmup_tokens), seed, controls)
+    ar_runs, spec_runs = interleaved_runs(draft, target, ids, N, Ks, repeats, seed, controls, on_loop, progress)
     return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, load_before, load_average())
+
+
+def warm_up(draft, target, ids, Ks, n_tokens, seed, controls):
+    """A short run of each variant, not counted: it pays what a process pays once (the weights'
+    first reads from disk, the compiled kernels' loading, the threads' start) before any timing.
+    Every call shape the timed runs make is made here: one position, K + 1 positions, the prompt."""
+    if n_tokens < 1:
+        return
+    autoregressive_sampling(target, ids, n_tokens, seed=seed, **controls)
+    for K in Ks:
+        speculative_sampling(draft, target, ids, n_tokens, K=K, seed=seed, **controls)
+
+
+def interleaved_runs(draft, target, ids, N, Ks, repeats, seed, controls, on_loop=None, progress=False):
+    """([SamplingResult] per repeat, {K: [SpeculativeResult] per repeat}): per repeat, speculative
+    sampling at each K, then autoregressive sampling, all with seed + repeat, so that a busy
+    moment hits every variant alike. With `progress`, a bar over the runs on a terminal (after
+    the first run when on_loop streams that one's text)."""
+    runs = [(repeat, K) for repeat in range(repeats) for K in [*Ks, None]]  # K None: autoregressive
+    ar_runs, spec_runs = [], {K: [] for K in Ks}
+    bar = None
+    for i, (repeat, K) in enumerate(runs):
+        if progress and bar is None and (on_loop is None or i > 0):
+            bar = tqdm(total=len(runs), initial=i, desc="timed runs", unit="run", file=sys.stderr, leave=False,
+                       delay=0.5, disable=None)
+        if K is None:
+            ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
+        else:
+            spec_runs[K].append(speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat,
+                                                     on_loop=on_loop if i == 0 else None, **controls))
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    return ar_runs, spec_runs
 
 
 def gap_accounting(m):
