@@ -277,12 +277,33 @@ def test_a_document_is_rendered_from_the_results_json(saved, tmp_path):
     assert docs.render_text(rendered, blocks, tmp_path) == rendered  # rendering again changes nothing
 
 
-def test_a_block_the_renderer_does_not_know_or_a_missing_block_is_an_error(tmp_path):
+def test_a_block_the_renderer_does_not_know_or_a_missing_block_is_an_error(saved, tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(saved[0], tmp_path / "benchmarks" / "bench.json")
     blocks = {"decode": docs.BLOCKS["benchmarks/README.md"]["decode"]}
     with pytest.raises(PicoGPTError, match="unknown: \\['nonsense'\\], missing: \\['decode'\\]"):
         docs.render_text(block("nonsense"), blocks, tmp_path)
     with pytest.raises(PicoGPTError, match="twice: \\['decode'\\]"):
         docs.render_text(block("decode") + "\n" + block("decode"), blocks, tmp_path)
+
+
+def test_the_quick_start_block_shows_each_step_and_what_the_command_printed(tmp_path):
+    run = {"seed": 0, "seconds": 11.2, "speedup": 1.1, "compiled_here": True, "stdout": "And God said ...\n"}
+    results = {"cores": 2, "load_average_before": [0.1, 0.1, 0.1], "load_average_after": [0.9, 0.5, 0.2],
+               "steps": {"install_s": 95.0, "make_test_s": 290.0, "lab_start_s": 6.0},
+               "speculate": {"command": "python -m picogpt speculate --compare", "median_speedup": 1.6,
+                             "runs": [run, {**run, "seed": 1, "speedup": 1.6, "compiled_here": False,
+                                            "stdout": "And God said unto Moses\n[speculative: ...]\n"}]},
+               "in_process": {"speedup": 1.7}}
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "first-hour.json").write_text(json.dumps(results))
+    blocks = {"quick-start": docs.BLOCKS["README.md"]["quick-start"]}
+    text = docs.render_text(block("quick-start", "benchmarks/first-hour.json"), blocks, tmp_path)
+    assert "| `make test` (unit tests and every notebook) | 4.8 min |" in text
+    assert "| the command below, seed 0 (compiles the fast kernels, once per install) | 11 s, speedup 1.10x |" in text
+    assert "--compare --seed 1` printed:\n\n```text\nAnd God said unto Moses\n[speculative: ...]\n```" in text
+    with pytest.raises(PicoGPTError, match="missing: \\['quick-start'\\]"):  # committed results need their block
+        docs.render_text("no markers", blocks, tmp_path)
 
 
 def test_the_committed_documents_are_what_the_committed_json_renders():
@@ -292,11 +313,14 @@ def test_the_committed_documents_are_what_the_committed_json_renders():
 
 
 def test_every_rendered_document_names_its_blocks_and_sources():
+    committed = 0
     for document, blocks in docs.BLOCKS.items():
         text = (docs.SOURCE_TREE / document).read_text()
         for name, (source, _) in blocks.items():
-            assert docs.begin_marker(name, source) in text and docs.end_marker(name) in text, (document, name)
-            assert (docs.SOURCE_TREE / source).is_file(), source
+            if (docs.SOURCE_TREE / source).is_file():  # a block is required once its results are committed
+                assert docs.begin_marker(name, source) in text and docs.end_marker(name) in text, (document, name)
+                committed += 1
+    assert committed >= 15
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ around them:
     (rendered here; an edit by hand is overwritten)
     <!-- end generated: speed-table -->
 
-BLOCKS names every block, its JSON source and the function that renders it. `python -m picogpt
+BLOCKS names every block, its JSON source and the function that renders it; a block must be
+in its document once its source is committed. `python -m picogpt
 bench --save` rewrites the blocks after a run, `python -m picogpt bench --render` rewrites them
 from the committed JSON without measuring, and `render_docs(check=True)` lists the documents
 whose blocks differ from what their JSON renders (a test keeps that list empty). Figures come
@@ -376,6 +377,33 @@ def kernel_one_row_table(results, source):
     return [*lines, "", *table_lines(["model", "shape", "MB each", *ways], rows)]
 
 
+def minutes_or_seconds(seconds):
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def quick_start(results, source):
+    """tools/first_hour.py: the README's quick start on a fresh clone, step by step, and what the
+    README's speculate command printed there (a run after the first, which compiles once)."""
+    steps, speculate = results["steps"], results["speculate"]
+    names = {"install_s": "install into `.venv` (`make`, as `make test` and `make lab` do first)",
+             "make_test_s": "`make test` (unit tests and every notebook)",
+             "lab_start_s": "`make lab` until the course is served"}
+    rows = [[names.get(key, key), minutes_or_seconds(seconds)] for key, seconds in steps.items()]
+    for run in speculate["runs"]:
+        once = " (compiles the fast kernels, once per install)" if run["compiled_here"] else ""
+        rows.append([f"the command below, seed {run['seed']}{once}", f"{run['seconds']:.0f} s, speedup "
+                     f"{run['speedup']:.2f}x"])
+    shown = next((run for run in speculate["runs"] if not run["compiled_here"]), speculate["runs"][-1])
+    inside = results["in_process"]
+    return [f"Timed by `tools/first_hour.py` on a fresh clone, {results['cores']} cores, load average "
+            f"{results['load_average_before']} before and {results['load_average_after']} after:", "",
+            *table_lines(["step", "time"], rows), "",
+            f"`{speculate['command']} --seed {shown['seed']}` printed:", "", "```text",
+            *shown["stdout"].rstrip("\n").splitlines(), "```", "",
+            f"Median speedup of the fresh processes: {speculate['median_speedup']:.2f}x; the same setting "
+            f"measured in one process (`perf/speedup.measure_speedup`): {inside['speedup']:.2f}x."]
+
+
 def teaching_pair_card(report, source):
     """tools/measure_teaching_pair.py: acceptance along sampled text, in-loop costs, the speedup per K."""
     m = speedup.from_dict(report["speedup"])
@@ -436,7 +464,8 @@ def files_table(report, source):
 
 BENCH = "benchmarks/bench.json"
 BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
-    "README.md": {"speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end)},
+    "README.md": {"quick-start": ("benchmarks/first-hour.json", quick_start),
+                  "speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end)},
     "benchmarks/README.md": {"run": (BENCH, run_summary), "decode": (BENCH, decode_table),
                              "ready": (BENCH, ready_table), "end-to-end": (BENCH, end_to_end_table),
                              "prediction": (BENCH, prediction_table), "goals": (BENCH, goals_table),
@@ -473,10 +502,11 @@ def rendered_block(name, source, lines):
 
 def render_text(text, blocks, repo, document="the document"):
     """text with every generated block replaced by what its renderer makes of its JSON source.
-    Every block of `blocks` must be in the text once, and no other."""
+    Every block of `blocks` whose source is committed must be in the text once, and no other."""
     found = [match["name"] for match in BLOCK.finditer(text)]
     unknown = sorted(set(found) - set(blocks))
-    missing = sorted(set(blocks) - set(found))
+    missing = sorted(name for name, (source, _) in blocks.items()
+                     if name not in found and (Path(repo) / source).is_file())
     twice = sorted({name for name in found if found.count(name) > 1})
     if unknown or missing or twice:
         raise PicoGPTError(f"{document}: generated blocks do not match picogpt/bench/docs.py's BLOCKS "
