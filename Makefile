@@ -16,10 +16,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## make test: create .venv, install, run the unit tests, then execute every notebook
+## (pytest-xdist spreads them over the cores: PYTEST_WORKERS=1 runs them one at a time)
+PYTEST_WORKERS ?= auto
+PARALLEL = -n $(PYTEST_WORKERS)
 test: unit notebooks
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest $(PARALLEL) tests
 
 ## make quick: the unit tests without the slow statistical proofs (chi-square), no notebooks
 quick: $(STAMP)
@@ -27,7 +30,7 @@ quick: $(STAMP)
 
 notebooks: $(STAMP)
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-	  PICOGPT_COURSE_MODELS=tiny $(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
+	  PICOGPT_COURSE_MODELS=tiny $(BIN)/python -m pytest $(PARALLEL) --dist loadscope --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
 	else echo "no notebooks yet"; fi
 
 ## make test-oldest: the oldest versions pyproject.toml allows (constraints-oldest.txt), in their
