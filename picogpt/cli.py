@@ -302,8 +302,10 @@ examples:
   python -m picogpt speculate --prompt "In the beginning" --json""",
     "bench": """\
 examples:
-  python -m picogpt bench --quick --models tiny-draft tiny-target --no-torch   (a first look, a minute)
-  python -m picogpt bench --no-torch""",
+  python -m picogpt bench --quick --models tiny-draft tiny-target --no-torch   (a first look, under a minute)
+  python -m picogpt bench --no-torch           (everything; GPT-2 small and XL on random weights if not downloaded)
+  python -m picogpt bench --no-torch --save    (the same, into benchmarks/, and its docs re-rendered)
+  python -m picogpt bench --render             (re-render the docs from the committed results, no measuring)""",
 }
 
 
