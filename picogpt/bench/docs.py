@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import PicoGPTError
 from ..perf import speedup
+from ..perf.timing import spread
 from . import goals
 from .report import SOURCE_TREE, committed_dir, goal_value
 
@@ -55,7 +56,7 @@ def ms(seconds):
 
 def with_spread(runs_s):
     """'26 ms (IQR 24-27)' of a list of timed runs: the median and its interquartile range."""
-    s = speedup.spread(runs_s)
+    s = spread(runs_s)
     return f"{ms(s.median)} ms ({ms(s.q1)}-{ms(s.q3)})"
 
 
@@ -325,12 +326,12 @@ def kernel_rows_table(results, source):
             if name not in block["times_s"]:
                 cells.append("")
                 continue
-            base = speedup.spread(block["times_s"][baseline]).median
-            s = speedup.spread(block["times_s"][name])
+            base = spread(block["times_s"][baseline]).median
+            s = spread(block["times_s"][name])
             cell = f"{s.median / base:.2f} ±{(s.q3 - s.q1) / base:.2f}"
             cells.append(f"**{cell}**" if "compiled" in name else cell)
         rows.append([f"**{name}**" if "compiled" in name else name, *cells])
-    rows.append(["the baseline's median", *(f"{ms(speedup.spread(b['times_s'][baseline]).median)} ms" for b in blocks)])
+    rows.append(["the baseline's median", *(f"{ms(spread(b['times_s'][baseline]).median)} ms" for b in blocks)])
     machine, runs = results["machine"], len(blocks[0]["times_s"][baseline])
     loads = [b["load_before"] for b in blocks] + [b["load_after"] for b in blocks]
     return [f"`{results['command']}` on {machine['cpu']} ({machine['cores']} cores, {machine['threads']} threads), "

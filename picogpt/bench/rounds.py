@@ -9,14 +9,9 @@ import time
 import numpy as np
 
 from ..perf import kernels, machine
+from ..perf.timing import timed
 
 PAUSE_S = 0.2  # after each timed call: OpenBLAS's idle threads spin ~0.1 s before they sleep
-
-
-def timed(function, *args):
-    start = time.perf_counter()
-    result = function(*args)
-    return time.perf_counter() - start, result
 
 
 def summary(times_s):

@@ -34,6 +34,7 @@ from ..errors import PicoGPTError
 from ..sampling import autoregressive_sampling
 from ..speculative import speculative_sampling
 from .machine import load_average
+from .timing import Spread, spread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,22 +77,6 @@ def predictions(costs, alpha, Ks):
 # ---------------------------------------------------------------------------------------------
 # What one measurement returns
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Spread:
-    """The median of a few repeats and their interquartile range (q1 .. q3)."""
-    median: float
-    q1: float
-    q3: float
-
-
-def spread(values):
-    """Spread of a list of numbers (nan when empty: nothing was measured)."""
-    if len(values) == 0:
-        return Spread(float("nan"), float("nan"), float("nan"))
-    q1, median, q3 = np.percentile(np.asarray(values, np.float64), [25, 50, 75])
-    return Spread(float(median), float(q1), float(q3))
-
 
 @dataclass(frozen=True)
 class AtK:
