@@ -85,7 +85,8 @@ classroom-check: $(STAMP)
 weights: $(STAMP)
 	$(BIN)/python -m picogpt download gpt2 gpt2-xl
 
-## make bench: measure decode, scoring and load speed (results under benchmarks/)
+## make bench: measure decode, scoring and load speed (results in build/bench/, which git ignores;
+## `python -m picogpt bench --save` writes benchmarks/ and renders its tables)
 bench: $(STAMP)
 	$(BIN)/python -m picogpt bench
 

@@ -248,17 +248,28 @@ def add_sampling_flags(parser):
 
 
 def cmd_bench(args):
-    from .bench import BENCH_DIR, run_bench, save, table, to_json
+    from .bench import docs, report, run_bench
 
+    if args.render:  # the documents from the committed JSON: nothing is measured
+        changed = docs.render_docs()
+        print(f"rendered from the committed results: {', '.join(changed) or 'every document was up to date'}")
+        return
+    if args.save and args.quick:
+        raise PicoGPTError("--quick is a first look, not results to commit: drop --quick to --save")
     overrides = {"with_torch": not args.no_torch}
     if args.runs is not None and args.runs < 1:
         raise PicoGPTError(f"--runs {args.runs}: the number of timed runs per figure must be at least 1")
     if args.runs is not None:
         overrides["n_runs"] = args.runs
+    folder = args.out or (report.committed_dir() if args.save else report.scratch_dir())
     results = run_bench(args.models, quick=args.quick, **overrides)
-    paths = save(results, args.out or BENCH_DIR, "bench-quick" if args.quick else "bench")
-    print(to_json(results) if args.json else table(results))
+    paths = report.save(results, folder, "bench-quick" if args.quick else "bench")
+    print(report.to_json(results) if args.json else report.table(results))
     print(f"saved {', '.join(map(str, paths))}", file=sys.stderr)
+    if args.save and not args.out:
+        print(f"rendered from them: {', '.join(docs.render_docs()) or 'no document changed'}", file=sys.stderr)
+    elif not args.save and not args.out:
+        print("(a scratch folder git ignores: --save writes benchmarks/ and renders its documents)", file=sys.stderr)
 
 
 DESCRIPTION = """\
@@ -294,8 +305,10 @@ examples:
   python -m picogpt speculate --prompt "In the beginning" --json""",
     "bench": """\
 examples:
-  python -m picogpt bench --quick --models tiny-draft tiny-target --no-torch   (a first look, a minute)
-  python -m picogpt bench --no-torch""",
+  python -m picogpt bench --quick --models tiny-draft tiny-target --no-torch   (a first look, under a minute)
+  python -m picogpt bench --no-torch           (everything; GPT-2 small and XL on random weights if not downloaded)
+  python -m picogpt bench --no-torch --save    (the same, into benchmarks/, and its docs re-rendered)
+  python -m picogpt bench --render             (re-render the docs from the committed results, no measuring)""",
 }
 
 
@@ -379,7 +392,12 @@ def build_parser():
     bench.add_argument("--quick", action="store_true", help="fewer runs, one context: a first look")
     bench.add_argument("--runs", type=int, default=None, help="timed runs per figure (default 5)")
     bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
-    bench.add_argument("--out", default=None, help="folder for bench.json and bench.png (default benchmarks/)")
+    bench.add_argument("--out", default=None, help="folder for bench.json and bench.png (default: build/bench/, "
+                       "which git ignores; with --save: benchmarks/)")
+    bench.add_argument("--save", action="store_true", help="write the results to benchmarks/ to commit them, and "
+                       "render the tables of benchmarks/README.md and README.md from them")
+    bench.add_argument("--render", action="store_true", help="measure nothing: render the documents' tables from "
+                       "the committed JSON (benchmarks/bench.json and the other tools' results)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
 
     return parser

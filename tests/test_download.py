@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -373,8 +374,8 @@ def test_redirect_loop_is_one_line(server, monkeypatch, capsys):
 def test_every_pretrained_model_is_pinned():
     assert set(dl.PINNED) == set(PRETRAINED)
     for name, spec in dl.PINNED.items():
-        assert len(spec.revision) == 40 and int(spec.revision, 16) >= 0
-        assert len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0
+        assert re.fullmatch(r"[0-9a-f]{40}", spec.revision), f"{name}: a revision is a git commit, 40 hex digits"
+        assert re.fullmatch(r"[0-9a-f]{64}", spec.sha256), f"{name}: a sha256 is 64 lowercase hex digits"
         assert (spec.n_layer, spec.n_head, spec.n_embd) == tuple(PRETRAINED[name][k] for k in ("n_layer", "n_head", "n_embd"))
     assert dl.PINNED["gpt2"].n_bytes == 548_105_171
 

@@ -134,28 +134,6 @@ def measure(skip_make_test):
         return results
 
 
-def quick_start(results):
-    """README.md's quick-start block: the first run's output as printed, then the times."""
-    runs, steps = results["speculate"]["runs"], results["steps"]
-    speedups = ", ".join(f"{run['speedup']:.2f}x" for run in runs)
-    make_test = (f"`make test` takes {steps['make_test_s'] / 60:.1f} minutes ({steps['install_s']:.0f} s of it "
-                 "installing), " if "make_test_s" in steps else f"installing takes {steps['install_s']:.0f} s, ")
-    return "\n".join([
-        "```text",
-        f"$ {results['speculate']['command']}",
-        runs[0]["stdout"].rstrip("\n"),
-        "```",
-        "",
-        f"On this project's {results['cores']}-core machine, on a fresh clone: {make_test}`make lab` serves the "
-        f"course {steps['lab_start_s']:.0f} s after it starts, and the command above takes {runs[0]['seconds']:.0f} s "
-        f"the first time (it compiles picogpt's fast kernels, once per install, with a progress bar) and "
-        f"{max(run['seconds'] for run in runs[1:]):.0f} s after. Its speedup in three fresh processes, seeds "
-        f"{runs[0]['seed']}-{runs[-1]['seed']}: {speedups} (median {results['speculate']['median_speedup']:.2f}x; "
-        f"the same measurement in one process, perf/speedup.measure_speedup: {results['in_process']['speedup']:.2f}x). "
-        "Measured by `tools/first_hour.py` (`benchmarks/first-hour.json`).",
-    ])
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-make-test", action="store_true", help="do not time make test (saves minutes)")

@@ -23,10 +23,8 @@ in-loop costs and alpha_hat, the acceptance rate pooled over every accept/reject
 """
 
 import dataclasses
-import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -36,8 +34,7 @@ from ..errors import PicoGPTError
 from ..sampling import autoregressive_sampling
 from ..speculative import speculative_sampling
 from .machine import load_average
-
-BENCH_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "bench.json"  # `python -m picogpt bench`
+from .timing import Spread, spread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,22 +77,6 @@ def predictions(costs, alpha, Ks):
 # ---------------------------------------------------------------------------------------------
 # What one measurement returns
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Spread:
-    """The median of a few repeats and their interquartile range (q1 .. q3)."""
-    median: float
-    q1: float
-    q3: float
-
-
-def spread(values):
-    """Spread of a list of numbers (nan when empty: nothing was measured)."""
-    if len(values) == 0:
-        return Spread(float("nan"), float("nan"), float("nan"))
-    q1, median, q3 = np.percentile(np.asarray(values, np.float64), [25, 50, 75])
-    return Spread(float(median), float(q1), float(q3))
-
 
 @dataclass(frozen=True)
 class AtK:
@@ -282,24 +263,6 @@ def interleaved_runs(draft, target, ids, N, Ks, repeats, seed, controls, on_loop
     return ar_runs, spec_runs
 
 
-def text_lines(m, label=None):
-    """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
-    label = label or f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}"
-    lines = [f"speculative vs autoregressive sampling, {label}, N={m.N}, {m.repeats} repeats: "
-             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
-             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
-             f"load average {m.load_average_before} -> {m.load_average_after}",
-             f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
-             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
-             "per run: draft + score + decide + other s"]
-    for K in m.Ks:
-        at, b = m.by_K[K], m.by_K[K].breakdown_s
-        lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
-                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
-                     f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
-    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
-
-
 def gap_accounting(m):
     """Why the measured speedup differs from the predicted one, per K, as factors that multiply:
     measured = predicted x tokens x loop_time / autoregressive x rest, where
@@ -323,45 +286,14 @@ def gap_accounting(m):
     return out
 
 
-def gap_lines(m):
-    """gap_accounting as text, one line per K."""
-    lines = ["  K   predicted  measured  measured/predicted = tokens x loop time / autoregressive x rest"]
-    for K, g in gap_accounting(m).items():
-        lines.append(f"  {K:<3d} {g['predicted']:7.2f}x  {g['measured']:7.2f}x  {g['measured'] / g['predicted']:17.2f}"
-                     f"   = {g['tokens']:.2f} x {g['loop_time']:.2f} / {g['autoregressive']:.2f} x {g['rest']:.2f}")
-    return lines
+MOVED_TO_REPORT = ("text_lines", "gap_lines", "busy_warning", "bench_measurements", "BENCH_JSON")
 
 
-def busy_warning(measurement, cores):
-    """A sentence if the machine was busy while measuring (load average above its cores), else ''."""
-    loads = [load[0] for load in (measurement.load_average_before, measurement.load_average_after) if load]
-    if loads and max(loads) > cores:
-        return (f"warning: the machine was busy (load average up to {max(loads):.1f} on {cores} cores): "
-                "other programs shared the CPU, so these timings are noisier and slower than idle")
-    return ""
+def __getattr__(name):
+    """The measurement's text and the reading of benchmarks/bench.json live in bench/report.py;
+    their names still resolve here for code written against this module."""
+    if name in MOVED_TO_REPORT:
+        from ..bench import report
 
-
-# ---------------------------------------------------------------------------------------------
-# Reading what `python -m picogpt bench` committed
-# ---------------------------------------------------------------------------------------------
-
-def bench_measurements(path=BENCH_JSON):
-    """The speculative-sampling measurements of benchmarks/bench.json: ([(SpeedupMeasurement,
-    weights source)], a line saying when and where), or ([], why there are none)."""
-    path = Path(path)
-    if not path.exists():
-        return [], (f"{path.name} not found: speculative sampling at GPT-2's shapes is not measured yet "
-                    "(run: python -m picogpt bench)")
-    try:
-        results = json.loads(path.read_text())
-        entries = results.get("speculative")
-        if not isinstance(entries, list) or not entries:
-            return [], (f"{path.name} holds no end-to-end speculative-sampling measurement of this kind "
-                        "(run: python -m picogpt bench)")
-        found = [(from_dict(entry["measurement"]), entry["source"]) for entry in entries]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return [], f"{path.name} cannot be read as the bench's results ({type(e).__name__}: {e})"
-    machine = results.get("machine", {})
-    kernel = machine.get("kernel", "numpy")  # runs before the compiled product existed used NumPy's tiles
-    return found, (f"measured {results.get('date_utc', '(undated)')} on {machine.get('cpu', 'an unrecorded machine')}, "
-                   f"{kernel} kernel for the few-row products")
+        return getattr(report, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
