@@ -7,7 +7,7 @@ OLDEST := .venv-oldest
 BROWSER_STAMP := $(VENV)/.installed-browser
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: test quick unit notebooks test-oldest browser-test lab weights bench clean
+.PHONY: test quick unit notebooks test-oldest browser-test lab weights bench classroom classroom-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,10 +16,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## make test: create .venv, install, run the unit tests, then execute every notebook
+## (pytest-xdist spreads them over the cores: PYTEST_WORKERS=1 runs them one at a time)
+PYTEST_WORKERS ?= auto
+PARALLEL = -n $(PYTEST_WORKERS)
 test: unit notebooks
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest $(PARALLEL) tests
 
 ## make quick: the unit tests without the slow statistical proofs (chi-square), no notebooks
 quick: $(STAMP)
@@ -27,7 +30,7 @@ quick: $(STAMP)
 
 notebooks: $(STAMP)
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-	  PICOGPT_COURSE_MODELS=tiny $(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
+	  PICOGPT_COURSE_MODELS=tiny $(BIN)/python -m pytest $(PARALLEL) --dist loadscope --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
 	else echo "no notebooks yet"; fi
 
 ## make test-oldest: the oldest versions pyproject.toml allows (constraints-oldest.txt), in their
@@ -57,17 +60,35 @@ $(CHROMIUM):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
-## make lab: open the course in JupyterLab (embedded teaching pair unless GPT-2 is downloaded)
+## make lab: open the course in JupyterLab (embedded teaching pair unless GPT-2 is downloaded).
+## Extra JupyterLab flags go in LAB_ARGS, e.g. on a remote or headless machine:
+##   make lab LAB_ARGS="--no-browser --ip 0.0.0.0 --port 8888"
+## As root (containers, cloud notebooks) it passes --allow-root, which JupyterLab asks for.
+LAB_ARGS ?=
+AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(AS_ROOT) $(LAB_ARGS) notebooks/
+
+## make classroom: the offline bundle for a room with no internet (classroom/: every wheel the
+## course installs, the notebooks, INSTALL.txt); needs the package index once, here
+classroom: $(STAMP)
+	$(BIN)/python tools/classroom.py build classroom
+
+## make classroom-check: build the library's bundle in a temporary folder, install it into a fresh
+## venv with --no-index and run the course pair outside the repository (CI runs it)
+classroom-check: $(STAMP)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(BIN)/python tools/classroom.py build "$$tmp/classroom" --extras '' && \
+	$(BIN)/python tools/classroom.py check "$$tmp/classroom" --extras ''
 
 ## make weights: download GPT-2 small (draft) and XL (target), about 7 GB
 weights: $(STAMP)
 	$(BIN)/python -m picogpt download gpt2 gpt2-xl
 
-## make bench: measure decode, scoring and load speed (results under benchmarks/)
+## make bench: measure decode, scoring and load speed (results in build/bench/, which git ignores;
+## `python -m picogpt bench --save` writes benchmarks/ and renders its tables)
 bench: $(STAMP)
 	$(BIN)/python -m picogpt bench
 
 clean:
-	rm -rf $(VENV) $(OLDEST) .pytest_cache
+	rm -rf $(VENV) $(OLDEST) .pytest_cache classroom

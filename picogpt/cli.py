@@ -1,12 +1,19 @@
-"""The command line: `python -m picogpt COMMAND ...` (see `python -m picogpt --help`).
+"""The command line, `python -m picogpt COMMAND` (or `picogpt COMMAND`): info, download,
+generate (Algorithm 1), speculate (Algorithm 2) and bench; `--help` shows each one's examples.
 
-Every command turns bad input into one readable line on stderr and exit status 2.
+Every command turns bad input into one readable line on stderr and exit status 2, and a
+mistyped command or flag into the closest one it knows.
 """
 
 import argparse
 import codecs
+import contextlib
+import dataclasses
+import difflib
 import json
+import os
 import secrets
+import signal
 import sys
 
 from .errors import PicoGPTError
@@ -53,6 +60,20 @@ class IncrementalText:
         return self.decoder.decode(b"", final=True)
 
 
+class StreamedText:
+    """Prints the first N tokens of a speculative run's loops as they come (the last loop may
+    emit more than N; the run keeps N), then ends the line."""
+
+    def __init__(self, tok, N):
+        self.text, self.left = IncrementalText(tok), N
+
+    def __call__(self, loop):
+        tokens, self.left = loop.tokens[: max(self.left, 0)], self.left - len(loop.tokens)
+        print(self.text.add(tokens), end="", flush=True)
+        if self.left <= 0 and tokens:
+            print(self.text.finish(), flush=True)
+
+
 def encode_prompt(text):
     """GPT-2 token ids of the prompt ('<|endoftext|>' allowed, as GPT-2's document separator)."""
     from .io.tokenizer import ENDOFTEXT, tokenizer
@@ -79,8 +100,13 @@ def warm_up(model, ids):
     model(ids[:1])
 
 
+def sampling_controls(args):
+    """temperature, top_k and top_p: applied alike to every model and algorithm."""
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
 def sampling_options(args):
-    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    return sampling_controls(args) | dict(seed=args.seed)
 
 
 def validate_request(args, ids, models=()):
@@ -122,8 +148,9 @@ def cmd_generate(args):
           f"({result.tokens_per_s:.1f} tokens/s), seed {args.seed}]")
 
 
-def speculate_report(args, draft, target, result, ars):
-    """The JSON object of `speculate --json`."""
+def speculate_report(args, draft, target, result, ars, measurement):
+    """The JSON object of `speculate --json`: the first run's tokens, and with --compare the
+    medians of the timed runs and their ratio."""
     from .io.tokenizer import tokenizer
 
     report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K,
@@ -131,48 +158,80 @@ def speculate_report(args, draft, target, result, ars):
                   tokens=result.tokens, text=tokenizer().decode(result.tokens), loops=len(result.loops),
                   accepted=result.accepted, alpha_hat=result.alpha_hat,
                   tokens_per_loop=result.tokens_per_loop, seconds=result.seconds)
-    if ars is not None:
-        report.update(ars_tokens=ars.tokens, ars_text=tokenizer().decode(ars.tokens), ars_seconds=ars.seconds,
-                      speedup=ars.seconds / result.seconds)
+    if measurement is not None:
+        at = measurement.by_K[args.K]
+        report.update(repeats=measurement.repeats, seconds=at.seconds.median,
+                      ars_tokens=ars.tokens, ars_text=tokenizer().decode(ars.tokens),
+                      ars_seconds=measurement.autoregressive_s.median, speedup=at.speedup,
+                      speedup_runs=dataclasses.asdict(at.speedup_runs))
     return report
+
+
+def compare(args, draft, target, ids, on_loop):
+    """--compare: perf/speedup.py's measurement (a warm-up of both algorithms, then `--repeats`
+    interleaved timed runs of each, seeds seed .. seed + repeats - 1), as the bench and notebook
+    05 time it. Returns (first speculative run, first autoregressive run, SpeedupMeasurement)."""
+    from .perf import speedup
+
+    controls = sampling_controls(args)
+    speedup.warm_up(draft, target, ids, [args.K], min(args.N, 4), args.seed, controls)
+    ar_runs, spec_runs = speedup.interleaved_runs(draft, target, ids, args.N, [args.K], args.repeats, args.seed,
+                                                  controls, on_loop=on_loop, progress=not args.json)
+    measurement = speedup.summarise(draft.name, target.name, args.N, controls, ar_runs, spec_runs)
+    return spec_runs[args.K][0], ar_runs[0], measurement
 
 
 def cmd_speculate(args):
     from .course import course_pair_names
-    from .sampling import autoregressive_sampling
+    from .perf.speedup import warm_up
     from .speculative import speculative_sampling
     from .io.tokenizer import tokenizer
 
     ids = parse_request(args)
+    if args.repeats < 1:
+        raise PicoGPTError(f"--repeats {args.repeats}: the number of timed runs of each algorithm must be at least 1")
     default_draft, default_target = (args.draft, args.target) if args.draft and args.target else course_pair_names()
     draft = load_gpt2_vocab_model(args.draft or default_draft, args.in_memory)
     target = load_gpt2_vocab_model(args.target or default_target, args.in_memory)
     validate_request(args, ids, (draft, target))
-    warm_up(draft, ids)
-    warm_up(target, ids)
     stream = not args.json
-    text = IncrementalText(tokenizer())
+    on_loop = StreamedText(tokenizer(), args.N) if stream else None
     if stream:
         print(args.prompt, end="", flush=True)
-    result = speculative_sampling(draft, target, ids, args.N, K=args.K, **sampling_options(args),
-                                  on_loop=(lambda loop: print(text.add(loop.tokens), end="", flush=True))
-                                  if stream else None)
-    ars = autoregressive_sampling(target, ids, args.N, **sampling_options(args)) if args.compare else None
+    if args.compare:
+        result, ars, measurement = compare(args, draft, target, ids, on_loop)
+    else:
+        warm_up(draft, target, ids, [args.K], min(args.N, 4), args.seed, sampling_controls(args))
+        result = speculative_sampling(draft, target, ids, args.N, K=args.K, **sampling_options(args), on_loop=on_loop)
+        ars = measurement = None
     if args.json:
-        print(json.dumps(speculate_report(args, draft, target, result, ars)))
+        print(json.dumps(speculate_report(args, draft, target, result, ars, measurement)))
         return
-    print(text.finish())
     print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}, seed {args.seed}]")
     print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s), "
           f"{len(result.loops)} loops, {result.tokens_per_loop:.2f} tokens per loop, "
           f"observed acceptance alpha_hat = {result.alpha_hat:.2f}")
-    if ars is not None:
-        print(f"[autoregressive: target {target.name}, same seed]")
-        print(f"  {len(ars.tokens)} tokens in {ars.seconds:.2f} s ({ars.tokens_per_s:.1f} tokens/s)")
-        same = "identical (greedy)" if ars.tokens == result.tokens else "different samples, same distribution"
-        print(f"  speedup {ars.seconds / result.seconds:.2f}x; outputs {same}")
-        if ars.tokens != result.tokens:
-            print(f"  autoregressive text: {tokenizer().decode(ars.tokens)!r}")
+    if measurement is not None:
+        print_comparison(args, result, ars, measurement)
+
+
+def print_comparison(args, result, ars, m):
+    """--compare's lines: both algorithms' median times, their ratio and its spread."""
+    from .io.tokenizer import tokenizer
+
+    at = m.by_K[args.K]
+    seeds = f"seed {args.seed}" if m.repeats == 1 else f"seeds {args.seed}-{args.seed + m.repeats - 1}"
+    print(f"[autoregressive: target {m.target}, the same {seeds}]")
+    print(f"  {m.N} tokens in {m.autoregressive_s.median:.2f} s ({m.N / m.autoregressive_s.median:.1f} tokens/s)"
+          + (f", median of {m.repeats} runs" if m.repeats > 1 else ""))
+    spread = (f" (run by run {at.speedup_runs.q1:.2f}-{at.speedup_runs.q3:.2f}x, interquartile)"
+              if m.repeats > 2 else "")
+    print(f"  speedup {at.speedup:.2f}x = {m.autoregressive_s.median:.2f} s / {at.seconds.median:.2f} s, "
+          f"medians of {m.repeats} interleaved runs of each after a warm-up{spread}")
+    same = ars.tokens == result.tokens
+    print(f"  outputs of seed {args.seed}: " + ("identical (greedy)" if same else "different samples, same distribution"))
+    if not same:
+        print(f"  autoregressive text: {tokenizer().decode(ars.tokens)!r}")
 
 
 def add_sampling_flags(parser):
@@ -189,60 +248,157 @@ def add_sampling_flags(parser):
 
 
 def cmd_bench(args):
-    from .bench import BENCH_DIR, run_bench, save, table, to_json
+    from .bench import docs, report, run_bench
 
+    if args.render:  # the documents from the committed JSON: nothing is measured
+        changed = docs.render_docs()
+        print(f"rendered from the committed results: {', '.join(changed) or 'every document was up to date'}")
+        return
+    if args.save and args.quick:
+        raise PicoGPTError("--quick is a first look, not results to commit: drop --quick to --save")
     overrides = {"with_torch": not args.no_torch}
     if args.runs is not None and args.runs < 1:
         raise PicoGPTError(f"--runs {args.runs}: the number of timed runs per figure must be at least 1")
     if args.runs is not None:
         overrides["n_runs"] = args.runs
+    folder = args.out or (report.committed_dir() if args.save else report.scratch_dir())
     results = run_bench(args.models, quick=args.quick, **overrides)
-    paths = save(results, args.out or BENCH_DIR, "bench-quick" if args.quick else "bench")
-    print(to_json(results) if args.json else table(results))
+    paths = report.save(results, folder, "bench-quick" if args.quick else "bench")
+    print(report.to_json(results) if args.json else report.table(results))
     print(f"saved {', '.join(map(str, paths))}", file=sys.stderr)
+    if args.save and not args.out:
+        print(f"rendered from them: {', '.join(docs.render_docs()) or 'no document changed'}", file=sys.stderr)
+    elif not args.save and not args.out:
+        print("(a scratch folder git ignores: --save writes benchmarks/ and renders its documents)", file=sys.stderr)
+
+
+DESCRIPTION = """\
+picogpt: GPT-2 in NumPy, and speculative sampling (Chen et al. 2023) on it.
+
+Without GPT-2 downloaded, every command runs on the embedded teaching pair (tiny-draft drafting
+for tiny-target: two tiny models trained on the King James Bible, so their text reads like
+scrambled scripture); `python -m picogpt download gpt2 gpt2-xl` fetches the real pair (7 GB)."""
+
+EXAMPLES = {
+    None: """\
+examples:
+  python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --compare
+  python -m picogpt generate --prompt "And God said" -n 40 --seed 1
+  python -m picogpt info tiny-target
+  python -m picogpt COMMAND --help      (each command's flags and examples)""",
+    "info": """\
+examples:
+  python -m picogpt info tiny-target
+  python -m picogpt info weights/gpt2-xl/model.safetensors""",
+    "download": """\
+examples:
+  python -m picogpt download gpt2 gpt2-xl     (the course's pair, about 7 GB)
+  PICOGPT_WEIGHTS_DIR=/data/gpt2 python -m picogpt download gpt2""",
+    "generate": """\
+examples:
+  python -m picogpt generate --prompt "And God said" -n 40 --seed 1
+  python -m picogpt generate --model gpt2 --prompt "Alan Turing" --temperature 0.8 --top-p 0.9""",
+    "speculate": """\
+examples:
+  python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --compare
+  python -m picogpt speculate --draft gpt2 --target gpt2-xl --temperature 0   (greedy: XL's own greedy text)
+  python -m picogpt speculate --prompt "In the beginning" --json""",
+    "bench": """\
+examples:
+  python -m picogpt bench --quick --models tiny-draft tiny-target --no-torch   (a first look, under a minute)
+  python -m picogpt bench --no-torch           (everything; GPT-2 small and XL on random weights if not downloaded)
+  python -m picogpt bench --no-torch --save    (the same, into benchmarks/, and its docs re-rendered)
+  python -m picogpt bench --render             (re-render the docs from the committed results, no measuring)""",
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, which also suggests the closest command or flag for a mistyped one."""
+
+    def error(self, message):
+        self.exit(2, f"{self.format_usage()}{self.prog}: error: {message}{suggestion(self, message)}\n")
+
+
+def suggestion(parser, message):
+    """'; did you mean --prompt?' for 'unrecognized arguments: --promt', and the like for an
+    unknown command; '' when nothing is close."""
+    if "invalid choice: " in message:
+        word = message.split("invalid choice: ", 1)[1].split("'")[1]
+        choices = [choice for action in parser._actions if action.choices for choice in action.choices]
+    elif message.startswith("unrecognized arguments: "):
+        word = next((w for w in message.split()[2:] if w.startswith("-")), "")
+        choices = [option for action in parser._actions for option in action.option_strings]
+    else:
+        return ""
+    close = difflib.get_close_matches(word.split("=")[0], choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def formatter(prog):
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=28)
+
+
+def add_command(commands, name, run, help):
+    command = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                                  epilog=EXAMPLES[name], formatter_class=formatter)
+    command.set_defaults(run=run)
+    return command
+
+
+def parse_args(argv=None):
+    """The parsed command line; a flag the chosen command does not know is reported by that
+    command's parser (its usage, and the closest flag it has), not by the top level's."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m picogpt", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = Parser(prog="python -m picogpt", description=DESCRIPTION, epilog=EXAMPLES[None], formatter_class=formatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
-    info = commands.add_parser("info", help="print a model's config, parameter count and bytes")
+    info = add_command(commands, "info", cmd_info, "print a model's config, parameter count and bytes")
     info.add_argument("model", help="model name (gpt2, gpt2-xl, tiny-draft, ...) or path")
-    info.set_defaults(run=cmd_info)
 
-    download = commands.add_parser(
-        "download", help="download GPT-2 checkpoints at pinned revisions, sha256-verified")
-    download.add_argument("models", nargs="+", metavar="NAME",
-                          help="gpt2, gpt2-medium, gpt2-large or gpt2-xl")
+    download = add_command(commands, "download", cmd_download,
+                           "download GPT-2 checkpoints at pinned revisions, sha256-verified")
+    download.add_argument("models", nargs="+", metavar="NAME", help="gpt2, gpt2-medium, gpt2-large or gpt2-xl")
     download.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    download.set_defaults(run=cmd_download)
 
-    generate = commands.add_parser("generate", help="autoregressive sampling (Algorithm 1), streamed")
+    generate = add_command(commands, "generate", cmd_generate, "autoregressive sampling (Algorithm 1), streamed")
     generate.add_argument("--model", default=None, help="model name or path (default: the course target)")
     add_sampling_flags(generate)
-    generate.set_defaults(run=cmd_generate)
 
-    speculate = commands.add_parser("speculate", help="speculative sampling (Algorithm 2), streamed")
+    speculate = add_command(commands, "speculate", cmd_speculate, "speculative sampling (Algorithm 2), streamed")
     speculate.add_argument("--draft", default=None, help="draft model p (default: the course draft)")
     speculate.add_argument("--target", default=None, help="target model q (default: the course target)")
     speculate.add_argument("-K", type=int, default=4, help="draft tokens per loop, K (default 4)")
     add_sampling_flags(speculate)
     speculate.add_argument("--compare", action="store_true",
-                           help="also sample the target autoregressively and report the speedup")
+                           help="also sample the target autoregressively and report the speedup: a warm-up, "
+                                "then --repeats interleaved timed runs of each algorithm")
+    speculate.add_argument("--repeats", type=int, default=3,
+                           help="with --compare: timed runs of each algorithm, seeds SEED, SEED+1, ... (default 3)")
     speculate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    speculate.set_defaults(run=cmd_speculate)
 
-    bench = commands.add_parser(
-        "bench", help="measure decode, scoring and load speed (and PyTorch's, if installed)")
+    bench = add_command(commands, "bench", cmd_bench,
+                        "measure decode, scoring and speculative sampling speed (and PyTorch's, if installed)")
     bench.add_argument("--models", nargs="+", default=["gpt2", "gpt2-xl", "tiny-draft", "tiny-target"],
                        metavar="NAME", help="models or checkpoint paths (default: gpt2 gpt2-xl tiny-draft "
                        "tiny-target; GPT-2s not downloaded are measured on random weights of their shapes)")
     bench.add_argument("--quick", action="store_true", help="fewer runs, one context: a first look")
     bench.add_argument("--runs", type=int, default=None, help="timed runs per figure (default 5)")
     bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
-    bench.add_argument("--out", default=None, help="folder for bench.json and bench.png (default benchmarks/)")
+    bench.add_argument("--out", default=None, help="folder for bench.json and bench.png (default: build/bench/, "
+                       "which git ignores; with --save: benchmarks/)")
+    bench.add_argument("--save", action="store_true", help="write the results to benchmarks/ to commit them, and "
+                       "render the tables of benchmarks/README.md and README.md from them")
+    bench.add_argument("--render", action="store_true", help="measure nothing: render the documents' tables from "
+                       "the committed JSON (benchmarks/bench.json and the other tools' results)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
-    bench.set_defaults(run=cmd_bench)
 
     return parser
 
@@ -259,20 +415,45 @@ def tolerant_stdout():
         sys.stdout.reconfigure(errors="backslashreplace")
 
 
+def check_environment():
+    """Parse picogpt's environment variables now (PICOGPT_THREADS, PICOGPT_COURSE_MODELS,
+    PICOGPT_WEIGHTS_DIR), so that a bad value is one line before the command prints anything,
+    not an error in the middle of its output. HF_ENDPOINT is checked by `download`, first."""
+    from .course.pair import course_pair_names
+    from .io.registry import weights_dir
+    from .perf.kernels import n_threads
+
+    n_threads()
+    course_pair_names()
+    weights_dir()
+
+
+def closed_stdout_status():
+    """The reader of our output went away (`... | head -n1`): end quietly, with the status of a
+    program stopped by SIGPIPE. stdout is pointed at /dev/null, so that Python's last flush
+    at exit finds nothing to complain about."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + getattr(signal, "SIGPIPE", 13)
+
+
 def main(argv=None):
     import numpy as np
 
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     tolerant_stdout()
     np.seterr(all="ignore")  # NaN or inf logits are reported by the model's own check, in one line
     try:
-        return args.run(args) or 0
+        check_environment()
+        status = args.run(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return status
+    except BrokenPipeError:
+        return closed_stdout_status()
     except PicoGPTError as e:
         error_line(e)
         return 2
     except OSError as e:  # the environment: a full disk, a file or folder we may not read or write
-        if isinstance(e, BrokenPipeError):  # the reader went away (| head): not ours to report
-            raise
         where = f" ({e.filename})" if e.filename else ""
         error_line(f"{e.strerror or e}{where}: check the disk's free space and the permissions of "
                    "that path (or set PICOGPT_WEIGHTS_DIR to another folder) and run the command again")

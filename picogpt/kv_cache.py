@@ -9,6 +9,7 @@ doubling, so appending a token copies only that token (plus an occasional doubli
 whole cache.
 """
 
+import contextlib
 import numbers
 
 import numpy as np
@@ -60,6 +61,17 @@ class KVCache:
     def advance(self, n_new):
         """Count the positions of a finished forward pass (called once, after the last layer)."""
         self.length += n_new
+
+    @contextlib.contextmanager
+    def unchanged_on_error(self):
+        """Within the block, an exception rolls the cache back to the positions it held before
+        (those positions' keys and values are never overwritten: a call writes after them)."""
+        length = self.length
+        try:
+            yield self
+        except BaseException:
+            self.length = length
+            raise
 
     def truncate(self, n):
         """Roll back to the first n positions (the rejected draft tokens are forgotten)."""

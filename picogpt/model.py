@@ -5,15 +5,16 @@ from weights laid out for decoding); `model.plain(ids)` runs it with np.matmul o
 checkpoint's own arrays, exactly as gpt2.py reads. `load_checkpoint` reads a safetensors file.
 """
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
 
-from .errors import PicoGPTError
+from .errors import CheckpointError, PicoGPTError
 from .gpt2 import gpt2
-from .io.checkpoint import read_safetensors
-from .io.params import (config_from_json, infer_config, leaves, params_from_tensors, strip_names,
-                        validate_config)
+from .io.checkpoint import identity_now, map_checkpoint, tensors_of
+from .io.params import (check_config_fits, config_from_json, infer_config, leaves, params_from_tensors,
+                        strip_names, validate_config)
 from .kv_cache import KVCache
 from .perf import kernels, layout
 
@@ -28,14 +29,21 @@ class GPT2:
     the same weights once for all rows on all cores; `model.plain(...)` (or fast=False) runs
     `gpt2` as written, with np.matmul. Both read the checkpoint's own arrays (memory-mapped, or
     copied into memory with in_memory: perf/layout.py). Treat `params` as read-only.
+
+    A model loaded from a file checks before each call that the file is still the one it
+    mapped (`ensure_checkpoint_unchanged`): a checkpoint rewritten in place would silently give
+    other weights, and one truncated would kill the process with a bus error on the next read.
     """
 
-    def __init__(self, params, config, name="gpt2", checkpoint=None, in_memory=False, fast=True):
+    def __init__(self, params, config, name="gpt2", checkpoint=None, in_memory=False, fast=True,
+                 checkpoint_identity=None):
         if in_memory not in IN_MEMORY:
             raise PicoGPTError(f"in_memory={in_memory!r}: expected False (memory-mapped weights), True (copied "
                                "into memory when the model is first run) or 'background' (copied while it runs)")
         self.params, self.config, self.name = params, validate_config(config, name), name
         self.checkpoint = checkpoint  # the file params were read from, if any
+        # what that file was when it was read (io/checkpoint.py's file_identity)
+        self.checkpoint_identity = checkpoint_identity or (identity_now(checkpoint) if checkpoint else None)
         self.in_memory = in_memory  # copy the fast path's weights out of the mapped file
         self.fast = fast  # run on the fast path (perf/) or as gpt2.py reads
         self.fast_params = None
@@ -109,42 +117,76 @@ class GPT2:
                                "checkpoint and its config.json")
         return logits
 
+    def ensure_checkpoint_unchanged(self):
+        """Raise CheckpointError if the checkpoint file changed since it was read (rewritten,
+        truncated, replaced or deleted): one stat call, a few microseconds."""
+        if self.checkpoint_identity is not None and identity_now(self.checkpoint) != self.checkpoint_identity:
+            raise CheckpointError(f"{self.checkpoint} changed on disk since {self.name} was loaded (rewritten, "
+                                  "truncated, replaced or deleted), so the weights mapped from it can no longer "
+                                  "be trusted: load it again (picogpt.load)")
+
+    def reads_checkpoint(self):
+        """Whether the fast path reads the checkpoint file: always, except once in_memory=True
+        has copied the weights into this process."""
+        return not (self.in_memory is True and self.fast_params is not None)
+
     def prepare(self):
-        """Get ready for the fast path: OpenBLAS on one thread, our threads sharing the work
-        (kernels.use_own_threads), and the weights: the mapped arrays as they are, or with
-        in_memory=True copied into this process now, or with in_memory="background" copied
-        while the model already runs (self.copying.join() waits for the copy)."""
+        """Get ready for the fast path: OpenBLAS on one thread, our threads sharing the work, the
+        compiled products loaded (kernels.prepare), and the weights: the mapped arrays as they are,
+        or with in_memory=True copied into this process now (the file checked again after the
+        copy, which must not mix two versions of it), or with in_memory="background" copied while
+        the model already runs (self.copying.join() waits for the copy)."""
         if self.fast_params is None:
-            kernels.use_own_threads()
+            kernels.prepare()
             fast_params = self.params
             if self.in_memory == "background":
                 fast_params, self.copying = layout.in_memory_in_background(fast_params, self.name)
             elif self.in_memory:
                 fast_params = layout.in_memory(fast_params, self.name)
+                self.ensure_checkpoint_unchanged()
             self.fast_params = fast_params
         return self
 
     def __call__(self, ids, cache=None):
         ids = self.validate_inputs(ids, cache)
-        if self.fast:  # the fast path: the same forward pass and weights, a faster matmul
+        if not self.fast:
+            return self.plain(ids, cache)
+        if self.reads_checkpoint():
+            self.ensure_checkpoint_unchanged()
+        with unchanged_on_error(cache):  # the fast path: the same forward pass and weights, a faster matmul
             return self.ensure_finite(gpt2(ids, self.prepare().fast_params, self.config, cache,
                                            matmul=kernels.matmul))
-        return self.ensure_finite(gpt2(ids, self.params, self.config, cache))
 
     def plain(self, ids, cache=None):
         """The same logits from the checkpoint's arrays as they are, by gpt2.py with np.matmul:
-        the reference path."""
+        the reference path (it always reads the checkpoint file, in_memory or not)."""
         ids = self.validate_inputs(ids, cache)
-        return self.ensure_finite(gpt2(ids, self.params, self.config, cache))
+        self.ensure_checkpoint_unchanged()
+        with unchanged_on_error(cache):
+            return self.ensure_finite(gpt2(ids, self.params, self.config, cache))
+
+
+def unchanged_on_error(cache):
+    """A call that fails (non-finite logits, Ctrl-C) leaves its KV cache exactly as it was."""
+    return cache.unchanged_on_error() if isinstance(cache, KVCache) else contextlib.nullcontext()
 
 
 def load_checkpoint(path, name=None, in_memory=False):
     """Load a model.safetensors file (or the folder holding it) with its config.json
-    (in_memory: see GPT2.prepare)."""
+    (in_memory: see GPT2.prepare).
+
+    Everything is checked on the header before a tensor is read: the config against the
+    tensors' shapes, and the memory that widening F16 or BF16 weights to float32 would take."""
     path = Path(path)
     if path.is_dir():
         path = path / "model.safetensors"
-    tensors = strip_names(read_safetensors(path))
+    mapped = map_checkpoint(path)
+    shapes = strip_names(mapped.shapes(), path)
     config_path = path.with_name("config.json")
-    config = config_from_json(config_path) if config_path.exists() else infer_config(tensors, path)
-    return GPT2(params_from_tensors(tensors, config, path), config, name or path.parent.name, path, in_memory)
+    config = config_from_json(config_path) if config_path.exists() else infer_config(shapes, path)
+    check_config_fits(config, shapes, path)
+    layout.ensure_fits(mapped.widened_bytes(), f"widening {path}'s half-precision weights to float32",
+                       "close other programs or notebook kernels, or use a float32 checkpoint "
+                       "(python -m picogpt download fetches float32)", margin=0)
+    params = params_from_tensors(strip_names(tensors_of(mapped), path), config, path)
+    return GPT2(params, config, name or path.parent.name, path, in_memory, checkpoint_identity=mapped.identity)

@@ -1,7 +1,8 @@
 """Small shared helpers for the tests: random GPT-2s (the one `random_gpt2`), checkpoints of
-them on disk, and paths to the fixtures."""
+them on disk, paths to the fixtures, and a file on a disk filling up."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -50,3 +51,25 @@ def write_random_checkpoint(folder, seed, **sizes):
     (folder / "config.json").write_text(json.dumps(dict(
         n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, n_positions=c.n_ctx, vocab_size=c.n_vocab)))
     return folder
+
+
+class FillingFile:
+    """A file whose writes fail with `error` once `room` bytes are written (a disk filling up)."""
+
+    def __init__(self, f, room, error):
+        self.f, self.room, self.error = f, room, error
+
+    def write(self, data):
+        if self.room < len(data):
+            raise OSError(self.error, os.strerror(self.error))
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()

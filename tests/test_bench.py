@@ -1,16 +1,22 @@
 """`python -m picogpt bench` on tiny random models: every figure is there, saved through the real
-writer (report.save) and read back through the real reader (speedup.bench_measurements, what
-notebook 05 reads). No timing is asserted (speed goals live in the benchmark only)."""
+writer (report.save) and read back through the real reader (report.bench_measurements, what
+notebook 05 reads); the results documents are rendered from the JSON (docs.py), and the bench
+changes no committed file unless told to save. No timing is asserted (speed goals live in the
+benchmark only)."""
 
 import json
+import re
+import shutil
+import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from picogpt.bench import checkpoints, goals, report, rounds
+from picogpt.bench import checkpoints, docs, goals, report, rounds
 from picogpt.bench import run as bench
 from picogpt.cli import main
+from picogpt.errors import PicoGPTError
 from picogpt.io.checkpoint import read_header
 from picogpt.io.params import expected_shapes, hf_config as hf_config_of
 from picogpt.model import load_checkpoint
@@ -103,7 +109,7 @@ def test_each_model_has_ready_decode_and_scoring_figures(saved, tiny_pair, label
 
 def test_speculative_section_reads_back_as_notebook_05_reads_it(results, saved):
     json_path, _, _ = saved
-    found, note = speedup.bench_measurements(json_path)
+    found, note = report.bench_measurements(json_path)
     assert "measured" in note and results["date_utc"] in note
     assert [m.controls["temperature"] for m, _ in found] == [1.0, 3.0]
     for (m, source), entry in zip(found, results["speculative"]):
@@ -123,11 +129,30 @@ def test_goals_come_from_the_goals_file(results, tmp_path):
     scored = {g["goal"]: g for g in goals.score_goals(results, path)}
     assert scored["speedup"]["met"] is False and scored["speedup"]["direction"] == "at_least"
     assert scored["bytes"] == {"goal": "bytes", "value": 0, "limit": 0, "direction": "at_most", "stretch": None,
-                               "met": True, "measured_by": None}
+                               "unit": "", "met": True, "measured_by": None}
     assert scored["teaching"]["value"] is None and scored["teaching"]["met"] is None  # teaching_pair=None
     assert scored["not by the bench"]["met"] is None
     assert report.goal_line(scored["not by the bench"]) == (
-        "NOT MEASURED not by the bench (goal at most 1.6): measured by tools/x.py")
+        "goal not measured in this run: not by the bench (goal: at most 1.60; tools/x.py measures it)")
+    assert report.goal_line(scored["speedup"]).startswith("goal missed: speedup: ")
+
+
+def test_goals_measured_by_another_tool_are_read_from_its_committed_results(results, tmp_path):
+    (tmp_path / "busy.json").write_text(json.dumps({"slower_when_busy": {"speculative": 1.5}}))
+    (tmp_path / "goals.json").write_text(json.dumps({"goals": [
+        {"goal": "busy", "metric": "result_file", "params": {"file": "busy.json", "key": "slower_when_busy.speculative"},
+         "at_most": 1.6, "unit": "x", "measured_by": "tools/busy_machine.py"},
+        {"goal": "cache", "metric": "result_file", "params": {"file": "page-cache.json", "key": "bytes", "scale": 1e-9},
+         "at_most": 6.5, "unit": " GB", "measured_by": "tools/page_cache.py"}]}))
+    busy, cache = goals.score_goals(results, tmp_path / "goals.json")
+    assert (busy["value"], busy["met"]) == (1.5, True) and (cache["value"], cache["met"]) == (None, None)
+    assert report.goal_line(busy) == ("goal met: busy: 1.50x (goal: at most 1.60x; from tools/busy_machine.py)")
+
+
+def test_the_printed_goals_speak_plain_words():
+    committed, _ = goals.load_goals()
+    for g in committed:
+        assert not re.search(r"issue|alpha_hat|->|_", g["goal"]), g["goal"]  # no tracker numbers, no code names
 
 
 def test_the_committed_goals_are_scored_by_name(results):
@@ -135,13 +160,13 @@ def test_the_committed_goals_are_scored_by_name(results):
     assert [g["goal"] for g in results["goals"]] == [g["goal"] for g in committed]
     assert {g["metric"] for g in committed} - {None} <= {
         "speedup", "prediction_error", "in_loop_score_ratio", "score_ratio", "decode_vs_floor",
-        "in_loop_decode_vs_floor", "bytes_beside_checkpoint", "ready_minus_decode_s", "best_speedup"}
+        "in_loop_decode_vs_floor", "bytes_beside_checkpoint", "ready_minus_decode_s", "best_speedup", "result_file"}
 
 
 def test_results_are_saved_with_a_figure_and_tables(results, saved):
     _, png_path, data = saved
     assert png_path.stat().st_size > 10_000
-    assert report.markdown(data) == report.markdown(results)  # from bench.json too
+    assert docs.decode_table(data, None) == docs.decode_table(results, None)  # from bench.json too
     text = report.table(results)
     assert "draft (file)" in text and "target (file)" in text and "K+1 positions: time / decode" in text
     assert "speculative vs autoregressive sampling, draft -> target, T=3" in text
@@ -187,7 +212,8 @@ def test_mapped_models_are_also_measured_with_their_weights_in_memory(tmp_path, 
         in_memory = m["engines"]["picogpt-in-memory"]
         assert set(in_memory["decode"]) == {8, 16} and set(in_memory["score"]) == {2, 3, 5}
         assert set(m["page_cache_after"]) == {m["path"]}
-    assert "picogpt-in-memory" in report.table(results) and "weights in 2 MB pages" in report.markdown(results)
+    assert "picogpt-in-memory" in report.table(results)
+    assert "weights in 2 MB pages" in docs.decode_table(results, None)[0]
 
 
 def test_no_in_memory_engine_where_it_would_crowd_out_the_page_cache(tmp_path, monkeypatch):
@@ -221,3 +247,133 @@ def test_interleaved_times_the_second_call_and_keeps_the_first_apart():
     assert len(times["task"]) == len(after_pause["task"]) == 3
     assert min(after_pause["task"]) >= 0.004 > max(times["task"])
     assert len(rounds.interleaved({"task": (run, lambda: None)}, 3, 1, 0)["task"]) == 3 and len(calls) == 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The results documents, rendered from the JSON
+# ---------------------------------------------------------------------------------------------
+
+def block(name, source="benchmarks/bench.json"):
+    return f"{docs.begin_marker(name, source)}\nstale text\n{docs.end_marker(name)}"
+
+
+def test_a_document_is_rendered_from_the_results_json(saved, tmp_path):
+    json_path, _, data = saved
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(json_path, tmp_path / "benchmarks" / "bench.json")
+    shutil.copy(goals.GOALS_JSON, tmp_path / "benchmarks" / "goals.json")
+    blocks = {name: docs.BLOCKS["benchmarks/README.md"][name] for name in ("decode", "end-to-end", "goals")}
+    text = f"# Prose stays\n\n{block('decode')}\n\nmore prose\n\n{block('end-to-end')}\n\n{block('goals')}\n"
+    rendered = docs.render_text(text, blocks, tmp_path)
+    assert "stale text" not in rendered and rendered.startswith("# Prose stays\n") and "\nmore prose\n" in rendered
+    rows = rendered.splitlines()
+    decode = [row for row in rows if row.startswith(("| draft | ", "| target | "))]
+    assert [row.split(" | ")[1] for row in decode] == ["picogpt", "picogpt-plain"] * 2
+    median = data["models"]["draft"]["engines"]["picogpt"]["decode"]["8"]["median_s"]
+    assert decode[0].split(" | ")[2].startswith(docs.ms(median) + " ms (")  # the median, then its IQR
+    end_to_end = [row for row in rows if row.startswith("| draft -> target | ")]
+    assert [row.split(" | ")[1] for row in end_to_end] == ["1", "3"]  # one row per temperature
+    assert any(row.startswith("| GPT-2 small drafting for GPT-2 XL") for row in rows)  # the goals, by name
+    assert docs.render_text(rendered, blocks, tmp_path) == rendered  # rendering again changes nothing
+
+
+def test_a_block_the_renderer_does_not_know_or_a_missing_block_is_an_error(saved, tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(saved[0], tmp_path / "benchmarks" / "bench.json")
+    blocks = {"decode": docs.BLOCKS["benchmarks/README.md"]["decode"]}
+    with pytest.raises(PicoGPTError, match="unknown: \\['nonsense'\\], missing: \\['decode'\\]"):
+        docs.render_text(block("nonsense"), blocks, tmp_path)
+    with pytest.raises(PicoGPTError, match="twice: \\['decode'\\]"):
+        docs.render_text(block("decode") + "\n" + block("decode"), blocks, tmp_path)
+
+
+def test_the_quick_start_block_shows_what_the_command_printed_and_each_step(tmp_path):
+    run = {"seed": 0, "seconds": 11.2, "speedup": 1.1, "compiled_here": True,
+           "stdout": "And God said unto Moses\n[speculative: ...]\n"}
+    results = {"cores": 2, "steps": {"install_s": 95.0, "make_test_s": 290.0, "lab_start_s": 6.0},
+               "speculate": {"command": "python -m picogpt speculate --compare", "median_speedup": 1.6,
+                             "runs": [run, {**run, "seed": 1, "seconds": 4.4, "speedup": 1.6, "compiled_here": False},
+                                      {**run, "seed": 2, "seconds": 3.9, "speedup": 1.7, "compiled_here": False}]},
+               "in_process": {"speedup": 1.55}}
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "first-hour.json").write_text(json.dumps(results))
+    blocks = {"quick-start": docs.BLOCKS["README.md"]["quick-start"]}
+    text = docs.render_text(block("quick-start", "benchmarks/first-hour.json"), blocks, tmp_path)
+    assert "```text\n$ python -m picogpt speculate --compare\nAnd God said unto Moses\n[speculative: ...]\n```" in text
+    assert "`make test` takes 4.8 minutes (95 s of it installing)" in text
+    assert "takes 11 s the first time (it compiles picogpt's fast kernels" in text and "and 4 s after" in text
+    assert "seeds 0-2: 1.10x, 1.60x, 1.70x (median 1.60x; " in text and "in one process" in text
+    with pytest.raises(PicoGPTError, match="missing: \\['quick-start'\\]"):  # committed results need their block
+        docs.render_text("no markers", blocks, tmp_path)
+
+
+def test_the_committed_documents_are_what_the_committed_json_renders():
+    stale = docs.render_docs(check=True)
+    assert not stale, (f"{stale}: a generated block differs from its JSON; run `python -m picogpt bench --render` "
+                       "(and edit picogpt/bench/docs.py, not the block)")
+
+
+def test_every_rendered_document_names_its_blocks_and_sources():
+    committed = 0
+    for document, blocks in docs.BLOCKS.items():
+        text = (docs.SOURCE_TREE / document).read_text()
+        for name, (source, _) in blocks.items():
+            if (docs.SOURCE_TREE / source).is_file():  # a block is required once its results are committed
+                assert docs.begin_marker(name, source) in text and docs.end_marker(name) in text, (document, name)
+                committed += 1
+    assert committed >= 15
+
+
+# ---------------------------------------------------------------------------------------------
+# No surprise writes: a scratch folder git ignores, unless told to save
+# ---------------------------------------------------------------------------------------------
+
+def git(*args):
+    try:
+        return subprocess.run(["git", *args], cwd=report.SOURCE_TREE, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+
+
+def test_the_default_output_folder_is_one_git_ignores():
+    folder = report.scratch_dir()
+    assert folder.is_relative_to(report.SOURCE_TREE) and not folder.is_relative_to(report.BENCH_DIR)
+    ignored = folder.relative_to(report.SOURCE_TREE) / "bench.json"
+    assert git("check-ignore", "--no-index", str(ignored)).strip() == str(ignored)
+
+
+def small_settings(monkeypatch):
+    small = bench.settings
+    monkeypatch.setattr(bench, "settings", lambda quick=False, **o: small(quick, **{**SMALL_RUN, **o}))
+
+
+def test_the_bench_by_default_leaves_git_status_as_it_was(tiny_pair, monkeypatch, capsys):
+    small_settings(monkeypatch)
+    before = git("status", "--porcelain", "--untracked-files=all")
+    committed = report.BENCH_JSON.read_bytes()
+    paths = [str(path.parent) for path in tiny_pair.values()]
+    assert main(["bench", "--quick", "--models", *paths, "--no-torch"]) == 0
+    err = capsys.readouterr().err
+    assert f"saved {report.scratch_dir() / 'bench-quick.json'}" in err and "--save writes benchmarks/" in err
+    assert git("status", "--porcelain", "--untracked-files=all") == before
+    assert report.BENCH_JSON.read_bytes() == committed
+
+
+def test_save_writes_the_committed_folder_and_renders_the_documents(tiny_pair, tmp_path, monkeypatch, capsys):
+    small_settings(monkeypatch)
+    calls = []
+    monkeypatch.setattr(report, "BENCH_DIR", tmp_path)
+    monkeypatch.setattr(docs, "render_docs", lambda **kw: calls.append(kw) or ["benchmarks/README.md"])
+    paths = [str(path.parent) for path in tiny_pair.values()]
+    assert main(["bench", "--save", "--models", *paths, "--no-torch", "--json"]) == 0
+    assert set(json.loads((tmp_path / "bench.json").read_text())["models"]) == {"draft", "target"}
+    assert calls == [{}] and "rendered from them: benchmarks/README.md" in capsys.readouterr().err
+
+
+def test_render_measures_nothing_and_quick_results_are_never_saved(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "run_bench", lambda *a, **k: pytest.fail("--render must not measure"))
+    monkeypatch.setattr(docs, "render_docs", lambda **kw: [])
+    assert main(["bench", "--render"]) == 0
+    assert "every document was up to date" in capsys.readouterr().out
+    assert main(["bench", "--save", "--quick"]) == 2
+    assert "--quick is a first look" in capsys.readouterr().err

@@ -242,10 +242,9 @@ def test_without_config_json_a_head_count_that_is_only_a_guess_is_refused(tmp_pa
     reference = np.load(PARITY / "head64" / "logits.npy")
     logits = load_checkpoint(tmp_path)(np.load(PARITY / "head64" / "ids.npy"))
     assert np.abs(logits - reference).max() <= 1e-4 * np.abs(reference).max()
-    # gpt2-medium's 24 layers of width 1024 have 16 heads (shapes only: no weights are made)
+    # gpt2-medium's 24 layers of width 1024 have 16 heads (from the shapes alone)
     config = GPT2Config(n_layer=24, n_head=16, n_embd=1024, n_ctx=1024, n_vocab=50257)
-    tensors = {name: np.broadcast_to(np.float32(0), shape) for name, shape in expected_shapes(config).items()}
-    assert infer_config(tensors, "gpt2-medium.safetensors") == config
+    assert infer_config(expected_shapes(config), "gpt2-medium.safetensors") == config
 
 
 def test_f32_tensors_are_memory_mapped_not_copied(tmp_path):
@@ -265,5 +264,109 @@ def test_config_with_fewer_layers_than_the_weights_is_an_error(tmp_path):
     config = GPT2Config(n_layer=2, n_head=2, n_embd=8, n_ctx=6, n_vocab=11)
     write_safetensors(tmp_path / "model.safetensors", random_tensors(config))
     write_config_json(tmp_path, CONFIG)  # says 1 layer
-    with pytest.raises(CheckpointError, match="holds layer h.1 but the config says n_layer=1"):
+    with pytest.raises(CheckpointError, match="the config says n_layer=1 but the checkpoint's tensors have n_layer=2"):
         load_checkpoint(tmp_path)
+
+
+# ---- a config that lies about the weights is refused from the header, at once -----------------------
+
+@pytest.mark.parametrize("change", [
+    {"n_layer": 2_000_000}, {"n_layer": 10**9}, {"n_layer": 10**400}, {"n_embd": 10**9, "n_head": 1},
+    {"vocab_size": 10**12}, {"n_positions": 10**15}, {"n_layer": 2},
+])
+def test_a_config_that_disagrees_with_the_tensors_is_refused_before_anything_is_allocated(tmp_path, capsys, change):
+    """n_layer 2,000,000 used to take 69 s and 4.5 GB; 10**9 the OOM killer; 10**400 forever."""
+    import time
+    import tracemalloc
+
+    write_safetensors(tmp_path / "model.safetensors", random_tensors(CONFIG))
+    hf = {"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 6, "vocab_size": 11} | change
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    key, said = next(iter(change.items()))
+    said = said if said < 10**15 else f"about 10\\*\\*{len(str(said)) - 1}"  # too long to read in full
+    tracemalloc.start()
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match=f"the config says {key}={said} but the checkpoint's tensors have"):
+        load_checkpoint(tmp_path)
+    seconds, (_, peak_bytes) = time.perf_counter() - start, tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert seconds < 1 and peak_bytes < 10**7, (seconds, peak_bytes)
+    assert main(["info", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "config.json does not match the weights" in err
+
+
+def test_a_python_caller_s_lying_config_is_refused_too():
+    tensors = random_tensors(CONFIG)
+    with pytest.raises(CheckpointError, match="n_layer=1000000000 but the checkpoint's tensors have n_layer=1"):
+        from picogpt.io.params import params_from_tensors
+        params_from_tensors(tensors, GPT2Config(n_layer=10**9, n_head=2, n_embd=8, n_ctx=6, n_vocab=11))
+
+
+# ---- hand-made headers: odd names, many dimensions, a name twice -------------------------------------
+
+@pytest.mark.parametrize("name", ["h.\u00b2.ln_1.weight", "h.\u0663.ln_1.weight", "h", "h.", "h.1e3.x",
+                                  "x" * 100_000, "line\nbreak", ""])
+def test_odd_tensor_names_are_one_line(tmp_path, capsys, name):
+    tensors = random_tensors(CONFIG)
+    tensors[name] = np.zeros(2, np.float32)
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    write_config_json(tmp_path)
+    load_checkpoint(tmp_path)  # a name that is not GPT-2's is ignored, never misread as a layer
+    path = write_raw(tmp_path / "bad.safetensors", {name: {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}},
+                     bytes(8))
+    message = expect_error(path, "holds 4 bytes")
+    assert len(message) < 500
+    assert main(["info", str(path)]) == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_tensor_of_very_many_dimensions_is_one_error(tmp_path, capsys):
+    path = write_raw(tmp_path / "x.safetensors", {"wte.weight": {"dtype": "F32", "shape": [1] * 100,
+                                                                  "data_offsets": [0, 4]}}, bytes(8))
+    expect_error(path, "'wte.weight'", "100 dimensions", "at most 32")
+    assert main(["info", str(path)]) == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_numbers_too_long_to_print_are_one_short_line(tmp_path):
+    huge = 10**4000
+    path = write_raw(tmp_path / "x.safetensors", {"wte.weight": {"dtype": "F32", "shape": [huge, huge],
+                                                                  "data_offsets": [0, 4]}}, bytes(8))
+    assert len(expect_error(path, "'wte.weight'", "about 2**")) < 500
+
+
+def test_a_header_that_names_a_tensor_twice_is_refused(tmp_path):
+    """JSON allows a key twice and json.loads keeps the last one: a silent choice."""
+    entry = '{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
+    path = write_raw(tmp_path / "x.safetensors", f'{{"wte.weight": {entry}, "wte.weight": {entry}}}'.encode(),
+                     bytes(4))
+    expect_error(path, "names 'wte.weight' twice")
+
+
+def test_a_tensor_under_its_bare_and_its_prefixed_name_is_refused(tmp_path, capsys):
+    tensors = random_tensors(CONFIG, seed=7)
+    tensors["transformer.wte.weight"] = tensors["wte.weight"] + 1  # the same tensor, other values
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    write_config_json(tmp_path)
+    with pytest.raises(CheckpointError, match="holds both 'wte.weight' and 'transformer.wte.weight'"):
+        load_checkpoint(tmp_path)
+    assert main(["info", str(tmp_path)]) == 2 and "keep one of them" in capsys.readouterr().err
+
+
+# ---- half precision wider than memory -----------------------------------------------------------------
+
+def test_an_f16_checkpoint_that_would_not_fit_once_widened_is_refused_before_widening(tmp_path, monkeypatch, capsys):
+    import picogpt.model
+    import picogpt.perf.layout as layout
+
+    write_safetensors(tmp_path / "model.safetensors", random_tensors(CONFIG), "F16")
+    write_config_json(tmp_path)
+    n_widened = 4 * sum(int(np.prod(shape)) for shape in expected_shapes(CONFIG).values())
+    monkeypatch.setattr(layout, "available_memory_bytes", lambda: n_widened - 1)
+    monkeypatch.setattr(picogpt.model, "tensors_of", lambda mapped: pytest.fail("widened before checking"))
+    with pytest.raises(PicoGPTError, match="widening .*model.safetensors's half-precision weights to float32 "
+                                           "needs .* GB, and .* GB is available"):
+        load_checkpoint(tmp_path)
+    assert main(["info", str(tmp_path)]) == 2 and "half-precision" in capsys.readouterr().err
+    monkeypatch.undo()
+    monkeypatch.setattr(layout, "available_memory_bytes", lambda: n_widened)
+    assert load_checkpoint(tmp_path).config == CONFIG  # it fits exactly

@@ -64,7 +64,11 @@ def test_speculate_json_reports_tokens_acceptance_and_speedup(capsys, checkpoint
     assert report["text"] == tokenizer().decode(expected.tokens)
     assert report["alpha_hat"] == expected.alpha_hat
     assert report["ars_tokens"] == autoregressive_sampling(load(checkpoints["target"]), ids, 10, seed=7).tokens
+    # with --compare, the times are medians over --repeats runs of each (3 by default)
+    assert report["repeats"] == 3
     assert report["speedup"] == pytest.approx(report["ars_seconds"] / report["seconds"])
+    runs = report["speedup_runs"]
+    assert runs["q1"] <= runs["median"] <= runs["q3"]
     assert report["seconds"] > 0 and report["K"] == 3 and report["seed"] == 7
 
 
@@ -142,3 +146,57 @@ def test_in_memory_flag_loads_copies_and_samples_the_same_tokens(capsys, checkpo
     code, out, err = run_main(capsys, "generate", "--model", checkpoints["target"], "--in-memory", "-n", "3",
                               "--seed", "1")
     assert code == 0 and loaded[-1] is True and "3 tokens in" in out
+
+
+def test_the_streamed_text_is_exactly_the_runs_n_tokens(capsys, checkpoints):
+    """The last loop may emit more than N tokens; the run keeps N, and so does the text printed."""
+    argv = ["speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"], "--prompt", "Hi",
+            "-K", "8", "--seed", "2"]
+    for n in ("3", "10", "11"):
+        code, out, _ = run_main(capsys, *argv, "-n", n)
+        expected = speculative_sampling(load(checkpoints["draft"]), load(checkpoints["target"]), encode_prompt("Hi"),
+                                        int(n), K=8, seed=2)
+        assert code == 0 and out.split("\n\n[speculative")[0] == "Hi" + tokenizer().decode(expected.tokens)
+
+
+def test_compare_times_the_runs_it_reports(capsys, checkpoints):
+    code, out, err = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
+                              "--prompt", "Hi", "-n", "6", "--seed", "4", "--compare", "--repeats", "2")
+    assert code == 0
+    assert "the same seeds 4-5" in out and "medians of 2 interleaved runs of each after a warm-up" in out
+    code, out, err = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
+                              "--compare", "--repeats", "0")
+    assert code == 2 and out == "" and "--repeats 0" in err
+
+
+@pytest.mark.parametrize("command", [[], ["info"], ["download"], ["generate"], ["speculate"], ["bench"]])
+def test_help_describes_and_shows_examples(capsys, command):
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert "examples:" in out and f"python -m picogpt {command[0] if command else ''}" in out
+
+
+MISTYPED = {
+    "a flag of speculate": (["speculate", "--promt", "x"], "unrecognized arguments: --promt x (did you mean --prompt?)",
+                            "usage: python -m picogpt speculate"),
+    "a flag with its value": (["generate", "--temprature=1"], "(did you mean --temperature?)",
+                              "usage: python -m picogpt generate"),
+    "a command": (["speculat"], "invalid choice: 'speculat'", "(did you mean speculate?)"),
+}
+
+
+@pytest.mark.parametrize("case", MISTYPED)
+def test_a_mistyped_command_or_flag_suggests_the_closest(capsys, case):
+    argv, *expected = MISTYPED[case]
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and all(text in err for text in expected), err
+
+
+def test_nothing_close_suggests_nothing(capsys):
+    with pytest.raises(SystemExit):
+        main(["speculate", "--zzzzzz"])
+    assert "did you mean" not in capsys.readouterr().err

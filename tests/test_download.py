@@ -11,14 +11,20 @@ import http.server
 import json
 import os
 import pathlib
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections import namedtuple
 
 import numpy as np
 import pytest
 
 import picogpt.io.download as dl
+from helpers import FillingFile
 from picogpt.cli import main
 from picogpt.errors import DownloadError
 from picogpt.io.params import config_from_json
@@ -28,12 +34,15 @@ PAYLOAD = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tob
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 PATH = f"/test-org/toy/resolve/{REVISION}/model.safetensors"
+SLOW_PIECES, SLOW_PAUSE_S = 10, 0.15  # the "slow" server sends the file in 1.5 s
 
 
 class Server:
     """A tiny file server. `mode`: "ok" (honours Range), "cut" (the first response stops
     halfway and closes the connection), "ignore-range" (always 200 with the whole file),
-    "bad-length" (Content-Length: abc), "loop" (redirects to itself)."""
+    "bad-length" (Content-Length: abc), "loop" (redirects to itself), "slow" (the body in
+    SLOW_PIECES pieces, SLOW_PAUSE_S apart), "long" (no Content-Length, and the file followed
+    by as many bytes again)."""
 
     def __init__(self):
         self.mode, self.requests, self.n_served = "ok", [], 0
@@ -62,13 +71,24 @@ class Server:
                 else:
                     self.send_response(200)
                 body = PAYLOAD[start:]
-                self.send_header("Content-Length", "abc" if server.mode == "bad-length" else str(len(body)))
+                if server.mode == "long":
+                    body += PAYLOAD  # no length: the body ends when the connection closes
+                    self.close_connection = True
+                else:
+                    self.send_header("Content-Length", "abc" if server.mode == "bad-length" else str(len(body)))
                 self.end_headers()
                 if server.mode == "cut" and server.n_served == 0:
                     body = body[: len(body) // 2]  # then the connection closes mid-file
                     self.close_connection = True
                 server.n_served += 1
-                self.wfile.write(body)
+                pieces = SLOW_PIECES if server.mode == "slow" else 1
+                try:
+                    for i in range(pieces):
+                        self.wfile.write(body[i * len(body) // pieces:(i + 1) * len(body) // pieces])
+                        self.wfile.flush()
+                        time.sleep(SLOW_PAUSE_S if server.mode == "slow" else 0)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away (a killed download)
+                    self.close_connection = True
 
             def log_message(self, *args):
                 pass
@@ -298,28 +318,6 @@ def test_download_spec_raises_download_error(monkeypatch, tmp_path):
 
 # ---- the environment: full disks, unwritable folders, odd servers (issue 15) ----------------------
 
-class FillingFile:
-    """A file whose writes fail with `error` once `room` bytes are written (a disk filling up)."""
-
-    def __init__(self, f, room, error):
-        self.f, self.room, self.error = f, room, error
-
-    def write(self, data):
-        if self.room < len(data):
-            raise OSError(self.error, os.strerror(self.error))
-        self.room -= len(data)
-        return self.f.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
-
-
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EFBIG])
 def test_disk_filling_during_the_download_deletes_the_part_and_says_what_to_do(server, monkeypatch, capsys, error):
     files = register(monkeypatch)
@@ -376,8 +374,8 @@ def test_redirect_loop_is_one_line(server, monkeypatch, capsys):
 def test_every_pretrained_model_is_pinned():
     assert set(dl.PINNED) == set(PRETRAINED)
     for name, spec in dl.PINNED.items():
-        assert len(spec.revision) == 40 and int(spec.revision, 16) >= 0
-        assert len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0
+        assert re.fullmatch(r"[0-9a-f]{40}", spec.revision), f"{name}: a revision is a git commit, 40 hex digits"
+        assert re.fullmatch(r"[0-9a-f]{64}", spec.sha256), f"{name}: a sha256 is 64 lowercase hex digits"
         assert (spec.n_layer, spec.n_head, spec.n_embd) == tuple(PRETRAINED[name][k] for k in ("n_layer", "n_head", "n_embd"))
     assert dl.PINNED["gpt2"].n_bytes == 548_105_171
 
@@ -386,3 +384,116 @@ def test_url_defaults_to_the_hub(monkeypatch):
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     assert dl.PINNED["gpt2-xl"].url() == ("https://huggingface.co/openai-community/gpt2-xl/resolve/"
                                           "15ea56dee5df4983c59b2538573817e1667135e2/model.safetensors")
+
+
+# ---- one writer per file, verified on disk ----------------------------------------------------------
+
+DOWNLOAD_TOY = """
+import sys
+import picogpt.io.download as dl
+from picogpt.cli import main
+
+dl.PINNED["toy"] = dl.WeightSpec(name="toy", repo="test-org/toy", revision=sys.argv[1], sha256=sys.argv[2],
+                                 n_bytes=int(sys.argv[3]), n_layer=2, n_head=3, n_embd=192)
+dl.CHUNK_BYTES = 1 << 14
+sys.exit(main(["download", "-q", "toy"]))
+"""
+
+
+def start_download_process():
+    """`python -m picogpt download toy` in its own process (HF_ENDPOINT and PICOGPT_WEIGHTS_DIR
+    from the test's environment)."""
+    return subprocess.Popen([sys.executable, "-c", DOWNLOAD_TOY, REVISION, SHA256, str(len(PAYLOAD))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_two_downloads_of_one_model_at_once_install_one_verified_file(server, monkeypatch):
+    """Both used to append to the same .part and install the interleaved file as verified."""
+    files = register(monkeypatch)
+    server.mode = "slow"
+    first = start_download_process()
+    wait_for(lambda: server.requests)  # the first is streaming: the second must wait for it
+    second = start_download_process()
+    outputs = [process.communicate(timeout=60) for process in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outputs
+    assert "downloaded and verified" in outputs[0][0]
+    assert "another download (process" in outputs[1][0] and "waiting" in outputs[1][0]
+    assert "already present and verified" in outputs[1][0]
+    assert len(server.requests) == 1  # the second never downloaded
+    assert files.final.read_bytes() == PAYLOAD
+    assert sorted(p.name for p in files.final.parent.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_a_download_killed_mid_file_leaves_its_lock_free_and_the_next_one_resumes(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    server.mode = "slow"
+    first = start_download_process()
+    wait_for(lambda: files.part.exists() and files.part.stat().st_size > 0)
+    first.send_signal(signal.SIGKILL)  # no cleanup at all: the OS releases the lock
+    first.communicate(timeout=30)
+    n_part = files.part.stat().st_size
+    server.mode = "ok"
+    status, out, err = run_cli(capsys, "toy")
+    assert status == 0, err
+    assert f"resuming {files.part.name} at {n_part:,}" in out
+    assert files.final.read_bytes() == PAYLOAD
+    assert sorted(p.name for p in files.final.parent.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_the_file_on_disk_is_verified_not_the_bytes_received(server, monkeypatch, capsys):
+    """Another writer (or the disk) may change the .part after this process wrote it: the
+    size and sha256 are those of the file as it is just before the rename."""
+    files = register(monkeypatch)
+    stream = dl.stream_to_part
+
+    def stream_then_another_writer_appends(response, part, *args):
+        n_have = stream(response, part, *args)
+        with open(part, "ab") as f:
+            f.write(b"interleaved")
+        return n_have
+
+    monkeypatch.setattr(dl, "stream_to_part", stream_then_another_writer_appends)
+    status, _, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2 and f"gave {len(PAYLOAD) + 11:,} bytes" in line and "was deleted" in line
+    assert not files.final.exists() and not files.part.exists()
+
+
+def test_a_body_longer_than_the_pinned_size_is_cut_off(server, monkeypatch, capsys):
+    files = register(monkeypatch)
+    server.mode = "long"
+    # a write past the file's size would fail as on a full disk, with another message
+    monkeypatch.setattr(dl, "open", lambda path, mode="r": FillingFile(builtins.open(path, mode), len(PAYLOAD),
+                                                                        errno.ENOSPC), raising=False)
+    status, _, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2 and f"sent more than the {len(PAYLOAD):,} bytes of toy" in line and "was deleted" in line
+    assert not files.final.exists() and not files.part.exists()
+
+
+# ---- HF_ENDPOINT is checked before any request -------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["http://127.0.0.1:eighty", "http://127.0.0.1:8080\n", "http://[::1",
+                                   " ", "ftp://mirror.example", "http://", "http://127.0.0.1:99999",
+                                   "https://mirror .example"])
+def test_a_malformed_hf_endpoint_is_one_line_before_any_request(monkeypatch, capsys, value):
+    files = register(monkeypatch)
+    monkeypatch.setenv("HF_ENDPOINT", value)
+    status, out, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2 and out == "" and "HF_ENDPOINT=" in line and "not a usable server address" in line
+    assert not files.final.parent.exists()  # nothing was made either
+    with pytest.raises(DownloadError, match="HF_ENDPOINT"):
+        toy_spec().url()
+
+
+def test_an_empty_hf_endpoint_means_the_hub(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "")
+    assert toy_spec().url().startswith("https://huggingface.co/test-org/toy/")

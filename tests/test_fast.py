@@ -5,6 +5,8 @@ checkpoint's own arrays: nothing is written beside a checkpoint, and nothing is 
 in_memory asks for it."""
 
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -104,6 +106,27 @@ def test_one_row_times_a_matrix_below_one_core_bytes_stays_on_the_calling_thread
     monkeypatch.setattr(kernels, "ONE_CORE_BYTES", W.nbytes)
     assert relative_diff(matmul(x[:1], W), x[:1].astype(np.float64) @ W.astype(np.float64)) < RELATIVE
     assert len(handed_out) == 2  # a matrix of ONE_CORE_BYTES or more: one row on the threads too
+
+
+ROUTES = {  # (n_rows, shape of W, the LM head's transposed view?) -> product (numba, NumPy alone)
+    (5, (64, 64), False): ("numpy", "numpy"),
+    (1, (1024, 1030), False): ("one_core", "one_core"),
+    (1, (1024, 5000), False): ("compiled_rows", "split_inputs"),
+    (5, (1024, 1030), False): ("compiled_rows", "tiled"),
+    (5, (5000, 1024), True): ("compiled_head", "by_output_rows"),
+    (MAX_TILED_ROWS + 1, (1024, 1030), False): ("split_inputs", "split_inputs"),
+}
+
+
+@pytest.mark.parametrize("case", ROUTES, ids=str)
+def test_each_product_is_chosen_by_a_named_route(kernel, monkeypatch, case):
+    monkeypatch.setattr(kernels, "ONE_CORE_BYTES", 16 << 20)  # the real threshold, not the fixture's 0
+    n_rows, shape, transposed = case
+    W = np.zeros(shape, np.float32)
+    W = W.T if transposed else W
+    expected = ROUTES[case][0 if kernel == "numba" else 1]
+    assert kernels.route(np.zeros((n_rows, W.shape[0]), np.float32), W) == expected
+    assert set(kernels.PRODUCTS) >= {expected}
 
 
 @pytest.mark.parametrize("threads", ["1", "3"])
@@ -206,12 +229,58 @@ def test_a_bad_kernel_choice_is_one_clear_error(monkeypatch, value):
 
 
 def test_asking_for_numba_without_it_says_how_to_install_it(monkeypatch):
-    monkeypatch.setattr(compiled, "compile_kernel", lambda: None)
+    monkeypatch.setattr(compiled, "compile_kernels", lambda: None)
     monkeypatch.setenv(compiled.KERNEL_ENV, "numba")
-    with pytest.raises(PicoGPTError, match=r"pip install 'picogpt\[fast\]'"):
+    with pytest.raises(PicoGPTError, match=r"pip install 'picogpt-speculative\[fast\]'"):
         compiled.enabled()
     monkeypatch.setenv(compiled.KERNEL_ENV, "")
     assert not compiled.enabled() and compiled.name() == "numpy"  # without numba: NumPy alone
+
+
+NUMBA_FALLBACKS = {
+    # what makes numba unusable -> what the one line says
+    "NUMBA_DISABLE_JIT": ("import os; os.environ['NUMBA_DISABLE_JIT'] = '1'", "NUMBA_DISABLE_JIT is set"),
+    "no writable cache folder": ("import numba.core.caching as caching; caching.CacheImpl._locator_classes = []",
+                                 "no writable folder for its compiled code"),
+    "a failing compiler": ("import numba; numba.njit = lambda **options: lambda f: "
+                           "(_ for _ in ()).throw(TypeError('no compiler'))",
+                           "could not compile the fast kernels"),
+}
+
+
+@pytest.mark.parametrize("case", NUMBA_FALLBACKS)
+def test_numba_that_cannot_run_here_means_the_numpy_path_and_one_line(case):
+    """A fresh process (numba's settings are read once): the model runs, on the NumPy path, with
+    one line on stderr saying why, and the logits equal the plain path's."""
+    pytest.importorskip("numba")
+    setup, reason = NUMBA_FALLBACKS[case]
+    script = f"""{setup}
+import numpy as np, picogpt
+from picogpt.perf import compiled
+model = picogpt.load("tiny-target")
+ids = [464, 3303, 531, 11, 1309]
+np.testing.assert_allclose(model(ids), model.plain(ids), rtol=1e-4, atol=1e-4)
+print(compiled.name())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"PICOGPT_KERNEL": ""})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "numpy"
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and reason in lines[0] and "NumPy path" in lines[0], done.stderr
+
+
+def test_the_compiled_kernels_are_ready_before_a_models_first_call_returns(model, monkeypatch):
+    """Loading (or compiling) the kernels happens in prepare(), so a timed multi-row call later
+    never pays for it: once prepared, the kernels are not asked to compile again."""
+    monkeypatch.setenv(compiled.KERNEL_ENV, "")
+    compiled.compile_kernels.cache_clear()
+    model.prepare()
+    model(np.arange(1))
+    assert compiled.compile_kernels.cache_info().currsize == 1
+    hits = compiled.compile_kernels.cache_info().misses
+    model(np.arange(5))
+    assert compiled.compile_kernels.cache_info().misses == hits
 
 
 def test_the_compiled_kernel_keeps_nan_and_inf(kernel):

@@ -197,3 +197,140 @@ def test_model_reports_its_size(model):
     expected = c.n_vocab * c.n_embd + c.n_ctx * c.n_embd + 2 * c.n_embd + c.n_layer * per_block
     assert model.n_params == expected and model.nbytes == 4 * expected
     assert "random" in repr(model)
+
+
+# ---- a failed call leaves its cache exactly as it was ----------------------------------------------
+
+def test_a_call_that_fails_the_finite_check_leaves_its_cache_as_it_was():
+    model = random_gpt2(3, n_vocab=12)
+    finite_check = model.ensure_finite
+
+    def fails_once(logits):
+        model.ensure_finite = finite_check
+        return finite_check(logits * np.float32(np.nan))  # as NaN weights would make them
+
+    for call in (model, model.plain):
+        cache = model.new_cache()
+        call([1, 2], cache)
+        model.ensure_finite = fails_once
+        with pytest.raises(PicoGPTError, match="non-finite logits"):
+            call([3, 4], cache)
+        assert len(cache) == 2  # not 4
+        np.testing.assert_allclose(call([3], cache), model.plain([1, 2, 3])[-1:], atol=TOLERANCE)
+
+
+# ---- a memory-mapped checkpoint that changes on disk is detected -----------------------------------
+
+def written_an_hour_ago(folder):
+    """A random checkpoint in folder, its file dated an hour back: any later write gives it a
+    new modification time even where the file system's clock ticks coarsely."""
+    import os
+    import time
+
+    from helpers import write_random_checkpoint
+
+    write_random_checkpoint(folder, 4, n_vocab=40, n_ctx=16)
+    os.utime(folder / "model.safetensors", (time.time() - 3600,) * 2)
+    return folder
+
+
+@pytest.fixture()
+def loaded(tmp_path):
+    """(model, path) of a random checkpoint loaded from a temporary folder."""
+    from picogpt import load
+
+    folder = written_an_hour_ago(tmp_path / "model")
+    return load(folder), folder / "model.safetensors"
+
+
+def rewrite_in_place(path):
+    """The same size, other bytes: what an editor or `dd conv=notrunc` does to a file."""
+    data = bytearray(path.read_bytes())
+    data[-400:] = bytes(400)
+    with open(path, "r+b") as f:
+        f.write(data)
+
+
+def copy_another_over(path):
+    """`cp other.safetensors model.safetensors`: the same file (inode), truncated, then refilled."""
+    import shutil
+
+    from helpers import write_random_checkpoint
+
+    other = write_random_checkpoint(path.parent.parent / "other", 5, n_vocab=50, n_ctx=16)
+    shutil.copyfile(other / "model.safetensors", path)
+
+
+def rename_another_over(path):
+    """A download or an atomic write: a new file (inode) renamed over the old one."""
+    import os
+    import shutil
+
+    shutil.copyfile(path, path.with_name("new"))
+    os.replace(path.with_name("new"), path)
+
+
+def changes(path):
+    """Ways a checkpoint changes underneath a running model."""
+    import os
+
+    return {"rewritten in place": lambda: rewrite_in_place(path),
+            "truncated": lambda: os.truncate(path, path.stat().st_size // 2),
+            "another copied over it": lambda: copy_another_over(path),
+            "another renamed over it": lambda: rename_another_over(path),
+            "deleted": lambda: path.unlink()}
+
+
+@pytest.mark.parametrize("how", list(changes("x")))
+def test_a_checkpoint_changed_on_disk_is_refused_before_the_next_call(loaded, how):
+    """Truncated or cp'd over: a bus error, no message; rewritten in place: logits changed silently."""
+    model, path = loaded
+    model([1, 2, 3])
+    changes(path)[how]()
+    for call in (model, model.plain):
+        with pytest.raises(PicoGPTError, match="changed on disk since .* was loaded.*load it again"):
+            call([1, 2, 3])
+
+
+def test_in_memory_weights_run_on_after_the_file_changes_and_plain_does_not(tmp_path):
+    from picogpt import load
+
+    folder = written_an_hour_ago(tmp_path / "model")
+    model = load(folder, in_memory=True)
+    before = model([1, 2, 3])  # the first call copies the weights into memory
+    rewrite_in_place(folder / "model.safetensors")
+    np.testing.assert_array_equal(model([1, 2, 3]), before)  # the copy no longer depends on the file
+    with pytest.raises(PicoGPTError, match="changed on disk"):
+        model.plain([1, 2, 3])  # the reference path reads the checkpoint's own (mapped) arrays
+
+
+def test_a_file_changed_while_in_memory_copies_it_is_refused(tmp_path, monkeypatch):
+    from picogpt import load
+    from picogpt.perf import layout
+
+    folder = written_an_hour_ago(tmp_path / "model")
+    model = load(folder, in_memory=True)
+    copy = layout.in_memory
+
+    def copy_while_it_changes(params, name):
+        copied = copy(params, name)
+        rewrite_in_place(folder / "model.safetensors")
+        return copied
+
+    monkeypatch.setattr(layout, "in_memory", copy_while_it_changes)
+    with pytest.raises(PicoGPTError, match="changed on disk"):
+        model([1, 2, 3])
+    assert model.fast_params is None  # the mixed copy is not kept
+
+
+def test_the_identity_check_costs_microseconds(loaded):
+    import time
+
+    model, _ = loaded
+    n = 2000
+    start = time.perf_counter()
+    for _ in range(n):
+        model.ensure_checkpoint_unchanged()
+    per_check_s = (time.perf_counter() - start) / n
+    print(f"identity check: {per_check_s * 1e6:.1f} us")
+    assert per_check_s < 100e-6

@@ -327,3 +327,70 @@ def test_a_cache_of_another_context_length_is_refused():
     c = model.config
     with pytest.raises(PicoGPTError, match="n_ctx=16"):
         model([1], KVCache(c.n_layer, c.n_head, c.head_dim, 16))
+
+
+# ---- environment variables: one line, before any output -------------------------------------------
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("PICOGPT_THREADS", "\u00b2", "expected a whole number of threads from 1 to"),  # superscript two
+    ("PICOGPT_THREADS", "\u0663", "expected a whole number of threads from 1 to"),  # Arabic-Indic three
+    ("PICOGPT_THREADS", "10000000000", "expected a whole number of threads from 1 to"),
+    ("PICOGPT_THREADS", "9" * 5000, "expected a whole number of threads from 1 to"),
+    ("PICOGPT_THREADS", "0", "expected a whole number of threads from 1 to"),
+    ("PICOGPT_COURSE_MODELS", "gpt3", "expected one of gpt2, tiny"),
+])
+def test_a_bad_environment_variable_is_one_line_before_any_output(capsys, monkeypatch, checkpoint,
+                                                                   variable, value, message):
+    """Such errors used to be printed after the prompt, on the same line (or as a traceback)."""
+    from picogpt.perf import kernels
+
+    kernels.threads_for.cache_clear()
+    monkeypatch.setenv(variable, value)
+    code, out, err = run_main(capsys, "generate", "--model", str(checkpoint), "-n", "3", "--seed", "1")
+    line = one_error_line(err)
+    assert code == 2 and out == "" and variable in line and message in line and len(line) < 300
+
+
+def test_an_absurd_thread_count_is_refused_in_python_too(monkeypatch):
+    from picogpt.perf import kernels
+
+    monkeypatch.setenv("PICOGPT_THREADS", str(10**6))
+    with pytest.raises(PicoGPTError, match="PICOGPT_THREADS='1000000'"):
+        kernels.n_threads()
+    monkeypatch.setenv("PICOGPT_THREADS", str(kernels.MAX_THREADS_PER_CORE * kernels.usable_cores()))
+    assert kernels.n_threads() == kernels.MAX_THREADS_PER_CORE * kernels.usable_cores()
+
+
+def test_no_home_folder_is_one_line_naming_the_variable_to_set(monkeypatch, tmp_path):
+    import pathlib
+
+    import picogpt.io.registry as registry
+
+    monkeypatch.delenv("PICOGPT_WEIGHTS_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(registry, "SOURCE_TREE", tmp_path)  # as an installed wheel: no checkout
+    monkeypatch.setattr(pathlib.Path, "home", lambda: (_ for _ in ()).throw(RuntimeError("no home")))
+    with pytest.raises(PicoGPTError, match="HOME is not set; set PICOGPT_WEIGHTS_DIR"):
+        registry.weights_dir()
+
+
+# ---- a closed stdout ends the program quietly --------------------------------------------------------
+
+def run_into_closed_pipe(*argv):
+    """Run `python -m picogpt ARGV` with its stdout a pipe nobody reads (`... | head -n0`)."""
+    import subprocess
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "picogpt", *argv], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("argv", [["info", "tiny-draft"], ["generate", "--model", "tiny-target", "-n", "5"]])
+def test_output_into_a_closed_pipe_ends_quietly(argv):
+    """`python -m picogpt info tiny-draft | head -n1` used to end in a BrokenPipeError traceback."""
+    result = run_into_closed_pipe(*argv)
+    assert result.stderr == "" and result.returncode == 141

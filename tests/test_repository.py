@@ -146,3 +146,71 @@ def test_no_committed_file_names_a_machine_path():
     found = [f"{name}:{n}: {line[:120]}" for name, text in files.items() for n, line in machine_paths(text)]
     assert not found, ("paths of one machine in committed files; write them relative to the "
                        "repository:\n" + "\n".join(found))
+
+
+# ---------------------------------------------------------------------------------------------
+# No history: code and user docs say what is true now; dates, issue numbers and the story of
+# earlier runs live in git (a reader cannot place them, and each is a line to keep up to date)
+# ---------------------------------------------------------------------------------------------
+
+HISTORY = {
+    "a date": r"\b(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])\b",
+    "a UTC timestamp": r"\b\d{1,2}:\d\d(?::\d\d)?\s?UTC\b",
+    "an issue number": r"\bissues?\s*#?\d+\b|\b(?:PR|pull request)\s*#?\d+\b|(?<![\w&#/])#\d+\b",
+    "the issue": r"\bthe issue(?:'s)?\b",
+    "a run-history phrase": (r"\bruns? before\b|\bprevious (?:code|runs?|measurements?|versions?|sessions?)\b"
+                             r"|\ban hour (?:apart|before|earlier|later)\b|\bearlier runs?\b|\bthis session\b"
+                             r"|\bnew in this (?:run|version)\b|\bthe committed run\b|\bsame code(?:'s)? (?:run|ran)\b"
+                             r"|\b(?:in|of) (?:both|the two|two) runs\b|\bruns? of (?:the same|this) code\b"),
+    "one machine's words": r"\bthis project's (?:[\w-]+ )*?machine\b|\bthis \d+-core machine\b",
+}
+HISTORY_PATTERN = re.compile("|".join(f"(?P<g{i}>{p})" for i, p in enumerate(HISTORY.values())), re.IGNORECASE)
+
+
+def history(text):
+    """[(line number, what, the words)] of each line of `text` that quotes history."""
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for match in HISTORY_PATTERN.finditer(line):
+            what = list(HISTORY)[int(match.lastgroup[1:])]
+            found.append((n, what, match.group()))
+    return found
+
+
+def test_the_history_pattern_finds_dates_issues_and_run_history_and_spares_the_rest():
+    for line in ["bench: run of 2026-11-24 23:27 UTC", "measured at 02:33 UTC", "(issue 13, 'Goals')",
+                 "see issue #15", "fixed in #13", "PR 7 made it faster", "the issue's 2.5x",
+                 "the run before, same code (22:49 UTC)", "previous code 1.21x", "XL's decode moved 10% an hour apart",
+                 "new in this run", "in this session", "two runs of the same code", "in both runs",
+                 "on this project's virtual machine", "35-55 min on this 2-core machine"]:
+        assert history(line), line
+    for line in ["a loop of this run accepted all K drafts", "the run's wall time", "results-one-row.json",
+                 "date_utc = datetime.now(timezone.utc)", "## 2. The draft", "x[:, 0] # 1 row", "&#8203;",
+                 "Chen et al. 2023, arXiv 2302.01318", "1.2x at 5 rows; 10:1 odds", "git keeps the history",
+                 "https://github.com/openai/gpt-2/issues/13", "color='#1f77b4'", "the same code paths",
+                 "What this machine can do, measured", "on a fresh clone, on a 2-core machine:"]:
+        assert not history(line), line
+
+
+def user_facing_texts():
+    """{path: text} of what users and learners read: the package's and tools' files, README.md,
+    the results documents, goals.json, and the notebooks' markdown cells."""
+    files = committed_text_files()
+    docs = {"README.md", "benchmarks/README.md", "benchmarks/kernels/README.md", "weights/README.md",
+            "benchmarks/goals.json"}
+    chosen = {name: text for name, text in files.items()
+              if name in docs or (name.startswith(("picogpt/", "tools/")) and not name.startswith("picogpt/io/data/"))}
+    for name in files:
+        if name.startswith("notebooks/") and name.endswith(".ipynb"):
+            cells = json.loads((REPO / name).read_text())["cells"]
+            chosen[name] = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+    return chosen
+
+
+def test_code_and_user_docs_quote_no_dates_issue_numbers_or_run_history():
+    texts = user_facing_texts()
+    assert {"README.md", "benchmarks/README.md", "picogpt/speculative.py"} <= set(texts)
+    assert any(name.startswith("notebooks/") for name in texts) and any(name.startswith("tools/") for name in texts)
+    found = [f"{name}:{n}: {what}: {words!r}" for name, text in sorted(texts.items()) for n, what, words in history(text)]
+    assert not found, ("history in code or user docs: say what is true now (git keeps the history; figures come "
+                       "from the results JSON through picogpt/bench/docs.py):\n" + "\n".join(found))

@@ -1,6 +1,6 @@
 """Stand-in notebooks for checking tools/browser_test.py itself (`--stand-in good|broken`).
 
-`good` has the widget structure of the contract (README of the course brief): FloatSliders
+`good` has the widget structure of notebook 04's Theorem 1 explorer: FloatSliders
 driving an HTML `P(accept) = …` readout and a matplotlib figure in an Output, and a
 `Run Monte-Carlo` button drawing a histogram into a second Output, and a residual switch
 (ToggleButtons) whose wrong choice reports `TV(output, q)`; computed with plain numpy.

@@ -13,22 +13,29 @@ The numbers of the teaching pair's model card (weights/README.md) come from this
            costs and alpha_hat.
 
 Usage, with the project's environment (`make .venv/.installed` installs picogpt into .venv):
-    .venv/bin/python tools/measure_teaching_pair.py                  # tiny-draft, tiny-target
-    .venv/bin/python tools/measure_teaching_pair.py --json weights/measurements.json
+    .venv/bin/python tools/measure_teaching_pair.py                  # tiny-draft, tiny-target: prints only
+    .venv/bin/python tools/measure_teaching_pair.py --json out.json  # also writes the results there
+    .venv/bin/python tools/measure_teaching_pair.py --save           # weights/measurements.json, and the
+                                                                     # model card's blocks rendered from it
 """
 
 import argparse
 import json
 import os
+import shlex
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import picogpt
 from picogpt import theory
+from picogpt.bench import docs, report
 from picogpt.perf import machine, speedup
 from picogpt.sampling import autoregressive_sampling, distribution
 
+MEASUREMENTS = Path(__file__).resolve().parent.parent / "weights" / "measurements.json"  # the model card's source
 PROMPTS = (  # KJV-style openings (the teaching pair was trained on the King James Bible)
     "And God said", "In the beginning", "The LORD is my shepherd", "And it came to pass",
     "Blessed are the", "Then Jesus said unto them", "And the king of Israel",
@@ -59,7 +66,11 @@ def main(argv=None):
     parser.add_argument("--K-max", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats of the speedup runs (default 5)")
     parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--save", action="store_true", help="write weights/measurements.json and render the "
+                        "model card's measured blocks (weights/README.md) from it")
     args = parser.parse_args(argv)
+    if args.save and (args.draft, args.target) != ("tiny-draft", "tiny-target"):
+        parser.error("--save writes the teaching pair's model card: measure tiny-draft and tiny-target")
 
     tok = picogpt.tokenizer()
     draft, target = picogpt.load(args.draft), picogpt.load(args.target)
@@ -75,25 +86,30 @@ def main(argv=None):
 
     m = speedup.measure_speedup(draft, target, prompts[0], args.N, range(1, args.K_max + 1),
                                 repeats=args.repeats)
-    print("\n".join(speedup.text_lines(m)), flush=True)
+    print("\n".join(report.text_lines(m)), flush=True)
     measured_K, predicted_K = m.best_K
     print(f"best K = {measured_K}: speedup {m.by_K[measured_K].speedup:.2f}x "
           f"(IQR of the repeats {m.by_K[measured_K].speedup_runs.q1:.2f}-{m.by_K[measured_K].speedup_runs.q3:.2f}); "
           f"predicted best K = {predicted_K}")
-    warning = speedup.busy_warning(m, os.cpu_count())
+    warning = report.busy_warning(m, os.cpu_count())
     if warning:
         print(warning)
 
     samples = [tok.decode(ids) for ids in sequences[:3]]
     for text in samples:
         print("---\n" + text)
-    report = dict(draft=draft.name, target=target.name, N=args.N, alpha=float(alphas.mean()),
-                  alpha_positions=int(alphas.size), speedup=speedup.as_dict(m), samples=samples,
-                  seconds=time.perf_counter() - t0, machine=machine.machine_info())
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
+    flags = sys.argv[1:] if argv is None else list(argv)
+    results = dict(command=shlex.join(["python", "tools/measure_teaching_pair.py", *flags]),
+                   draft=draft.name, target=target.name, N=args.N, alpha=float(alphas.mean()),
+                   alpha_positions=int(alphas.size), speedup=speedup.as_dict(m), samples=samples,
+                   seconds=time.perf_counter() - t0, machine=machine.machine_info())
+    paths = ([args.json] if args.json else []) + ([MEASUREMENTS] if args.save else [])
+    for path in paths:
+        Path(path).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {path}")
+    if args.save:
+        docs.render_docs(documents=["weights/README.md"])
+        print("rendered weights/README.md from it")
 
 
 if __name__ == "__main__":

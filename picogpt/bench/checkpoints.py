@@ -2,7 +2,6 @@
 (the speed of a matrix product does not depend on the values)."""
 
 import json
-import os
 import shutil
 import sys
 import zlib
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PicoGPTError
+from ..io.atomic import write_text_atomically
 from ..io.checkpoint import write_safetensors
 from ..io.params import config_from_json, expected_shapes
 from ..io.registry import EMBEDDED, PRETRAINED, checkpoint_path, is_available, published_config, weights_dir
@@ -44,17 +44,16 @@ class RandomTensor:
 def random_checkpoint(name, folder=None, config=None):
     """weights/random-<name>/model.safetensors: random F32 weights with the bare Hugging Face
     names and exact shapes of the published checkpoint `name` (or of the Hugging Face `config`
-    dict given), + config.json. Made once, then reused. Both files are written to temporary
-    names and renamed into place, so a full disk or Ctrl-C never leaves a partial file there."""
+    dict given), + config.json. Made once, then reused: it says how many GB it writes and
+    where, and shows its progress. Both files are written atomically (io/atomic.py), so a
+    full disk, Ctrl-C or SIGTERM never leaves a partial file there."""
     folder = Path(folder or weights_dir() / f"random-{name}")
     path = folder / "model.safetensors"
     if path.exists() and (folder / "config.json").exists():
         return path
-    tmp = folder / f"config.json.{os.getpid()}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(config or published_config(name), indent=2))
-        os.replace(tmp, folder / "config.json")
+        write_text_atomically(folder / "config.json", json.dumps(config or published_config(name), indent=2))
         shapes = expected_shapes(config_from_json(folder / "config.json"))
         n_bytes = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
         if shutil.disk_usage(folder).free < n_bytes:
@@ -63,9 +62,8 @@ def random_checkpoint(name, folder=None, config=None):
                                "PICOGPT_WEIGHTS_DIR to another disk, or bench fewer --models")
         print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {folder} (once)", file=sys.stderr, flush=True)
         write_safetensors(path, {n: RandomTensor(n, shape) for n, shape in shapes.items()},
-                          metadata={"picogpt": f"random weights with the shapes of {name}"})
+                          metadata={"picogpt": f"random weights with the shapes of {name}"}, progress=True)
     except OSError as e:
-        tmp.unlink(missing_ok=True) if folder.is_dir() else None
         raise PicoGPTError(f"bench: could not write random-weight {name} to {folder} ({e.strerror or e}); "
                            "nothing partial was left at model.safetensors: free some space, set "
                            "PICOGPT_WEIGHTS_DIR to a writable disk, or bench fewer --models") from None

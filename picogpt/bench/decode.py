@@ -11,7 +11,8 @@ from ..model import GPT2, load_checkpoint
 from ..perf import layout, machine
 from .checkpoints import shown_path
 from .engines import NumpyEngine, make_engines
-from .rounds import ceiling_tasks, describe_ceiling, interleaved, summary, timed
+from ..perf.timing import timed
+from .rounds import ceiling_tasks, describe_ceiling, interleaved, summary
 
 
 def files_beside(path):

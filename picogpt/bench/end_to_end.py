@@ -21,7 +21,7 @@ def end_to_end_path(label, path):
 
 def end_to_end(pair, paths, temperatures, s, log):
     """One speedup.measure_speedup per temperature for draft -> target: [{pair, source,
-    measurement}] as bench.json holds them (speedup.bench_measurements reads them back)."""
+    measurement}] as bench.json holds them (report.bench_measurements reads them back)."""
     (draft_path, draft_source), (target_path, target_source) = (end_to_end_path(label, paths[label]) for label in pair)
     draft, target = load_checkpoint(draft_path, pair[0]), load_checkpoint(target_path, pair[1])
     ids = prompt_ids(s["prompt_tokens"], target.config.n_vocab)

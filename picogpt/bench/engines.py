@@ -43,8 +43,8 @@ TORCH_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 def torch_available():
     """Whether the `bench` extra is installed. Before torch is first imported, its OpenMP threads
     are told to sleep, not spin, while they wait (TORCH_ENV), as picogpt's threads do: on a
-    machine that other programs share, spinning made transformers ~20x slower (GPT-2 small,
-    2 threads: 916 ms a token against 47 ms passive and 43 ms with one thread)."""
+    machine that other programs share, threads that spin while waiting take the cores the other
+    programs need, and every call waits on the slowest of them."""
     for key, value in TORCH_ENV.items():
         if "torch" not in sys.modules:
             os.environ.setdefault(key, value)

@@ -1,6 +1,7 @@
 """The goals the bench is run against, scored. The goals themselves are data
-(benchmarks/goals.json: a text, a metric, its parameters, a limit); this module only knows how
-to read each metric off the bench's results."""
+(benchmarks/goals.json: a sentence, a metric, its parameters, a limit, a unit); this module only
+knows how to read each metric off the bench's results, or off the committed results of the tool
+that measures it (`result_file`: a key of a JSON file beside goals.json)."""
 
 import json
 from pathlib import Path
@@ -49,7 +50,21 @@ def first_decode(model_results, engine="picogpt"):
     return decode[min(decode, key=int)]
 
 
-def metric_value(results, metric, params, within):
+def result_file_value(folder, params):
+    """params["key"] (dotted) of the JSON file params["file"] in folder, times params["scale"];
+    None if the file or the key is not there."""
+    try:
+        node = json.loads((Path(folder) / params["file"]).read_text())
+        for key in params["key"].split("."):
+            node = node[key]
+        return node * params.get("scale", 1)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def metric_value(results, metric, params, within, folder=GOALS_JSON.parent):
+    if metric == "result_file":
+        return result_file_value(folder, params)
     alpha, K = params.get("alpha"), params.get("K")
     if metric in ("speedup", "prediction_error", "in_loop_score_ratio", "in_loop_decode_vs_floor"):
         m = at_alpha(results, alpha, within)
@@ -84,14 +99,16 @@ def metric_value(results, metric, params, within):
 
 
 def score_goals(results, path=GOALS_JSON):
-    """[{goal, value, limit, direction, stretch, met, measured_by}] for every goal of the goals file;
-    value and met are None for what this run did not measure (measured_by: the tool that does)."""
+    """[{goal, value, limit, direction, stretch, unit, met, measured_by}] for every goal of the
+    goals file; value and met are None for what was not measured (measured_by: the tool that does)."""
     goals, within = load_goals(path)
     scored = []
     for g in goals:
         direction = "at_least" if "at_least" in g else "at_most"
-        value = metric_value(results, g["metric"], g.get("params", {}), within) if g["metric"] else None
+        value = (metric_value(results, g["metric"], g.get("params", {}), within, Path(path).parent)
+                 if g["metric"] else None)
         met = None if value is None else bool(value >= g[direction] if direction == "at_least" else value <= g[direction])
         scored.append({"goal": g["goal"], "value": value, "limit": g[direction], "direction": direction,
-                       "stretch": g.get("stretch"), "met": met, "measured_by": g.get("measured_by")})
+                       "stretch": g.get("stretch"), "unit": g.get("unit", ""), "met": met,
+                       "measured_by": g.get("measured_by")})
     return scored

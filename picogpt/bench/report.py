@@ -1,14 +1,44 @@
-"""The bench's results written out: JSON (benchmarks/bench.json), a figure (bench.png), the
-text table `python -m picogpt bench` prints, and the Markdown table of benchmarks/README.md."""
+"""The bench's results written out and read back: JSON and a figure (in a scratch folder, or in
+benchmarks/ with `--save`), the text `python -m picogpt bench` prints, the text of one speedup
+measurement, and the reading of the committed benchmarks/bench.json (notebook 05 reads it).
+The Markdown documents rendered from the committed JSON are docs.py's."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import PicoGPTError
+from ..io.atomic import atomic_write, write_text_atomically
+from ..io.registry import SOURCE_TREE
 from ..perf import speedup
 
-BENCH_DIR = speedup.BENCH_JSON.parent
+BENCH_DIR = SOURCE_TREE / "benchmarks"  # the committed results: written only by `bench --save`
+BENCH_JSON = BENCH_DIR / "bench.json"
+
+
+def in_source_checkout():
+    """Whether picogpt runs from the repository (pip install -e .), not from an installed wheel."""
+    return (SOURCE_TREE / "pyproject.toml").is_file() and (SOURCE_TREE / "picogpt").is_dir()
+
+
+def scratch_dir():
+    """Where `python -m picogpt bench` writes unless told to save: build/bench/ of the source
+    checkout (git ignores build/), else the user's cache folder. A measurement never changes
+    the repository's files unless asked to (`--save`)."""
+    if in_source_checkout():
+        return SOURCE_TREE / "build" / "bench"
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "picogpt" / "bench"
+
+
+def committed_dir():
+    """benchmarks/ of the source checkout, where `--save` writes; an error for an installed wheel."""
+    if not in_source_checkout():
+        raise PicoGPTError("bench --save writes the repository's benchmarks/ folder, and picogpt runs from an "
+                           "installed package here: run it from a clone (pip install -e .), or use --out DIR")
+    return BENCH_DIR
 
 
 def to_json(results):
@@ -23,19 +53,25 @@ def to_json(results):
     return json.dumps(keys_to_str(results), indent=1)
 
 
-def save(results, folder=BENCH_DIR, stem="bench"):
-    """Write <stem>.json and (with matplotlib) <stem>.png into folder; returns their paths."""
-    folder = Path(folder)
+def save(results, folder=None, stem="bench"):
+    """Write <stem>.json and (with matplotlib) <stem>.png into folder (default: scratch_dir()),
+    each atomically (io/atomic.py: a full disk or a kill leaves the previous file whole);
+    returns their paths."""
+    folder = Path(folder or scratch_dir())
     folder.mkdir(parents=True, exist_ok=True)
-    json_path = folder / f"{stem}.json"
-    json_path.write_text(to_json(results) + "\n")
-    paths = [json_path]
+    paths = [write_text_atomically(folder / f"{stem}.json", to_json(results) + "\n")]
     try:
-        paths.append(plot(results, folder / f"{stem}.png"))
+        with atomic_write(folder / f"{stem}.png") as png:
+            plot(results, png)
+        paths.append(folder / f"{stem}.png")
     except ImportError:
         results["notes"].append("matplotlib not installed: no figure")
     return paths
 
+
+# ---------------------------------------------------------------------------------------------
+# The figure
+# ---------------------------------------------------------------------------------------------
 
 ENGINES = {"picogpt": ("-o", "C0"), "picogpt-in-memory": ("-.D", "C2"), "picogpt-plain": (":s", "C7"),
            "torch": ("--^", "C1")}  # engine: (line style, colour) in the figure
@@ -99,6 +135,10 @@ def plot(results, path):
     return path
 
 
+# ---------------------------------------------------------------------------------------------
+# The text `python -m picogpt bench` prints
+# ---------------------------------------------------------------------------------------------
+
 def table(results):
     """The figures as text lines (what `python -m picogpt bench` prints)."""
     machine, c = results["machine"], results["ceiling"]
@@ -145,9 +185,13 @@ def table(results):
             if key in m:
                 lines.append(f"  {key.replace('_', ' ')}: {m[key]}")
     for label, m in measurements(results):
-        lines += ["", *speedup.text_lines(m, label)]
+        lines += ["", *text_lines(m, label)]
     lines.append("")
-    lines += [goal_line(g) for g in results["goals"]]
+    lines += [goal_line(g) for g in results["goals"] if g["met"] is not None]
+    unmeasured = [g for g in results["goals"] if g["met"] is None]
+    if unmeasured:
+        lines.append(f"{len(unmeasured)} of {len(results['goals'])} goals not measured in this run "
+                     "(benchmarks/goals.json; the bench's default models measure them all)")
     lines += [f"note: {n}" for n in results["notes"]]
     return "\n".join(lines)
 
@@ -155,25 +199,6 @@ def table(results):
 def ceiling_text(ceiling):
     return f"{ceiling['gb_per_s']:.1f} GB/s (" + ", ".join(
         f"{name} {way['gb_per_s']:.1f}" for name, way in ceiling["ways"].items()) + ")"
-
-
-def markdown(results):
-    """The main figures as a Markdown table (benchmarks/README.md is made from it), from
-    run_bench's results or from bench.json (where the contexts and sizes are strings)."""
-    rows = ["| model | engine | decode ctx 128 | decode ctx 512 | GB/s (ctx 128) | x floor | "
-            "score 2 / 5 / 9 positions, x decode | weights in 2 MB pages |", "|---|---|---|---|---|---|---|---|"]
-    for label, m in results["models"].items():
-        for engine, e in m["engines"].items():
-            by_context = {int(ctx): d for ctx, d in e["decode"].items()}
-            by_size = {int(n): v for n, v in e["score"].items()}
-            decode = {ctx: f"{d['median_s'] * 1e3:.0f} ms" for ctx, d in by_context.items()}
-            first = by_context[min(by_context)]
-            score = " / ".join(f"{by_size[n]['ratio_to_decode']:.2f}" if n in by_size else "-" for n in (2, 5, 9))
-            huge = e.get("huge_page_fraction")
-            rows.append(f"| {label} | {engine} | {decode.get(128, '-')} | {decode.get(512, '-')} | "
-                        f"{first['gb_per_s']:.1f} | {first['vs_floor']:.2f} | {score} | "
-                        f"{'-' if huge is None else f'{huge:.0%}'} |")
-    return "\n".join(rows)
 
 
 def measurements(results):
@@ -185,9 +210,87 @@ def measurements(results):
     return found
 
 
+def goal_value(value, unit):
+    """A goal's figure in its unit: '2.21x', '4%', '0 bytes', '0.51 s', '6.23 GB'."""
+    if unit == "%":
+        return f"{value * 100:.0f}%"
+    if unit == "bytes":
+        return f"{int(value):,} bytes"
+    return f"{value:.2f}{unit}"
+
+
 def goal_line(g):
+    """One scored goal in plain words, as the bench prints it."""
+    unit = g.get("unit", "")
+    limit = f"{g['direction'].replace('_', ' ')} {goal_value(g['limit'], unit)}"
     if g["met"] is None:
-        elsewhere = f": measured by {g['measured_by']}" if g.get("measured_by") else ""
-        return f"NOT MEASURED {g['goal']} (goal {g['direction'].replace('_', ' ')} {g['limit']}){elsewhere}"
-    sign = ">=" if g["direction"] == "at_least" else "<="
-    return f"{'MET   ' if g['met'] else 'MISSED'} {g['goal']}: {g['value']:.2f} (goal {sign} {g['limit']})"
+        elsewhere = f"; {g['measured_by']} measures it" if g.get("measured_by") else ""
+        return f"goal not measured in this run: {g['goal']} (goal: {limit}{elsewhere})"
+    source = f"; from {g['measured_by']}" if g.get("measured_by") else ""
+    return f"goal {'met' if g['met'] else 'missed'}: {g['goal']}: {goal_value(g['value'], unit)} (goal: {limit}{source})"
+
+
+# ---------------------------------------------------------------------------------------------
+# One speedup measurement (perf/speedup.py) as text
+# ---------------------------------------------------------------------------------------------
+
+def text_lines(m, label=None):
+    """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
+    label = label or f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}"
+    lines = [f"speculative vs autoregressive sampling, {label}, N={m.N}, {m.repeats} repeats: "
+             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
+             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
+             f"load average {m.load_average_before} -> {m.load_average_after}",
+             f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
+             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
+             "per run: draft + score + decide + other s"]
+    for K in m.Ks:
+        at, b = m.by_K[K], m.by_K[K].breakdown_s
+        lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
+                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
+                     f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
+    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
+
+
+def gap_lines(m):
+    """speedup.gap_accounting as text, one line per K."""
+    lines = ["  K   predicted  measured  measured/predicted = tokens x loop time / autoregressive x rest"]
+    for K, g in speedup.gap_accounting(m).items():
+        lines.append(f"  {K:<3d} {g['predicted']:7.2f}x  {g['measured']:7.2f}x  {g['measured'] / g['predicted']:17.2f}"
+                     f"   = {g['tokens']:.2f} x {g['loop_time']:.2f} / {g['autoregressive']:.2f} x {g['rest']:.2f}")
+    return lines
+
+
+def busy_warning(measurement, cores):
+    """A sentence if the machine was busy while measuring (load average above its cores), else ''."""
+    loads = [load[0] for load in (measurement.load_average_before, measurement.load_average_after) if load]
+    if loads and max(loads) > cores:
+        return (f"warning: the machine was busy (load average up to {max(loads):.1f} on {cores} cores): "
+                "other programs shared the CPU, so these timings are noisier and slower than idle")
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading what `python -m picogpt bench --save` committed
+# ---------------------------------------------------------------------------------------------
+
+def bench_measurements(path=BENCH_JSON):
+    """The speculative-sampling measurements of benchmarks/bench.json: ([(SpeedupMeasurement,
+    weights source)], a line saying when and where), or ([], why there are none)."""
+    path = Path(path)
+    if not path.exists():
+        return [], (f"{path.name} not found: speculative sampling at GPT-2's shapes is not measured yet "
+                    "(run: python -m picogpt bench --save)")
+    try:
+        results = json.loads(path.read_text())
+        entries = results.get("speculative")
+        if not isinstance(entries, list) or not entries:
+            return [], (f"{path.name} holds no end-to-end speculative-sampling measurement of this kind "
+                        "(run: python -m picogpt bench --save)")
+        found = [(speedup.from_dict(entry["measurement"]), entry["source"]) for entry in entries]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return [], f"{path.name} cannot be read as the bench's results ({type(e).__name__}: {e})"
+    machine = results.get("machine", {})
+    kernel = machine.get("kernel", "numpy")  # results without the field ran NumPy's tiles
+    return found, (f"measured {results.get('date_utc', '(undated)')} on {machine.get('cpu', 'an unrecorded machine')}, "
+                   f"{kernel} kernel for the few-row products")

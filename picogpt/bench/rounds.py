@@ -9,14 +9,9 @@ import time
 import numpy as np
 
 from ..perf import kernels, machine
+from ..perf.timing import timed
 
 PAUSE_S = 0.2  # after each timed call: OpenBLAS's idle threads spin ~0.1 s before they sleep
-
-
-def timed(function, *args):
-    start = time.perf_counter()
-    result = function(*args)
-    return time.perf_counter() - start, result
 
 
 def summary(times_s):
@@ -30,9 +25,9 @@ def interleaved(tasks, n_runs, n_warmup, pause_s=PAUSE_S, after_pause=None):
 
     With an `after_pause` dict, each task runs twice in a row per round: the first call, right
     after the pause, is recorded there; the second, with the threads awake as they are inside
-    a sampling loop, is the figure returned. (On this project's virtual machine, threads that
-    slept through the pause make the first call of a multi-threaded product slow: see
-    benchmarks/README.md.)"""
+    a sampling loop, is the figure returned. Threads that slept through the pause can make the
+    first call of a multi-threaded product slower; bench.json keeps both, so the difference is
+    measured rather than assumed."""
     times = {name: [] for name in tasks}
     for round_index in range(n_warmup + n_runs):
         for name, (run, after) in tasks.items():

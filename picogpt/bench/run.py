@@ -15,12 +15,14 @@ cost, and what does speculative sampling deliver end to end? Measured in one run
   autoregressive sampling, GPT-2 small drafting for XL on random weights at the temperatures
   that set alpha, and the teaching pair, with in-loop costs, breakdown and predicted speedup;
 - the goals of benchmarks/goals.json, scored (goals.py).
-Results go to benchmarks/bench.json and bench.png (report.py).
+The results go to a scratch folder, or with `--save` to benchmarks/bench.json and bench.png
+(report.py), whose documents are then rendered again from them (docs.py).
 """
 
 import datetime
 import os
 import sys
+import time
 
 from ..errors import PicoGPTError
 from ..io.registry import EMBEDDED
@@ -40,7 +42,8 @@ def settings(quick=False, **overrides):
                   plain_score_sizes=(2, 5, 9),  # the plain path's GEMM is slow: fewer sizes
                   ceiling_bytes=int(0.75e9 if quick else 1.6e9), prompt_tokens=8,
                   with_torch=True, with_plain=True, with_in_memory=True, pause_s=PAUSE_S,
-                  # end to end: alpha_hat ~ 0.6, 0.8, 0.9 for random GPT-2 small -> XL (issue 13)
+                  # end to end on random weights the temperature sets alpha: the flatter both
+                  # distributions, the more two random models agree (bench.json records alpha_hat)
                   end_to_end_temperatures=(3.0,) if quick else (1.0, 2.0, 3.0),
                   end_to_end_Ks=(2, 4) if quick else tuple(range(1, 9)), end_to_end_N=16 if quick else 64,
                   end_to_end_repeats=2 if quick else 5, teaching_temperature=1.0)
@@ -57,6 +60,7 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
     (draft, target) is run end to end at the settings' temperatures, `teaching_pair` at
     teaching_temperature, each if both its models are among `names` (None: skip)."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    start = time.perf_counter()
     s = settings(quick, **overrides)
     if s["with_torch"]:
         torch_available()  # import it now, with TORCH_ENV, before anything else starts threads
@@ -88,4 +92,5 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
             notes.append(f"speculative sampling end to end needs both {chosen[0]} and {chosen[1]}: skipped")
     results["goals"] = score_goals(results)
     results["load_average_after"] = machine.load_average()
+    results["seconds"] = time.perf_counter() - start
     return results

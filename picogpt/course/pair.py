@@ -19,7 +19,8 @@ def course_pair_names():
     choice = os.environ.get(ENV, "").strip().lower()
     if choice:
         if choice not in PAIRS:
-            raise PicoGPTError(f"{ENV}={choice!r}: expected one of {', '.join(PAIRS)}")
+            raise PicoGPTError(f"{ENV}={choice[:40]!r}: expected one of {', '.join(PAIRS)} (or unset it "
+                               "for GPT-2 small and XL when both are downloaded, else the teaching pair)")
         return PAIRS[choice]
     real = PAIRS["gpt2"]
     return real if all(is_available(name) for name in real) else PAIRS["tiny"]

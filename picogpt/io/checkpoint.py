@@ -8,23 +8,27 @@ checkpoint (GPT-2 XL is 6.4 GB) is ready at once and its pages are read on first
 Half-precision tensors (F16, BF16) are widened to float32, the precision we compute in.
 
 Every field is validated before a byte is used, so a truncated or corrupt file gives an
-error that names the file and the tensor instead of garbage logits.
+error that names the file and the tensor instead of garbage logits. The header and the bytes
+are read from one open file, whose identity (file_identity) the model keeps: a mapped file that
+changes later would change the weights under it.
 """
 
 import json
 import math
 import mmap
 import os
-import secrets
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CheckpointError
+from .atomic import atomic_write
 
 DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
+MAX_DIMS = 32  # NumPy 1's limit on an array's dimensions
 
 
 def _bf16_to_f32(raw):
@@ -44,29 +48,67 @@ def open_checkpoint(path):
         raise CheckpointError(f"cannot read {path} ({e.strerror or e}): {hint}") from None
 
 
-def read_raw_header(path):
-    """The header as parsed JSON (its __metadata__ included) and where the tensor data starts."""
-    path = Path(path)
-    with open_checkpoint(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        prefix = f.read(8)
-        if len(prefix) < 8:
-            raise CheckpointError(f"{path}: file is {size} bytes, too short to be a safetensors file "
-                                  "(truncated download? delete it and download again)")
-        (n_header,) = struct.unpack("<Q", prefix)
-        if n_header > MAX_HEADER_BYTES or 8 + n_header > size:
-            raise CheckpointError(f"{path}: header length {n_header:,} runs past the end of the "
-                                  f"{size:,}-byte file (truncated or not a safetensors file)")
-        try:
-            header = json.loads(f.read(n_header))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
-        except RecursionError:
-            raise CheckpointError(f"{path}: header nests too deeply to be a safetensors header "
-                                  "(corrupt or not a safetensors file)") from None
+def no_duplicate_names(pairs):
+    """json.loads hook: a JSON object as a dict, refusing a name given twice (json.loads would
+    silently keep the last one)."""
+    found = {}
+    for name, value in pairs:
+        if name in found:
+            raise DuplicateName(name)
+        found[name] = value
+    return found
+
+
+class DuplicateName(ValueError):
+    """A name that appears twice in one JSON object of a header."""
+
+
+def shown(name, limit=80):
+    """A tensor name as error messages quote it: hand-made headers may hold very long names,
+    or line breaks and control characters (shown as escapes)."""
+    name = name if name.isprintable() else repr(name)[1:-1]
+    return name if len(name) <= limit else name[:limit] + "…"
+
+
+def count(n):
+    """A count of bytes as error messages show it: exact, or its order of magnitude when a
+    hand-made header gives a number too long to print."""
+    return f"{n:,}" if n < 10**30 else f"about 2**{n.bit_length() - 1}"
+
+
+def read_raw_header_from(f, path):
+    """The header of the open file f as parsed JSON (its __metadata__ included), and where
+    the tensor data starts."""
+    size = os.fstat(f.fileno()).st_size
+    prefix = f.read(8)
+    if len(prefix) < 8:
+        raise CheckpointError(f"{path}: file is {size} bytes, too short to be a safetensors file "
+                              "(truncated download? delete it and download again)")
+    (n_header,) = struct.unpack("<Q", prefix)
+    if n_header > MAX_HEADER_BYTES or 8 + n_header > size:
+        raise CheckpointError(f"{path}: header length {n_header:,} runs past the end of the "
+                              f"{size:,}-byte file (truncated or not a safetensors file)")
+    try:
+        header = json.loads(f.read(n_header), object_pairs_hook=no_duplicate_names)
+    except DuplicateName as e:
+        raise CheckpointError(f"{path}: the header names '{shown(str(e))}' twice; which one is meant "
+                              "cannot be told (corrupt or hand-made header)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: header nests too deeply to be a safetensors header "
+                              "(corrupt or not a safetensors file)") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise CheckpointError(f"{path}: header holds a number picogpt cannot read ({str(e)[:80]})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: header is not a JSON object")
     return header, 8 + n_header
+
+
+def read_raw_header(path):
+    """The header as parsed JSON (its __metadata__ included) and where the tensor data starts."""
+    with open_checkpoint(path) as f:
+        return read_raw_header_from(f, Path(path))
 
 
 def read_metadata(path):
@@ -75,16 +117,21 @@ def read_metadata(path):
     return metadata if isinstance(metadata, dict) else {}
 
 
+def validated_entries(path, header, data_start, size):
+    """{name: (dtype, shape, begin, end)} of a parsed header, every field checked against the
+    size of the file."""
+    header = dict(header)
+    header.pop("__metadata__", None)
+    entries = {name: _validate_entry(path, name, info, size - data_start) for name, info in header.items()}
+    _validate_no_overlap(path, entries)
+    return entries
+
+
 def read_header(path):
     """Parse and validate the header. Returns ({name: (dtype, shape, begin, end)}, data_start)."""
-    header, data_start = read_raw_header(path)
-    header.pop("__metadata__", None)
-    n_data = Path(path).stat().st_size - data_start
-    entries = {}
-    for name, info in header.items():
-        entries[name] = _validate_entry(path, name, info, n_data)
-    _validate_no_overlap(path, entries)
-    return entries, data_start
+    with open_checkpoint(path) as f:
+        header, data_start = read_raw_header_from(f, Path(path))
+        return validated_entries(path, header, data_start, os.fstat(f.fileno()).st_size), data_start
 
 
 def is_count(v):
@@ -99,17 +146,20 @@ def _validate_entry(path, name, info, n_data):
     except (KeyError, TypeError, ValueError):
         ok = False
     if not ok:
-        raise CheckpointError(f"{path}: tensor '{name}' has a malformed header entry: {str(info)[:200]}")
+        raise CheckpointError(f"{path}: tensor '{shown(name)}' has a malformed header entry: {str(info)[:200]}")
+    if len(shape) > MAX_DIMS:
+        raise CheckpointError(f"{path}: tensor '{shown(name)}' has {len(shape)} dimensions; picogpt reads "
+                              f"at most {MAX_DIMS} (GPT-2's tensors have 1 to 4): corrupt or hand-made header")
     if dtype not in DTYPES:
-        raise CheckpointError(f"{path}: tensor '{name}' has dtype {dtype[:20]}; "
+        raise CheckpointError(f"{path}: tensor '{shown(name)}' has dtype {dtype[:20]}; "
                               f"picogpt reads {', '.join(DTYPES)}")
     if not begin <= end <= n_data:
-        raise CheckpointError(f"{path}: tensor '{name}' has offsets [{begin}, {end}] outside the "
-                              f"{n_data:,} bytes of tensor data (truncated file?)")
+        raise CheckpointError(f"{path}: tensor '{shown(name)}' has offsets [{count(begin)}, {count(end)}] "
+                              f"outside the {n_data:,} bytes of tensor data (truncated file?)")
     expected = math.prod(shape) * DTYPES[dtype].itemsize  # exact: Python integers never overflow
     if end - begin != expected:
-        raise CheckpointError(f"{path}: tensor '{name}' holds {end - begin:,} bytes but {dtype} "
-                              f"x {shape} needs {expected:,}")
+        raise CheckpointError(f"{path}: tensor '{shown(name)}' holds {count(end - begin)} bytes but {dtype} "
+                              f"x {shown(str(shape))} needs {count(expected)}")
     return dtype, tuple(shape), begin, end
 
 
@@ -117,23 +167,68 @@ def _validate_no_overlap(path, entries):
     spans = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
     for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
         if begin_b < end_a:
-            raise CheckpointError(f"{path}: tensors '{a}' and '{b}' overlap in the file (corrupt header)")
+            raise CheckpointError(f"{path}: tensors '{shown(a)}' and '{shown(b)}' overlap in the file "
+                                  "(corrupt header)")
 
 
-def read_safetensors(path):
-    """Read every tensor as a float32 array: zero-copy views of the mapped file for F32."""
+# ---------------------------------------------------------------------------------------------
+# Mapping a checkpoint, and telling whether it changed since
+# ---------------------------------------------------------------------------------------------
+
+def file_identity(stat):
+    """What changes when a file is rewritten, truncated or replaced: (device, inode, size,
+    modification time in ns). Comparing it costs one stat call, a few microseconds."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def identity_now(path):
+    """file_identity of the file at `path` now, or None if there is none."""
+    try:
+        return file_identity(os.stat(path))
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class MappedCheckpoint:
+    """A safetensors file opened once: its validated header, its bytes memory-mapped, and the
+    identity of the file that was mapped (header and bytes come from that one file)."""
+
+    path: Path
+    entries: dict  # {name: (dtype, shape, begin, end)}
+    data_start: int
+    buffer: mmap.mmap
+    identity: tuple
+
+    def shapes(self):
+        """{name: shape} of every tensor, read from the header alone."""
+        return {name: shape for name, (_, shape, _, _) in self.entries.items()}
+
+    def widened_bytes(self):
+        """Bytes of float32 that the F16 and BF16 tensors take once widened (F32 is mapped as it is)."""
+        return sum(4 * math.prod(shape) for dtype, shape, _, _ in self.entries.values() if dtype != "F32")
+
+
+def map_checkpoint(path):
+    """Open a safetensors file, validate its header and memory-map it; no tensor is read yet."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path} not found")
-    entries, data_start = read_header(path)
     with open_checkpoint(path) as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise CheckpointError(f"{path}: empty file")
+        stat = os.fstat(f.fileno())
+        header, data_start = read_raw_header_from(f, path)
+        entries = validated_entries(path, header, data_start, stat.st_size)
         buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # stays open via the arrays
+    return MappedCheckpoint(path, entries, data_start, buffer, file_identity(stat))
+
+
+def tensors_of(mapped):
+    """Every tensor as a float32 array: zero-copy views of the mapped file for F32, widened
+    copies for F16 and BF16."""
     tensors = {}
-    for name, (dtype, shape, begin, end) in entries.items():
-        count = (end - begin) // DTYPES[dtype].itemsize
-        raw = np.frombuffer(buffer, DTYPES[dtype], count, data_start + begin).reshape(shape)
+    for name, (dtype, shape, begin, end) in mapped.entries.items():
+        n_items = (end - begin) // DTYPES[dtype].itemsize
+        raw = np.frombuffer(mapped.buffer, DTYPES[dtype], n_items, mapped.data_start + begin).reshape(shape)
         if dtype == "F32":
             tensors[name] = raw
         elif dtype == "F16":
@@ -143,21 +238,26 @@ def read_safetensors(path):
     return tensors
 
 
+def read_safetensors(path):
+    """Read every tensor as a float32 array: zero-copy views of the mapped file for F32."""
+    return tensors_of(map_checkpoint(path))
+
+
 def _f32_to_bf16(x):
     """Round float32 to bfloat16 bits, to nearest even (used to write BF16 test files)."""
     bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def write_safetensors(path, tensors, dtype="F32", metadata=None):
-    """Write {name: array} as a safetensors file, atomically: into a temporary file of a name no
-    other writer uses, flushed to disk, then renamed over `path`. So `path` is either absent, the
-    old file, or the whole new one; on any failure (a full disk, Ctrl-C) the temporary file is
-    deleted and the error raised.
+def write_safetensors(path, tensors, dtype="F32", metadata=None, progress=False):
+    """Write {name: array} as a safetensors file, atomically (io/atomic.py): `path` is either
+    absent, the old file, or the whole new one; on any failure (a full disk, Ctrl-C, SIGTERM)
+    the temporary file is deleted.
 
     Tensors are converted and written one at a time, so writing GPT-2 XL (6.4 GB) needs no
-    second copy of the weights in memory."""
-    path = Path(path)
+    second copy of the weights in memory. progress=True draws a progress bar (tqdm) in bytes."""
+    from tqdm.auto import tqdm
+
     itemsize = 2 if dtype == "BF16" else DTYPES[dtype].itemsize
     header, offset = {}, 0
     for name, array in tensors.items():
@@ -169,18 +269,12 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # pad so tensor data starts 8-byte aligned
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            for array in tensors.values():
-                array = np.asarray(array, np.float32)
-                raw = _f32_to_bf16(array) if dtype == "BF16" else np.ascontiguousarray(array, DTYPES[dtype])
-                f.write(raw.data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f, tqdm(total=offset, unit="B", unit_scale=True, unit_divisor=1024,
+                                       desc=Path(path).name, disable=not progress, dynamic_ncols=True) as bar:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for array in tensors.values():
+            array = np.asarray(array, np.float32)
+            raw = _f32_to_bf16(array) if dtype == "BF16" else np.ascontiguousarray(array, DTYPES[dtype])
+            f.write(raw.data)
+            bar.update(raw.nbytes)

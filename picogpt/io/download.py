@@ -4,29 +4,45 @@ Each checkpoint is fetched from the Hugging Face hub at a *pinned revision* (a g
 `openai-community/<name>`, so the bytes can never change under us) and checked against its
 published sha256 before it is put in place:
 
-    1. stream into `model.safetensors.part`, hashing while writing;
+    0. one process at a time: a download holds `model.safetensors.lock` (an OS lock, released
+       when the process ends however it ends); a second download of the same model says so and
+       waits, then finds the file in place (or resumes what the first left);
+    1. stream into `model.safetensors.part`, never past the file's size (a server sending
+       more is cut off with an error);
     2. if the connection breaks, the `.part` file stays, and the next run resumes it with an
-       HTTP `Range` request (re-hashing the bytes already there);
-    3. only a file whose size and sha256 match is renamed (atomically) to `model.safetensors`;
+       HTTP `Range` request;
+    3. the size and sha256 of the `.part` *as it is on disk* are checked, and only a file that
+       matches is renamed (atomically) to `model.safetensors`;
     4. if writing fails (a full disk, a file system that cannot hold the file), the `.part` file
        is deleted, freeing the disk, and the error says how much room the file needs.
 
 So there is never a file at the final path that was not verified. `config.json` is written from
 the known hyperparameters (no network needed). Only the standard library speaks HTTP; tqdm draws
-the progress bar. Set `HF_ENDPOINT` to use a mirror.
+the progress bar. Set `HF_ENDPOINT` to use a mirror (it is checked to be an http(s) URL before
+any request).
 """
 
+import contextlib
 import hashlib
 import http.client
 import json
 import os
 import shutil
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+    import msvcrt
+
 from ..errors import DownloadError
+from .atomic import write_text_atomically
 from .params import hf_config
 from .registry import EMBEDDED, PRETRAINED, weights_dir
 
@@ -34,6 +50,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 CHUNK_BYTES = 1 << 20  # read and hash 1 MiB at a time
 TIMEOUT_S = 60  # for connecting and for each read
 SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download
+LOCK_POLL_S = 0.5  # a second download of the same model checks this often whether it may start
 
 
 @dataclass(frozen=True)
@@ -52,8 +69,7 @@ class WeightSpec:
 
     def url(self):
         """The download URL, under $HF_ENDPOINT (read at call time, so tests can redirect it)."""
-        endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-        return f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}"
+        return f"{endpoint()}/{self.repo}/resolve/{self.revision}/{self.filename}"
 
     def config(self):
         """The Hugging Face config.json keys picogpt reads (see model.config_from_json)."""
@@ -81,6 +97,36 @@ PINNED = {
 }
 
 
+def url_problem(text):
+    """What is wrong with `text` as the address of a server (None if nothing): it must be an
+    http(s) URL with a host, a numeric port if any, and no spaces or control characters."""
+    if not text.isprintable() or any(c.isspace() for c in text):
+        return "it holds spaces, line breaks or control characters"
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # raises ValueError for a port that is not a number from 0 to 65535
+    except ValueError as e:
+        return str(e)
+    if parts.scheme not in ("http", "https"):
+        return "expected it to start with http:// or https://"
+    if not parts.hostname:
+        return "it names no host"
+    return None
+
+
+def endpoint():
+    """The server to download from: $HF_ENDPOINT if set and not empty, else the Hugging Face
+    hub. A value that is not a usable URL is refused before any request."""
+    text = os.environ.get("HF_ENDPOINT", "")
+    if not text:
+        return DEFAULT_ENDPOINT
+    problem = url_problem(text)
+    if problem:
+        raise DownloadError(f"HF_ENDPOINT={text[:200]!r} is not a usable server address ({problem}): set it "
+                            f"to a mirror's URL, e.g. https://hf-mirror.com, or unset it to download from {DEFAULT_ENDPOINT}")
+    return text.rstrip("/")
+
+
 def spec_for(name):
     """The WeightSpec of a downloadable model name, or a clear error."""
     if name in PINNED:
@@ -95,13 +141,19 @@ def spec_for(name):
 # Small pieces: hashing, disk space, HTTP
 # ---------------------------------------------------------------------------------------------
 
-def sha256_of(path, hasher=None):
-    """Hash a file in chunks (a 6 GB checkpoint never sits in memory); returns the hasher."""
-    hasher = hasher or hashlib.sha256()
-    with open(path, "rb") as f:
+def sha256_of(path, label=None):
+    """The sha256 of a file, hashed in chunks (a 6 GB checkpoint never sits in memory); with a
+    label, a progress bar (tqdm) says what is being checked."""
+    from tqdm.auto import tqdm
+
+    hasher = hashlib.sha256()
+    with open(path, "rb") as f, tqdm(total=os.fstat(f.fileno()).st_size, unit="B", unit_scale=True,
+                                      unit_divisor=1024, desc=label, disable=label is None,
+                                      dynamic_ncols=True) as bar:
         while chunk := f.read(CHUNK_BYTES):
             hasher.update(chunk)
-    return hasher
+            bar.update(len(chunk))
+    return hasher.hexdigest()
 
 
 def ensure_disk_space(folder, n_bytes_needed):
@@ -114,10 +166,10 @@ def ensure_disk_space(folder, n_bytes_needed):
 
 def open_url(url, start_byte=0):
     """GET url, asking for the bytes from `start_byte` on when resuming. Returns the response."""
-    request = urllib.request.Request(url, headers={"User-Agent": "picogpt"})
-    if start_byte:
-        request.add_header("Range", f"bytes={start_byte}-")
     try:
+        request = urllib.request.Request(url, headers={"User-Agent": "picogpt"})
+        if start_byte:
+            request.add_header("Range", f"bytes={start_byte}-")
         return urllib.request.urlopen(request, timeout=TIMEOUT_S)
     except urllib.error.HTTPError as e:
         if e.code == 416:  # range not satisfiable: the .part is already as long as the file (or longer)
@@ -128,7 +180,7 @@ def open_url(url, start_byte=0):
         hint = ("the file or revision is not on the server; check HF_ENDPOINT"
                 if e.code == 404 else "the server refused; try again later")
         raise DownloadError(f"HTTP {e.code} {' '.join(str(e.reason).split())} for {url}: {hint}") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, ValueError) as e:  # ValueError: a URL http.client cannot use
         reason = getattr(e, "reason", e)
         raise DownloadError(f"could not connect to {url} ({reason}): check your network "
                             "connection (or HF_ENDPOINT) and run the same command again") from None
@@ -168,9 +220,14 @@ class PartWriteError(OSError):
     allows (EFBIG), or a file we may not write."""
 
 
-def stream_to_part(response, part, hasher, n_have, n_total, label, progress):
-    """Append the response body to the .part file, hashing as we write. Returns bytes held.
-    Raises DownloadError if the connection breaks, PartWriteError if writing fails."""
+class TooLong(Exception):
+    """The server sent more bytes than the file has."""
+
+
+def stream_to_part(response, part, n_have, n_total, label, progress):
+    """Append the response body to the .part file, never past n_total bytes, and flush it to
+    the disk. Returns the bytes held. Raises DownloadError if the connection breaks, TooLong if
+    the server sends more than n_total bytes, PartWriteError if writing fails."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=n_total, initial=n_have, unit="B", unit_scale=True, unit_divisor=1024,
@@ -183,25 +240,36 @@ def stream_to_part(response, part, hasher, n_have, n_total, label, progress):
                 except (OSError, ValueError, http.client.HTTPException) as e:  # reset, timeout, IncompleteRead
                     raise DownloadError(f"connection lost after {n_have:,} bytes ({type(e).__name__})") from None
                 if not chunk:
+                    os.fsync(f.fileno())
                     return n_have
+                if n_have + len(chunk) > n_total:
+                    raise TooLong()
                 f.write(chunk)
                 f.flush()
-                hasher.update(chunk)
                 n_have += len(chunk)
                 bar.update(len(chunk))
-    except OSError as e:  # from open, write, flush or close: ENOSPC, EFBIG, EACCES
+    except OSError as e:  # from open, write, flush, fsync or close: ENOSPC, EFBIG, EACCES
         raise PartWriteError(e.errno, e.strerror) from None
     finally:
         bar.close()
         response.close()
 
 
-def verify_and_install(part, final, spec, hasher, n_have, n_expected):
-    """Put the .part in place only if its size and sha256 match; otherwise delete it and say so."""
-    digest = hasher.hexdigest()
-    if n_have != n_expected or digest != spec.sha256:
+def delete_part(part):
+    """Delete the .part file, freeing its disk space (nothing was put at the final path)."""
+    with contextlib.suppress(OSError):
         part.unlink(missing_ok=True)
-        raise DownloadError(f"{spec.url()} gave {n_have:,} bytes with sha256 {digest}, but "
+
+
+def install_verified(part, final, spec, n_expected, progress):
+    """Rename the .part into place only if the file *on disk* has the expected size and the
+    pinned sha256 (not the bytes this process meant to write: another writer, or a disk, could
+    have changed them); otherwise delete it and say so."""
+    n_on_disk = part.stat().st_size
+    digest = sha256_of(part, f"{spec.name} sha256" if progress else None)
+    if n_on_disk != n_expected or digest != spec.sha256:
+        delete_part(part)
+        raise DownloadError(f"{spec.url()} gave {n_on_disk:,} bytes with sha256 {digest}, but "
                             f"{spec.name} must be {n_expected:,} bytes with sha256 {spec.sha256}; "
                             f"the partial file {part} was deleted — run the same command again "
                             "(if it keeps failing, check HF_ENDPOINT)")
@@ -211,12 +279,9 @@ def verify_and_install(part, final, spec, hasher, n_have, n_expected):
 def write_config(folder, spec):
     """config.json from the known hyperparameters, written atomically."""
     path = Path(folder) / "config.json"
-    tmp = path.with_name("config.json.tmp")
     try:
-        tmp.write_text(json.dumps(spec.config(), indent=2) + "\n")
-        os.replace(tmp, path)
+        write_text_atomically(path, json.dumps(spec.config(), indent=2) + "\n")
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise DownloadError(f"could not write {path} ({e.strerror or e}): free some disk space or "
                             "set PICOGPT_WEIGHTS_DIR to a writable folder, then run the same command again") from None
     return path
@@ -237,7 +302,59 @@ def make_folder(folder):
 def already_verified(final, spec):
     """Is the final file there with the pinned size and sha256? (Re-hashing takes seconds.)"""
     return (final.exists() and spec.n_bytes in (None, final.stat().st_size)
-            and sha256_of(final).hexdigest() == spec.sha256)
+            and sha256_of(final) == spec.sha256)
+
+
+def try_lock(f):
+    """Take an exclusive OS lock on the open file f without waiting: False if another process
+    holds it. The OS releases it when the process ends, however it ends."""
+    try:
+        if fcntl is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+    except (BlockingIOError, PermissionError):
+        return False
+    return True
+
+
+def is_same_file(f, path):
+    """Whether the open file f is still the file at `path` (a lock holder deletes its lock file
+    when done; a lock taken on the deleted file counts for nothing)."""
+    try:
+        return os.path.samestat(os.fstat(f.fileno()), os.stat(path))
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def download_lock(lock, name, log):
+    """Hold the lock file `lock` for the block: one process at a time downloads a model. A
+    second process says which process holds it and waits its turn (Ctrl-C stops waiting)."""
+    said = False
+    while True:
+        f = open(lock, "a+")
+        while not try_lock(f):
+            if not said:
+                f.seek(0)
+                holder = f.read().strip()[:20] or "?"
+                log(f"{name}: another download (process {holder}) is writing {lock.parent}; waiting "
+                    "for it to finish (Ctrl-C to stop)")
+                said = True
+            time.sleep(LOCK_POLL_S)
+        if is_same_file(f, lock):
+            break
+        f.close()  # its holder deleted it while we waited: take the lock file now in place
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()  # while still holding it, so that a waiting process takes a fresh one
+        f.close()
 
 
 def open_resumable(url, part, name, log):
@@ -282,10 +399,16 @@ def download_spec(spec, folder, progress=True, log=print):
     Returns the final path. Raises DownloadError (one readable message) on any failure, and
     never leaves an unverified file at the final path.
     """
+    url = spec.url()  # a bad HF_ENDPOINT is refused before anything else
     folder = Path(folder)
     make_folder(folder)
+    with download_lock(folder / (spec.filename + ".lock"), spec.name, log):
+        return download_locked(spec, folder, url, progress, log)
+
+
+def download_locked(spec, folder, url, progress, log):
+    """download_spec's work, done while holding the model's download lock."""
     final, part = folder / spec.filename, folder / (spec.filename + ".part")
-    url = spec.url()
     if already_verified(final, spec):
         log(f"{spec.name}: {final} already present and verified (sha256 {spec.sha256[:12]}…), skipped")
         write_config(folder, spec)
@@ -308,18 +431,19 @@ def download_spec(spec, folder, progress=True, log=print):
         raise
     if n_have:
         log(f"{spec.name}: resuming {part.name} at {n_have:,} of {n_expected:,} bytes")
-    hasher = sha256_of(part) if n_have else hashlib.sha256()
 
     try:
-        n_have = stream_to_part(response, part, hasher, n_have, n_expected, spec.name, progress)
+        n_have = stream_to_part(response, part, n_have, n_expected, spec.name, progress)
     except DownloadError as e:
         raise DownloadError(f"{url}: {e}; the partial file {part} was kept — run the same command "
                             "again to resume") from None
+    except TooLong:
+        delete_part(part)
+        raise DownloadError(f"{url} sent more than the {n_expected:,} bytes of {spec.name}: not the pinned "
+                            f"file (check HF_ENDPOINT); the partial file {part} was deleted and nothing "
+                            "was installed") from None
     except PartWriteError as e:
-        try:
-            part.unlink(missing_ok=True)  # frees the disk; nothing was put at the final path
-        except OSError:
-            pass
+        delete_part(part)
         raise DownloadError(f"writing {part} failed ({e.strerror}): the "
                             f"partial file was deleted and nothing was installed. {spec.name} needs "
                             f"{n_expected / 1e9:,.2f} GB (in one file) on that disk: free some space or set "
@@ -327,7 +451,7 @@ def download_spec(spec, folder, progress=True, log=print):
     if n_have < n_expected:
         raise DownloadError(f"{url}: connection closed after {n_have:,} of {n_expected:,} bytes; "
                             f"the partial file {part} was kept — run the same command again to resume")
-    verify_and_install(part, final, spec, hasher, n_have, n_expected)
+    install_verified(part, final, spec, n_expected, progress)
     write_config(folder, spec)
     log(f"{spec.name}: {final} downloaded and verified (sha256 {spec.sha256[:12]}…)")
     return final

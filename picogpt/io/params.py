@@ -8,6 +8,7 @@ Every name and shape is checked against the config before the model runs.
 import json
 import math
 import numbers
+import re
 from pathlib import Path
 
 from ..errors import CheckpointError
@@ -78,16 +79,32 @@ def expected_shapes(config):
     return shapes
 
 
-def strip_names(tensors):
+def strip_names(tensors, path="checkpoint"):
     """Accept bare names (`h.0.ln_1.weight`, as published) and `transformer.`-prefixed ones
-    (as `save_pretrained` writes); drop the causal-mask buffers and the tied `lm_head`."""
+    (as `save_pretrained` writes); drop the causal-mask buffers and the tied `lm_head`. A
+    tensor given under both names is refused: which of the two is meant cannot be told."""
     out = {}
     for name, array in tensors.items():
-        name = name.removeprefix("transformer.")
-        if name.endswith((".attn.bias", ".attn.masked_bias")) or name == "lm_head.weight":
+        bare = name.removeprefix("transformer.")
+        if bare.endswith((".attn.bias", ".attn.masked_bias")) or bare == "lm_head.weight":
             continue
-        out[name] = array
+        if bare in out:
+            raise CheckpointError(f"{path}: holds both '{bare}' and 'transformer.{bare}', the same tensor "
+                                  "under two names (perhaps with different values): keep one of them")
+        out[bare] = array
     return out
+
+
+def layer_index(name):
+    """The block a tensor name belongs to ('h.3.ln_1.weight' -> 3), or None. Only ASCII digits
+    count: str.isdigit() also accepts '²' and '٣', which a hand-made header may hold."""
+    match = re.match(r"h\.(\d+)\.", name, re.ASCII)
+    return int(match[1]) if match else None
+
+
+def n_layers_held(names):
+    """How many blocks the tensor names reach: one past the highest h.<i> (0 with none)."""
+    return max((i for i in map(layer_index, names) if i is not None), default=-1) + 1
 
 
 def validate_config(config, path="config"):
@@ -131,19 +148,18 @@ def published_n_head(n_layer, n_embd):
     return None
 
 
-def infer_config(tensors, path):
-    """With no config.json: read the sizes off the tensor shapes.
+def infer_config(shapes, path):
+    """With no config.json: read the sizes off the tensor shapes ({name: shape}, from the header).
 
     The shapes give n_layer, n_embd, n_ctx and n_vocab but not n_head (any divisor of n_embd
     fits the same tensors, and each gives different text). So n_head is inferred only when
     n_layer and n_embd are those of a published GPT-2 (PRETRAINED: head size 64); any other
     checkpoint is refused, with a request for its config.json."""
-    try:
-        n_vocab, n_embd = tensors["wte.weight"].shape
-        n_ctx = tensors["wpe.weight"].shape[0]
-    except (KeyError, ValueError) as e:
-        raise CheckpointError(f"{path}: tensor {e} is missing or misshapen (is this a GPT-2 checkpoint?)") from None
-    n_layer = len({name.split(".")[1] for name in tensors if name.startswith("h.")})
+    held = sizes_held(shapes)
+    for name, size in (("wte.weight", "n_embd"), ("wpe.weight", "n_ctx")):
+        if size not in held:
+            raise CheckpointError(f"{path}: tensor '{name}' is missing or not 2-D (is this a GPT-2 checkpoint?)")
+    n_layer, n_embd, n_ctx, n_vocab = (held[key] for key in ("n_layer", "n_embd", "n_ctx", "n_vocab"))
     n_head = published_n_head(n_layer, n_embd)
     if n_head is None:
         raise CheckpointError(f"{path}: no config.json beside it, and its shapes (n_layer={n_layer}, "
@@ -154,16 +170,43 @@ def infer_config(tensors, path):
                                       n_vocab=n_vocab), path)
 
 
+def sizes_held(shapes):
+    """The sizes a checkpoint's tensors fix ({name: shape}): n_layer, n_embd, n_vocab, n_ctx
+    (a size is absent where its tensor is missing or not 2-D: params_from_tensors names it)."""
+    held = {"n_layer": n_layers_held(shapes)}
+    if len(shapes.get("wte.weight", ())) == 2:
+        held["n_vocab"], held["n_embd"] = shapes["wte.weight"]
+    if len(shapes.get("wpe.weight", ())) == 2:
+        held["n_ctx"] = shapes["wpe.weight"][0]
+    return held
+
+
+HF_KEYS = {"n_layer": "n_layer", "n_embd": "n_embd", "n_vocab": "vocab_size", "n_ctx": "n_positions"}
+
+
+def shown_size(n):
+    """A size as an error message shows it: exact, or its order of magnitude when too long to read."""
+    return str(n) if n < 10**15 else f"about 10**{len(str(n)) - 1}"
+
+
+def check_config_fits(config, shapes, path="checkpoint"):
+    """Raise CheckpointError, naming both numbers, if the config's layer count, width,
+    vocabulary or context disagrees with the tensors ({name: shape}). Runs on the header before
+    anything is allocated: a config.json claiming two million layers is refused at once,
+    not after building two million layers' worth of parameters."""
+    validate_config(config, path)
+    for key, held in sizes_held(shapes).items():
+        said = getattr(config, key)
+        if said != held:
+            raise CheckpointError(f"{path}: the config says {HF_KEYS[key]}={shown_size(said)} but the checkpoint's tensors "
+                                  f"have {key}={held}; config.json does not match the weights beside it")
+    return config
+
+
 def params_from_tensors(tensors, config, path="checkpoint"):
     """Check every name and shape, then nest `h.3.attn.c_attn.weight` as
     params["h"][3]["attn"]["c_attn"]["weight"]."""
-    validate_config(config, path)
-    layers = {int(part) for part in (name.split(".")[1] for name in tensors if name.startswith("h."))
-              if part.isdigit()}
-    extra_layers = sorted(layer for layer in layers if layer >= config.n_layer)
-    if extra_layers:
-        raise CheckpointError(f"{path}: holds layer h.{extra_layers[0]} but the config says "
-                              f"n_layer={config.n_layer}; config.json does not match the weights")
+    check_config_fits(config, {name: tuple(array.shape) for name, array in tensors.items()}, path)
     params = {"h": [{} for _ in range(config.n_layer)]}
     for name, shape in expected_shapes(config).items():
         if name not in tensors:
@@ -182,7 +225,7 @@ def params_from_tensors(tensors, config, path="checkpoint"):
 def tree_path(name):
     """Where a checkpoint name sits in the parameter tree: 'h.3.attn.c_attn.weight' ->
     ('h', 3, 'attn', 'c_attn', 'weight')."""
-    return tuple(int(key) if key.isdigit() else key for key in name.split("."))
+    return tuple(int(key) if key.isascii() and key.isdigit() else key for key in name.split("."))
 
 
 def named_tensors(params, config):

@@ -39,7 +39,13 @@ def weights_dir():
         return Path(chosen)
     if (SOURCE_TREE / "pyproject.toml").is_file() and (SOURCE_TREE / "picogpt").is_dir():
         return REPO_WEIGHTS
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if not cache:
+        try:
+            cache = Path.home() / ".cache"
+        except RuntimeError:  # no $HOME and no user entry to find it from (some containers)
+            raise PicoGPTError("cannot tell where to keep downloaded weights: $HOME is not set; set "
+                               "PICOGPT_WEIGHTS_DIR to a folder you can write to") from None
     return Path(cache) / "picogpt" / "weights"
 
 
@@ -88,8 +94,8 @@ def load(name_or_path, in_memory=False):
     """Load a GPT-2 by name or path; F32 checkpoints are memory-mapped, so this is fast.
     in_memory=True copies the weights into this process when the model is first run, for
     their size in memory: mapped files stream at a speed that varies with the state of the OS
-    page cache (19% less time per GPT-2 XL token in memory in one bench run, benchmarks/README.md).
-    in_memory="background" runs at once on the mapped weights and copies them meanwhile."""
+    page cache (the bench measures both: benchmarks/README.md), and a copy no longer depends on
+    the file. in_memory="background" runs at once on the mapped weights and copies them meanwhile."""
     path = resolve(name_or_path)
     name = str(name_or_path) if str(name_or_path) in model_names() else path.parent.name
     return load_checkpoint(path, name, in_memory)

@@ -1,11 +1,11 @@
 """A compiled product for decoding: every row of x per load of W (numba, used when installed).
 
 `x @ W` for a few rows x [n_rows, n_in] and a linear weight W [n_in, n_out] (GPT-2's Conv1D
-layout, as model.safetensors stores it) waits on memory: two flops per weight, and the weights
-of GPT-2 XL (6 GB) do not fit any cache. Speculative sampling's scoring call has K + 1 rows,
-so it costs about one decode *if* each weight, once loaded, is applied to every row. NumPy has
-no such product here (its OpenBLAS packs the weights for every GEMM; kernels.py's L2 tiles get
-to ~2x a one-row product for 5 rows). This one is a dozen lines of loops that numba compiles:
+layout, as model.safetensors stores it) waits on memory: two flops per weight, and GPT-2 XL's
+weights (6 GB) fit no cache. Speculative sampling's scoring call has K + 1 rows, so it costs
+about one decode *if* each weight, once loaded, is applied to every row. NumPy has no such
+product (its OpenBLAS packs the weights for every GEMM; kernels.py's L2 tiles re-read each tile
+once per row). This one is a dozen lines of loops that numba compiles:
 
     for each group of 8 input rows i..i+7 (8 rows of W):
         for each segment of 256 output columns (8 x 256 floats = 8 KB of W, in L1 after the first row):
@@ -15,18 +15,15 @@ W is read from memory once; each row of x re-reads the 8 KB segment from L1, and
 accumulator is loaded and stored once per 8 input rows, not once per input row. Threads take
 bands of input rows (kernels.parallel) and add their partial sums at the end. The vector loop
 starts where W's rows cross a 32-byte boundary (`lead`): safetensors aligns tensors to 8 bytes
-only, and a 32-byte load that straddles two cache lines costs about two.
-
-Measured (benchmarks/kernels/README.md, 2 cores): over 4 layers of GPT-2 XL's linear weights,
-5 rows cost 1.15x its one-row product, against 1.66x for the NumPy tiles; one row 1.04x
-OpenBLAS's threaded GEMV. With W in cache, the loop applies 5 rows to 40 GB/s of weights
-(30.5 when its loads straddle lines), against 31 GB/s from memory: for 5 rows the arithmetic
-is barely faster than memory, so the product costs somewhat more than one row.
+only, and a 32-byte load that straddles two cache lines costs about two. What it costs against
+one row, and against the alternatives, is measured by benchmarks/kernels/candidates.py (results
+in benchmarks/kernels/) and, inside the sampling loop, by `python -m picogpt bench`.
 
 The LM head, x @ wte.T, is the same idea on wte's own layout (`head_product`): dot products of
-4 rows of wte with every row of x. numba is optional (`pip install picogpt[fast]`, in `[dev]`):
-without it, kernels.py uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products
-off (to compare, or to rule them out).
+4 rows of wte with every row of x. numba is optional (`pip install 'picogpt-speculative[fast]'`,
+in `[dev]`): without it, or where it cannot run (compile_kernels says why, in one line),
+kernels.py uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products off (to
+compare, or to rule them out).
 """
 
 import functools
@@ -34,6 +31,7 @@ import os
 import sys
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import PicoGPTError
 
@@ -113,48 +111,88 @@ def head_product(x, E, out, start, stop, lead=0):
 
 
 @functools.cache
-def compile_head():
-    """head_product compiled by numba, or None without numba. 'reassoc' lets the compiler split the
-    dot product into vector lanes (a different order of summation, ~1e-7 relative); NaN stays NaN."""
-    if compile_kernel() is None:
-        return None
-    import numba
-    head = numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract", "reassoc"})(head_product)
-    x, out, E = np.zeros((1, 8), np.float32), np.zeros((1, 4), np.float32), np.zeros((4, 8), np.float32)
-    head(x, E, out, 0, 4, 0)
-    E.flags.writeable = False
-    head(x, E, out, 0, 4, 0)
-    return head
+def compile_kernels():
+    """{"band": band_product, "head": head_product} compiled by numba, or None, in which case
+    kernels.py runs its NumPy path.
 
-
-@functools.cache
-def compile_kernel():
-    """band_product compiled by numba, or None if numba is not installed. Compiled here, once per
-    install (a few seconds, with a message), for weights both writable and read-only (memory-mapped);
-    numba caches the machine code on disk, so later processes load it in well under a second.
-    fastmath 'contract' lets the compiler fuse multiply-adds; no other fast-math assumption
-    (NaN stays NaN)."""
+    numba keeps the machine code on disk (cache=True), so this compiles once per install (a few
+    seconds, with a progress bar) and later processes load it in well under a second. Each
+    function is compiled for weights both writable and read-only (memory-mapped) here, before
+    any model call, so that no timed call pays for it (GPT2.prepare calls this). None when numba
+    is not installed (silently: it is an optional extra) or cannot run here, with one line
+    saying why: NUMBA_DISABLE_JIT (the loops would run as Python, hundreds of times slower), no
+    writable folder for numba's cache (read-only installs, an unwritable home; NUMBA_CACHE_DIR
+    names one), or any failure to compile.
+    fastmath 'contract' lets the compiler fuse multiply-adds; the head's 'reassoc' lets it split
+    a dot product into vector lanes (another order of summation, ~1e-7 relative); NaN stays NaN."""
     try:
         import numba
     except ImportError:
         return None
-    kernel = numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})(band_product)
-    if not is_cached(kernel):
-        print("picogpt: compiling the fast kernel with numba (once per install, a few seconds)", file=sys.stderr)
-    x, acc = np.zeros((1, 8), np.float32), np.zeros((1, 8), np.float32)
-    W = np.zeros((8, 8), np.float32)
-    kernel(x, W, acc, 0, 8, 0)
-    W.flags.writeable = False
-    kernel(x, W, acc, 0, 8, 0)
-    return kernel
+    if numba.config.DISABLE_JIT:
+        return unavailable("NUMBA_DISABLE_JIT is set, so numba would run its loops as Python")
+    try:
+        functions = {
+            "band": numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})(band_product),
+            "head": numba.njit(nogil=True, cache=True, boundscheck=False,
+                               fastmath={"contract", "reassoc"})(head_product)}
+        calls = [(functions[name], writable) for name in functions for writable in (True, False)]
+        if not all(is_cached(function) for function in functions.values()):
+            calls = tqdm(calls, desc="picogpt: compiling the fast kernels with numba (once per install)",
+                         unit="kernel", file=sys.stderr)
+        for function, writable in calls:
+            function(*example_arguments(function.py_func, writable))
+    except RuntimeError as e:
+        if "cannot cache" not in str(e):
+            return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
+        return unavailable(f"numba has no writable folder for its compiled code ({first_line(e)}); set "
+                           "NUMBA_CACHE_DIR to a writable folder to use the compiled kernels")
+    except Exception as e:  # noqa: BLE001 (numba's errors have no common base): fall back, say why
+        return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
+    return functions
+
+
+def first_line(error):
+    """'TypeError: the first line of its message'."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else 'no message'}"
+
+
+def example_arguments(function, writable):
+    """Small arguments that compile `function` for float32 weights, writable or read-only."""
+    x = np.zeros((1, 8), np.float32)
+    if function is band_product:  # x [1, 8] @ W [8, 8] += into acc [1, 8]
+        W, out = np.zeros((8, 8), np.float32), np.zeros((1, 8), np.float32)
+    else:  # x [1, 8] . E [4, 8] rows -> out [1, 4]
+        W, out = np.zeros((4, 8), np.float32), np.zeros((1, 4), np.float32)
+    W.flags.writeable = writable
+    return x, W, out, 0, W.shape[0], 0
+
+
+def unavailable(reason):
+    """None, after saying on one line why the NumPy path runs instead of the compiled one."""
+    print(f"picogpt: {reason}: running the NumPy path instead", file=sys.stderr)
+    return None
+
+
+def compile_kernel():
+    """The compiled band_product, or None (see compile_kernels)."""
+    functions = compile_kernels()
+    return functions and functions["band"]
+
+
+def compile_head():
+    """The compiled head_product, or None (see compile_kernels)."""
+    functions = compile_kernels()
+    return functions and functions["head"]
 
 
 def is_cached(kernel):
-    """Whether numba has this kernel's machine code on disk (its cache index exists); True if
+    """Whether numba has this kernel's machine code on disk, up to date with its source; True if
     that cannot be told (numba's cache layout is not public), so no false message is printed."""
     try:
-        return os.path.exists(kernel._cache._cache_file._index_path)
-    except AttributeError:
+        return bool(kernel._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 (private API: any change in it means "cannot tell")
         return True
 
 
@@ -166,9 +204,11 @@ def enabled():
         raise PicoGPTError(f"{KERNEL_ENV}={choice!r}: expected 'auto', 'numba' or 'numpy'")
     if choice == "numpy":
         return False
-    if compile_kernel() is None:
+    if compile_kernels() is None:
         if choice == "numba":
-            raise PicoGPTError(f"{KERNEL_ENV}=numba but numba is not installed: pip install 'picogpt[fast]'")
+            raise PicoGPTError(f"{KERNEL_ENV}=numba but the compiled kernels cannot run here (numba not "
+                               "installed, or the line above says why): pip install 'picogpt-speculative[fast]', "
+                               f"or unset {KERNEL_ENV}")
         return False
     return True
 

@@ -6,34 +6,30 @@ the LM head wte.T (an F-contiguous view of wte [n_vocab, n_embd]). Nothing is co
 
 Decoding a token reads every weight once for two flops per weight, so on a CPU it waits on
 memory, not arithmetic. Scoring K + 1 positions in one call (Algorithm 2) should then cost
-about one decode, *if* the product reads each weight once for all rows. What NumPy's OpenBLAS
-offers for that (measured at GPT-2 XL shapes, 5 rows, as a multiple of a one-row product;
-benchmarks/README.md, "Kernels"):
-- `x @ W`: ~2.8x. OpenBLAS copies ("packs") the weights before multiplying, and its unpacked
-  small-matrix kernel is switched off for this CPU (AVX2); even on weights already in cache its
-  GEMM for 2-9 rows runs below memory speed.
-- its matrix-vector product (GEMV) is the one primitive that is fast: it streams weights from
-  memory at full bandwidth, and re-reads weights already in the L2 cache several times faster.
-So a few rows of a linear weight go to the compiled product (perf/compiled.py: Python loops
-that numba compiles, applying each weight to every row once loaded; ~1.15x one row for 5 rows),
-when numba is installed. Without it, `tiled` cuts W into tiles of ~80 KB and, for each tile,
-runs one GEMV per row: the first row brings the tile into L2, the others re-read it from there
-(~1 + 0.17 (n_rows - 1) one-row products on the bench machine: ~2x for 5 rows). The LM head
-(wte.T) takes compiled dot products of each row of wte with every row of x (`compiled_head`),
-or without numba NumPy's GEMV by whole rows of wte (`by_output_rows`).
+about one decode, *if* the product reads each weight once for all rows. NumPy's OpenBLAS does
+not: its GEMM copies ("packs") the weights before multiplying, and its unpacked small-matrix
+kernel is off for AVX2 CPUs, so `x @ W` for 2-9 rows runs well below memory speed. Its
+matrix-vector product (GEMV) is the one fast primitive: it streams weights at full bandwidth,
+and re-reads weights already in L2 several times faster. So:
+- a few rows of a linear weight go to the compiled product (perf/compiled.py: loops that numba
+  compiles, applying each weight to every row once loaded), when numba is installed; without
+  it, `tiled` cuts W into tiles of ~80 KB and runs one GEMV per row on each (the first row
+  brings a tile into L2, the others re-read it from there);
+- the LM head (wte.T) takes compiled dot products of each row of wte with every row of x
+  (`compiled_head`), or without numba NumPy's GEMV by whole rows of wte (`by_output_rows`);
+- one row of a big weight is a GEMV shared among the threads (`split_inputs`), except below
+  ONE_CORE_BYTES, where it stays on the calling thread: a helper thread asleep since the last
+  product starts tens of microseconds after it is asked, a large share of a small product;
+- many rows (a prompt) are a GEMM shared among the threads.
+Every candidate is re-runnable in benchmarks/kernels/candidates.py, which measures them side by
+side (results in benchmarks/kernels/); `matmul` names its choice in `route`.
 
 Threads: OpenBLAS's own threads spin ~0.1 s after each call and slow whatever runs next (the
 other model's call, in a sampling loop), and fight over the cores when the machine is busy. So
 the fast path runs OpenBLAS on ONE thread (`use_own_threads`, called when a model first runs on
-it) and shares every big product, one row or many, among its own threads, which take chunks
-from a common counter: a thread the OS delays does not hold the others up. PICOGPT_THREADS sets
-how many (default: the cores this process may use). One row times a matrix of less than
-ONE_CORE_BYTES (GPT-2 small's 7-9 MB matrices, XL's 10 MB attention projection, the teaching
-pair's LM head) stays on the calling thread, in OpenBLAS's GEMV: a helper thread asleep since
-the last product starts tens of microseconds after it is asked, a large share of such a product,
-and one core's GEMV streamed GPT-2 small's matrices at 21.6-26.8 GB/s against 16.4-21.7 shared
-by two threads, in two runs (XL's 31-41 MB matrices mostly the other way round; benchmarks/kernels/
-README.md, "One row"). A few rows are arithmetic as much as memory, so they keep both cores.
+it) and shares every big product among its own threads, which take chunks from a common
+counter: a thread the OS delays does not hold the others up. PICOGPT_THREADS sets how many
+(default: the cores this process may use).
 """
 
 import contextlib
@@ -57,6 +53,7 @@ ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on 
 CHUNKS_PER_THREAD = 4
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 THREADS_ENV = "PICOGPT_THREADS"
+MAX_THREADS_PER_CORE = 4  # more threads than cores only take turns; each costs a stack and a share of every product
 VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
 
 
@@ -70,11 +67,19 @@ def n_threads():
 
 @functools.cache
 def threads_for(value):
-    """The thread count a value of $PICOGPT_THREADS stands for ('' for unset)."""
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise PicoGPTError(f"{THREADS_ENV}={value!r}: expected a whole number of threads, 1 or more")
-        return int(value)
+    """The thread count a value of $PICOGPT_THREADS stands for ('' for unset): a whole number
+    from 1 to MAX_THREADS_PER_CORE per usable core, written in ASCII digits."""
+    if not value:
+        return usable_cores()
+    most = MAX_THREADS_PER_CORE * usable_cores()
+    if not (value.isascii() and value.isdigit() and len(value) <= 6 and 1 <= int(value) <= most):
+        raise PicoGPTError(f"{THREADS_ENV}={value[:20]!r}: expected a whole number of threads from 1 to {most} "
+                           f"({MAX_THREADS_PER_CORE} per core this process may use), or unset it to use every core")
+    return int(value)
+
+
+def usable_cores():
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
@@ -121,6 +126,14 @@ def use_own_threads():
         setter(1)
         _blas_pinned = True
     return True
+
+
+def prepare():
+    """What the fast path needs before a model's first call, done once per process so that no
+    timed call pays for it: OpenBLAS on one thread (use_own_threads) and the compiled products
+    loaded from numba's cache, or compiled once per install (compiled.enabled)."""
+    use_own_threads()
+    compiled.enabled()
 
 
 @contextlib.contextmanager
@@ -361,27 +374,38 @@ def by_output_rows(x, W_t):
     return out
 
 
+def route(x, W):
+    """Which product `matmul` computes x @ W with, by name (a key of PRODUCTS)."""
+    plain = W.ndim == 2 and W.dtype == np.float32 and x.dtype == np.float32 and W.size >= BIG_MATRIX
+    head = W.flags.f_contiguous and not W.flags.c_contiguous  # the LM head: wte.T, a view of wte
+    if not plain or not (W.flags.c_contiguous or head):
+        return "numpy"  # a small or unusual matrix: np.matmul as it is
+    if x.shape[0] > MAX_TILED_ROWS:
+        return "split_inputs"  # a prompt: GEMM, bands of W's input rows on all threads
+    if x.shape[0] == 1 and W.nbytes < ONE_CORE_BYTES:
+        return "one_core"  # one row, a smaller weight: OpenBLAS's GEMV on the calling thread
+    if compiled.enabled():
+        return "compiled_head" if head else "compiled_rows"  # each weight once for all rows
+    if head:
+        return "by_output_rows"  # whole rows of wte in L2 tiles, one GEMV per row of x
+    return "split_inputs" if x.shape[0] == 1 else "tiled"  # one row: GEMV on all threads
+
+
+PRODUCTS = {  # route -> x @ W, x [n_rows, n_in] -> [n_rows, n_out]
+    "numpy": np.matmul,
+    "one_core": np.matmul,
+    "split_inputs": split_inputs,
+    "tiled": lambda x, W: tiled(np.ascontiguousarray(x), W),
+    "compiled_rows": lambda x, W: compiled_rows(np.ascontiguousarray(x), W),
+    "compiled_head": lambda x, W: compiled_head(np.ascontiguousarray(x), W.T),
+    "by_output_rows": lambda x, W: by_output_rows(np.ascontiguousarray(x), W.T),
+}
+
+
 def matmul(x, W):
     """x @ W for the forward pass (gpt2.gpt2's `matmul`), reading W once for all rows of x.
 
     W is a linear weight [n_in, n_out] (C-contiguous) or the LM head wte.T (F-contiguous); small
     matrices, and any other array, go to np.matmul. [n_rows, n_in] -> [n_rows, n_out], float32;
     equal to x @ W up to the order of summation (~1e-6 relative)."""
-    n_rows = x.shape[0]
-    if W.ndim != 2 or W.dtype != np.float32 or x.dtype != np.float32 or W.size < BIG_MATRIX:
-        return x @ W
-    if not (W.flags.c_contiguous or W.flags.f_contiguous):
-        return x @ W
-    if n_rows > MAX_TILED_ROWS:
-        return split_inputs(x, W)  # a prompt: GEMM on all threads
-    if n_rows == 1 and W.nbytes < ONE_CORE_BYTES:
-        return x @ W  # OpenBLAS's GEMV on the calling thread (see ONE_CORE_BYTES)
-    if W.flags.c_contiguous:
-        if compiled.enabled():
-            return compiled_rows(np.ascontiguousarray(x), W)
-        if n_rows == 1:
-            return split_inputs(x, W)  # GEMV on all threads
-        return tiled(np.ascontiguousarray(x), W)
-    if compiled.enabled():
-        return compiled_head(np.ascontiguousarray(x), W.T)
-    return by_output_rows(np.ascontiguousarray(x), W.T)
+    return PRODUCTS[route(x, W)](x, W)

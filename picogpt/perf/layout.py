@@ -3,12 +3,13 @@ gpt2.py reads); what changes is the memory behind them.
 
 - Memory-mapped (the default): the arrays read_safetensors returns. Ready at once, nothing
   written anywhere, and every process (each notebook kernel) shares the same pages of the OS
-  page cache.
+  page cache. They are the file: the model checks before each call that it has not changed.
 - In memory (`in_memory=True`, or `"background"`): a private copy in this process. The page
-  cache holds a file in pieces as big as free memory allowed when it was read, and on the bench
-  machine mapped weights sometimes streamed slower than a fresh copy, laid out in order in 2 MB
-  pages (benchmarks/README.md, "Mapped weights"). A copy costs seconds and the weights' size in
-  every process. (llama.cpp's --no-mmap makes the same trade.)
+  cache holds a file in pieces as big as free memory allowed when it was read, so mapped
+  weights can stream slower than a fresh copy, laid out in order in 2 MB pages (the bench
+  measures both: benchmarks/README.md, "Mapped weights"). A copy costs seconds and the weights'
+  size in every process, and once made no longer depends on the file. (llama.cpp's --no-mmap
+  makes the same trade.)
 """
 
 import sys
@@ -24,19 +25,25 @@ MEMORY_MARGIN = 2**30  # bytes left free for everything else when copying the we
 ANNOUNCE_BYTES = 256 * 2**20  # copies bigger than this say so (they take seconds)
 
 
-def ensure_fits(n_bytes, name):
-    """Raise a clear error if copying n_bytes would leave less than MEMORY_MARGIN free."""
+def ensure_fits(n_bytes, what, advice, margin=MEMORY_MARGIN):
+    """Raise a clear error, before allocating, if n_bytes more memory would leave less than
+    `margin` of what the OS could give this process (nothing is checked where that is unknown)."""
     available = available_memory_bytes()
-    if available is not None and n_bytes + MEMORY_MARGIN > available:
-        raise PicoGPTError(f"copying {name}'s weights into memory needs {n_bytes / 1e9:.1f} GB, and "
-                           f"{available / 1e9:.1f} GB is available: load it without in_memory "
-                           "(memory-mapped), or close other programs or notebook kernels")
+    if n_bytes and available is not None and n_bytes + margin > available:
+        raise PicoGPTError(f"{what} needs {n_bytes / 1e9:.1f} GB, and {available / 1e9:.1f} GB is "
+                           f"available: {advice}")
+
+
+def ensure_copy_fits(n_bytes, name):
+    """ensure_fits for in_memory's copy of the weights, with its advice."""
+    ensure_fits(n_bytes, f"copying {name}'s weights into memory", "load it without in_memory "
+                "(memory-mapped), or close other programs or notebook kernels")
 
 
 def in_memory(params, name="the model"):
     """params copied out of the mapped file, after checking that they fit."""
     n_bytes = sum(a.nbytes for a in leaves(params))
-    ensure_fits(n_bytes, name)
+    ensure_copy_fits(n_bytes, name)
     if n_bytes >= ANNOUNCE_BYTES:
         print(f"picogpt: copying {name}'s weights into memory ({n_bytes / 1e9:.1f} GB)", file=sys.stderr)
     return map_leaves(np.array, params)
@@ -62,7 +69,7 @@ def in_memory_in_background(params, name="the model"):
     is None, with a note, when the copy would not fit (the weights then stay mapped)."""
     params = map_leaves(lambda array: array, params)  # its own dicts: the model's params stay as they are
     try:
-        ensure_fits(sum(a.nbytes for a in leaves(params)), name)
+        ensure_copy_fits(sum(a.nbytes for a in leaves(params)), name)
     except PicoGPTError as e:
         print(f"picogpt: {e}; it stays memory-mapped", file=sys.stderr)
         return params, None

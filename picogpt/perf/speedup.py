@@ -14,27 +14,27 @@ The first call of each run also reads the prompt (the prefill), so the first tok
 autoregressive sampling and the first loop of speculative sampling are left out of the costs;
 they stay in the wall times and in the breakdown, which adds up to the wall time.
 
-The runs are interleaved (per repeat: autoregressive, then each K, all with the same seed), so a
-busy moment hits every variant alike. Figures are medians over the repeats with their
-interquartile range. The measured speedup is median autoregressive time / median speculative
+A warm-up run of every variant first pays what a process pays once (first reads of the weights,
+loading the compiled kernels). The timed runs are interleaved (per repeat: each K, then
+autoregressive, all with the same seed), so a busy moment hits every variant alike. Figures are
+medians over the repeats with their interquartile range. The measured speedup is median autoregressive time / median speculative
 time; the predicted one is Chen et al.'s arithmetic (theory.predicted_speedup_paper) fed the
 in-loop costs and alpha_hat, the acceptance rate pooled over every accept/reject decision.
 """
 
 import dataclasses
-import json
+import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import theory
 from ..errors import PicoGPTError
 from ..sampling import autoregressive_sampling
 from ..speculative import speculative_sampling
 from .machine import load_average
-
-BENCH_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "bench.json"  # `python -m picogpt bench`
+from .timing import Spread, spread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,22 +77,6 @@ def predictions(costs, alpha, Ks):
 # ---------------------------------------------------------------------------------------------
 # What one measurement returns
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Spread:
-    """The median of a few repeats and their interquartile range (q1 .. q3)."""
-    median: float
-    q1: float
-    q3: float
-
-
-def spread(values):
-    """Spread of a list of numbers (nan when empty: nothing was measured)."""
-    if len(values) == 0:
-        return Spread(float("nan"), float("nan"), float("nan"))
-    q1, median, q3 = np.percentile(np.asarray(values, np.float64), [25, 50, 75])
-    return Spread(float(median), float(q1), float(q3))
-
 
 @dataclass(frozen=True)
 class AtK:
@@ -227,49 +211,60 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
 # ---------------------------------------------------------------------------------------------
 
 def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=4, temperature=1.0,
-                    top_k=None, top_p=None, on_run=None):
+                    top_k=None, top_p=None, on_loop=None, progress=False, on_run=None):
     """Sample N tokens after `ids` autoregressively from `target` and speculatively with `draft`
     proposing K tokens per loop, for each K in Ks, `repeats` times interleaved (repeat r uses
-    seed + r for every variant); returns a SpeedupMeasurement. A short warm-up run of each
-    variant (warmup_tokens, not counted) first pays the page faults and thread start-up.
-    `draft` is a model or any draft speculative_sampling takes (picogpt/drafts.py);
-    `on_run(K, result)` sees every timed speculative run (notebook 06 reads its loops)."""
+    seed + r for every variant); returns a SpeedupMeasurement. warm_up runs first (not counted).
+    `on_loop(trace)` sees every loop of the first speculative run (the command line streams its
+    text); `progress` shows a bar over the runs. `draft` is a model or any draft
+    speculative_sampling takes (picogpt/drafts.py); `on_run(K, result)` sees every timed
+    speculative run as it ends (notebook 06 reads its loops, notebooks draw their bars)."""
     Ks = [int(K) for K in Ks]
     if not Ks or repeats < 1 or N < 2:
         raise PicoGPTError(f"measure_speedup needs at least one K (got {Ks}), repeats >= 1 (got {repeats}) "
                            f"and N >= 2 (got {N}): the first token reads the prompt, the costs come after it")
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     load_before = load_average()
-    if warmup_tokens:
-        autoregressive_sampling(target, ids, min(N, warmup_tokens), seed=seed, **controls)
-        for K in Ks:
-            speculative_sampling(draft, target, ids, min(N, warmup_tokens), K=K, seed=seed, **controls)
-    ar_runs, spec_runs = [], {K: [] for K in Ks}
-    for repeat in range(repeats):
-        ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
-        for K in Ks:
-            spec_runs[K].append(speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat, **controls))
-            if on_run is not None:
-                on_run(K, spec_runs[K][-1])
+    warm_up(draft, target, ids, Ks, min(N, warmup_tokens), seed, controls)
+    ar_runs, spec_runs = interleaved_runs(draft, target, ids, N, Ks, repeats, seed, controls, on_loop, progress, on_run)
     return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, load_before, load_average())
 
 
-def text_lines(m, label=None):
-    """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
-    label = label or f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}"
-    lines = [f"speculative vs autoregressive sampling, {label}, N={m.N}, {m.repeats} repeats: "
-             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
-             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
-             f"load average {m.load_average_before} -> {m.load_average_after}",
-             f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
-             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
-             "per run: draft + score + decide + other s"]
-    for K in m.Ks:
-        at, b = m.by_K[K], m.by_K[K].breakdown_s
-        lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
-                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
-                     f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
-    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
+def warm_up(draft, target, ids, Ks, n_tokens, seed, controls):
+    """A short run of each variant, not counted: it pays what a process pays once (the weights'
+    first reads from disk, the compiled kernels' loading, the threads' start) before any timing.
+    Every call shape the timed runs make is made here: one position, K + 1 positions, the prompt."""
+    if n_tokens < 1:
+        return
+    autoregressive_sampling(target, ids, n_tokens, seed=seed, **controls)
+    for K in Ks:
+        speculative_sampling(draft, target, ids, n_tokens, K=K, seed=seed, **controls)
+
+
+def interleaved_runs(draft, target, ids, N, Ks, repeats, seed, controls, on_loop=None, progress=False, on_run=None):
+    """([SamplingResult] per repeat, {K: [SpeculativeResult] per repeat}): per repeat, speculative
+    sampling at each K, then autoregressive sampling, all with seed + repeat, so that a busy
+    moment hits every variant alike. With `progress`, a bar over the runs on a terminal (after
+    the first run when on_loop streams that one's text)."""
+    runs = [(repeat, K) for repeat in range(repeats) for K in [*Ks, None]]  # K None: autoregressive
+    ar_runs, spec_runs = [], {K: [] for K in Ks}
+    bar = None
+    for i, (repeat, K) in enumerate(runs):
+        if progress and bar is None and (on_loop is None or i > 0):
+            bar = tqdm(total=len(runs), initial=i, desc="timed runs", unit="run", file=sys.stderr, leave=False,
+                       delay=0.5, disable=None)
+        if K is None:
+            ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
+        else:
+            spec_runs[K].append(speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat,
+                                                     on_loop=on_loop if i == 0 else None, **controls))
+            if on_run is not None:
+                on_run(K, spec_runs[K][-1])
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    return ar_runs, spec_runs
 
 
 def gap_accounting(m):
@@ -295,45 +290,14 @@ def gap_accounting(m):
     return out
 
 
-def gap_lines(m):
-    """gap_accounting as text, one line per K."""
-    lines = ["  K   predicted  measured  measured/predicted = tokens x loop time / autoregressive x rest"]
-    for K, g in gap_accounting(m).items():
-        lines.append(f"  {K:<3d} {g['predicted']:7.2f}x  {g['measured']:7.2f}x  {g['measured'] / g['predicted']:17.2f}"
-                     f"   = {g['tokens']:.2f} x {g['loop_time']:.2f} / {g['autoregressive']:.2f} x {g['rest']:.2f}")
-    return lines
+MOVED_TO_REPORT = ("text_lines", "gap_lines", "busy_warning", "bench_measurements", "BENCH_JSON")
 
 
-def busy_warning(measurement, cores):
-    """A sentence if the machine was busy while measuring (load average above its cores), else ''."""
-    loads = [load[0] for load in (measurement.load_average_before, measurement.load_average_after) if load]
-    if loads and max(loads) > cores:
-        return (f"warning: the machine was busy (load average up to {max(loads):.1f} on {cores} cores): "
-                "other programs shared the CPU, so these timings are noisier and slower than idle")
-    return ""
+def __getattr__(name):
+    """The measurement's text and the reading of benchmarks/bench.json live in bench/report.py;
+    their names still resolve here for code written against this module."""
+    if name in MOVED_TO_REPORT:
+        from ..bench import report
 
-
-# ---------------------------------------------------------------------------------------------
-# Reading what `python -m picogpt bench` committed
-# ---------------------------------------------------------------------------------------------
-
-def bench_measurements(path=BENCH_JSON):
-    """The speculative-sampling measurements of benchmarks/bench.json: ([(SpeedupMeasurement,
-    weights source)], a line saying when and where), or ([], why there are none)."""
-    path = Path(path)
-    if not path.exists():
-        return [], (f"{path.name} not found: speculative sampling at GPT-2's shapes is not measured yet "
-                    "(run: python -m picogpt bench)")
-    try:
-        results = json.loads(path.read_text())
-        entries = results.get("speculative")
-        if not isinstance(entries, list) or not entries:
-            return [], (f"{path.name} holds no end-to-end speculative-sampling measurement of this kind "
-                        "(run: python -m picogpt bench)")
-        found = [(from_dict(entry["measurement"]), entry["source"]) for entry in entries]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return [], f"{path.name} cannot be read as the bench's results ({type(e).__name__}: {e})"
-    machine = results.get("machine", {})
-    kernel = machine.get("kernel", "numpy")  # runs before the compiled product existed used NumPy's tiles
-    return found, (f"measured {results.get('date_utc', '(undated)')} on {machine.get('cpu', 'an unrecorded machine')}, "
-                   f"{kernel} kernel for the few-row products")
+        return getattr(report, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,27 +1,48 @@
-"""Timing a model honestly: medians of repeated runs, one number per token position.
+"""Timing honestly, the one home of picogpt's timing helpers: one timed call, medians of
+repeated runs with their spread, and one number per token position.
 
 A single timing on a laptop is noise (another program, a page fault, the CPU clocking up), so
-every number here is the median of a few runs. `time_per_token_s` measures what the KV cache
-saves: the cost of the next token at each position, recomputing everything or reusing the cache.
+every figure is the median of a few runs, with its interquartile range where it is reported.
+`time_per_token_s` measures what the KV cache saves: the cost of the next token at each
+position, recomputing everything or reusing the cache.
 """
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import PicoGPTError
 
 
+def timed(function, *args):
+    """(wall-clock seconds, result) of one call function(*args)."""
+    start = time.perf_counter()
+    result = function(*args)
+    return time.perf_counter() - start, result
+
+
 def median_seconds(fn, repeats=5):
     """Median wall-clock seconds of `fn()` over `repeats` calls (robust to a busy machine)."""
     if repeats < 1:
         raise PicoGPTError(f"repeats must be at least 1, got {repeats}")
-    times_s = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times_s.append(time.perf_counter() - start)
-    return float(np.median(times_s))
+    return float(np.median([timed(fn)[0] for _ in range(repeats)]))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of a few repeats and their interquartile range (q1 .. q3)."""
+    median: float
+    q1: float
+    q3: float
+
+
+def spread(values):
+    """Spread of a list of numbers (nan when empty: nothing was measured)."""
+    if len(values) == 0:
+        return Spread(float("nan"), float("nan"), float("nan"))
+    q1, median, q3 = np.percentile(np.asarray(values, np.float64), [25, 50, 75])
+    return Spread(float(median), float(q1), float(q3))
 
 
 def time_per_token_s(model, ids, positions, use_cache=True, repeats=3):

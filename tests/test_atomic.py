@@ -1,0 +1,175 @@
+"""Every file picogpt writes is the old file or the whole new one (picogpt/io/atomic.py): a full
+disk, an exception, Ctrl-C or SIGTERM leaves no torn file and no temporary file, and temporary
+files of processes killed outright are cleaned by the next write."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import picogpt.io.atomic as atomic
+from helpers import FillingFile
+from picogpt.io.atomic import atomic_write, write_text_atomically
+
+
+def fill_disk_after(monkeypatch, room):
+    """Make every file atomic_write opens fail with ENOSPC after `room` bytes."""
+    real_open = open
+    monkeypatch.setattr(atomic, "open", lambda *args, **kwargs: FillingFile(real_open(*args, **kwargs), room, errno.ENOSPC),
+                        raising=False)
+
+
+def test_a_write_on_a_full_disk_leaves_the_old_file_whole_and_no_temporary_file(tmp_path, monkeypatch):
+    path = write_text_atomically(tmp_path / "results.json", '{"old": true}\n')
+    fill_disk_after(monkeypatch, 8192)
+    with pytest.raises(OSError, match="No space left"):
+        write_text_atomically(path, json.dumps({"new": "x" * 100_000}))
+    assert path.read_text() == '{"old": true}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_an_exception_inside_the_block_leaves_the_old_file(tmp_path):
+    path = write_text_atomically(tmp_path / "a.txt", "old")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_write(path, text=True) as f:
+            f.write("half of the new")
+            raise KeyboardInterrupt  # Ctrl-C
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_bench_results_on_a_full_disk_keep_the_previous_json(tmp_path, monkeypatch):
+    """`bench` used to replace its results JSON with a torn 8 KB file."""
+    import picogpt.bench.report as report
+
+    (tmp_path / "bench.json").write_text('{"previous": "run"}\n')
+    monkeypatch.setattr(report, "to_json", lambda results: json.dumps({"x": "y" * 100_000}))
+    monkeypatch.setattr(report, "plot", lambda results, f: pytest.fail("no figure after a failed JSON"))
+    fill_disk_after(monkeypatch, 8192)
+    with pytest.raises(OSError, match="No space left"):
+        report.save({"notes": []}, tmp_path, "bench")
+    assert (tmp_path / "bench.json").read_text() == '{"previous": "run"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]
+
+
+def test_bench_figure_is_written_atomically_too(tmp_path, monkeypatch):
+    import picogpt.bench.report as report
+
+    def plot(results, f):
+        f.write(b"\x89PNG half a figure")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "bench.png").write_bytes(b"old figure")
+    monkeypatch.setattr(report, "plot", plot)
+    with pytest.raises(OSError):
+        report.save({"notes": []}, tmp_path, "bench")
+    assert (tmp_path / "bench.png").read_bytes() == b"old figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.png"]
+
+
+# ---- signals: a subprocess writes a checkpoint slowly, the test stops it --------------------------
+
+SLOW_RANDOM_CHECKPOINT = """
+import sys, time
+import picogpt.bench.checkpoints as checkpoints
+
+class Slow(checkpoints.RandomTensor):
+    def __array__(self, dtype=None, copy=None):
+        time.sleep(0.2)  # each tensor takes a while: the test has time to send its signal
+        return super().__array__(dtype, copy)
+
+checkpoints.RandomTensor = Slow
+config = {"n_layer": 4, "n_head": 2, "n_embd": 64, "n_positions": 32, "vocab_size": 500}
+checkpoints.random_checkpoint("toy", folder=sys.argv[1], config=config)
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_bench_writes_a_random_checkpoint_leaves_no_temporary_file(tmp_path, signum):
+    """SIGTERM used to leave a 428 MB .tmp of a new name every run (6.4 GB for XL)."""
+    folder = tmp_path / "random-toy"
+    process = subprocess.Popen([sys.executable, "-c", SLOW_RANDOM_CHECKPOINT, str(folder)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not list(folder.glob("model.safetensors.*.tmp")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=30)
+    assert "finished" not in out
+    if signum == signal.SIGTERM:
+        assert process.returncode == -signal.SIGTERM  # ended as SIGTERM ends a process
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]
+
+
+def test_a_program_s_own_sigterm_handler_is_left_alone(tmp_path):
+    calls = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    try:
+        with atomic_write(tmp_path / "a.bin") as f:
+            assert signal.getsignal(signal.SIGTERM) is not atomic.delete_and_resignal
+            os.kill(os.getpid(), signal.SIGTERM)
+            f.write(b"whole")
+        assert calls == [signal.SIGTERM] and (tmp_path / "a.bin").read_bytes() == b"whole"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_default_sigterm_action_is_restored_after_a_write(tmp_path):
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    with atomic_write(tmp_path / "a.bin") as f:
+        assert signal.getsignal(signal.SIGTERM) is atomic.delete_and_resignal
+        f.write(b"x")
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+# ---- temporary files left by processes killed outright ----------------------------------------------
+
+def dead_pid():
+    """The id of a process that has ended."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def left_behind(path, age_s=3600):
+    """A file at `path`, last written age_s seconds ago."""
+    path.write_bytes(b"x" * 1000)
+    os.utime(path, (time.time() - age_s, time.time() - age_s))
+    return path
+
+
+def test_stale_temporary_files_of_dead_processes_are_cleaned_by_the_next_write(tmp_path):
+    path = tmp_path / "model.safetensors"
+    left_behind(tmp_path / f"model.safetensors.{dead_pid()}-0123abcd.tmp")  # stale: deleted
+    kept = [left_behind(tmp_path / f"model.safetensors.{os.getppid()}-0123abcd.tmp"),  # its writer runs
+            left_behind(tmp_path / f"model.safetensors.{dead_pid()}-4567cdef.tmp", age_s=0),  # fresh: maybe
+            # a writer in another PID namespace (a container)
+            left_behind(tmp_path / "notes.txt.1-0123abcd.tmp")]  # not a temporary file of this path
+    write_text_atomically(path, "new")
+    assert path.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model.safetensors", *(p.name for p in kept)])
+
+
+def test_temporary_names_are_unique_and_name_their_process(tmp_path):
+    path = tmp_path / "bench.json"
+    names = {atomic.temporary_path(path).name for _ in range(100)}
+    assert len(names) == 100
+    assert all(atomic.writer_pid(tmp_path / name, path) == os.getpid() for name in names)
+
+
+def test_bench_says_how_many_gb_it_writes_where_and_shows_progress(tmp_path, capsys):
+    import picogpt.bench.checkpoints as checkpoints
+
+    config = {"n_layer": 1, "n_head": 2, "n_embd": 64, "n_positions": 32, "vocab_size": 500}
+    path = checkpoints.random_checkpoint("toy", folder=tmp_path / "random-toy", config=config)
+    err = capsys.readouterr().err
+    n_bytes = path.stat().st_size
+    assert f"writing random-weight toy (0.00 GB) to {tmp_path / 'random-toy'}" in err
+    assert "model.safetensors: 100%" in err  # the progress bar, in bytes
+    assert sorted(p.name for p in path.parent.iterdir()) == ["config.json", "model.safetensors"] and n_bytes > 0
