@@ -342,9 +342,9 @@ def test_a_cache_of_another_context_length_is_refused():
 def test_a_bad_environment_variable_is_one_line_before_any_output(capsys, monkeypatch, checkpoint,
                                                                    variable, value, message):
     """Such errors used to be printed after the prompt, on the same line (or as a traceback)."""
-    from picogpt.perf import kernels
+    from picogpt.perf import threads
 
-    kernels.threads_for.cache_clear()
+    threads.threads_for.cache_clear()
     monkeypatch.setenv(variable, value)
     code, out, err = run_main(capsys, "generate", "--model", str(checkpoint), "-n", "3", "--seed", "1")
     line = one_error_line(err)
@@ -352,13 +352,13 @@ def test_a_bad_environment_variable_is_one_line_before_any_output(capsys, monkey
 
 
 def test_an_absurd_thread_count_is_refused_in_python_too(monkeypatch):
-    from picogpt.perf import kernels
+    from picogpt.perf import threads
 
     monkeypatch.setenv("PICOGPT_THREADS", str(10**6))
     with pytest.raises(PicoGPTError, match="PICOGPT_THREADS='1000000'"):
-        kernels.n_threads()
-    monkeypatch.setenv("PICOGPT_THREADS", str(kernels.MAX_THREADS_PER_CORE * kernels.usable_cores()))
-    assert kernels.n_threads() == kernels.MAX_THREADS_PER_CORE * kernels.usable_cores()
+        threads.n_threads()
+    monkeypatch.setenv("PICOGPT_THREADS", str(threads.MAX_THREADS_PER_CORE * threads.usable_cores()))
+    assert threads.n_threads() == threads.MAX_THREADS_PER_CORE * threads.usable_cores()
 
 
 def test_no_home_folder_is_one_line_naming_the_variable_to_set(monkeypatch, tmp_path):
