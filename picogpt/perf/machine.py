@@ -220,9 +220,3 @@ def page_cache_fraction(path):
     """How much of a file is in the OS page cache (page_cache_bytes), 0..1, or None."""
     resident = page_cache_bytes(path)
     return None if resident is None else round(resident / max(1, os.path.getsize(path)), 3)
-    try:
-        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE", str(path)],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-        return round(int(out[0]) / max(1, int(out[1])), 3)
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return None
