@@ -7,7 +7,6 @@ memory. These two numbers, measured the way the model uses NumPy, are the machin
 a token can take no less than `model.bytes_per_token / bandwidth` seconds.
 """
 
-import ctypes
 import importlib.metadata
 import os
 import platform
