@@ -105,18 +105,6 @@ def read_raw_header_from(f, path):
     return header, 8 + n_header
 
 
-def read_raw_header(path):
-    """The header as parsed JSON (its __metadata__ included) and where the tensor data starts."""
-    with open_checkpoint(path) as f:
-        return read_raw_header_from(f, Path(path))
-
-
-def read_metadata(path):
-    """The header's __metadata__ ({str: str}; {} if it has none)."""
-    metadata = read_raw_header(path)[0].get("__metadata__")
-    return metadata if isinstance(metadata, dict) else {}
-
-
 def validated_entries(path, header, data_start, size):
     """{name: (dtype, shape, begin, end)} of a parsed header, every field checked against the
     size of the file."""
