@@ -257,7 +257,7 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None, progress=False)
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # pad so tensor data starts 8-byte aligned
-    with atomic_write(path) as f, tqdm(total=offset, unit="B", unit_scale=True, unit_divisor=1024,
+    with atomic_write(path) as f, tqdm(total=offset, unit="B", unit_scale=True, unit_divisor=1000,
                                        desc=Path(path).name, disable=not progress, dynamic_ncols=True) as bar:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
