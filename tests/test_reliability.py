@@ -1,4 +1,4 @@
-"""Nothing silently wrong (issue 15): every fault is one clear PicoGPTError (one line, exit 2 on
+"""Nothing silently wrong: every fault is one clear PicoGPTError (one line, exit 2 on
 the command line), non-finite numbers are caught, a KV cache belongs to one model's shape, no
 head count is guessed, and nothing half-written is left where a good file is expected.
 

@@ -34,6 +34,14 @@ def committed_dir():
     return BENCH_DIR
 
 
+def results_path(name, save=False, out=None):
+    """Where a measuring tool writes its results file `name`: `out` if given, else benchmarks/
+    when the user asks to commit it (`save`), else the scratch folder (nothing committed changes)."""
+    if out:
+        return Path(out)
+    return (committed_dir() if save else scratch_dir()) / name
+
+
 def to_json(results):
     def keys_to_str(node):
         if isinstance(node, dict):
