@@ -25,9 +25,9 @@ IN_MEMORY = (False, True, "background")
 class GPT2:
     """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes.
 
-    With fast=True (the default) both run `gpt2` with perf/kernels.py's `matmul`, which reads
-    the same weights once for all rows on all cores; `model.plain(...)` (or fast=False) runs
-    `gpt2` as written, with np.matmul. Both read the checkpoint's own arrays (memory-mapped, or
+    Both run `gpt2` with perf/kernels.py's `matmul` (the fast path), which reads the same
+    weights once for all rows on all cores; `model.plain(...)` runs `gpt2` as written, with
+    np.matmul (the reference path). Both read the checkpoint's own arrays (memory-mapped, or
     copied into memory with in_memory: perf/layout.py). Treat `params` as read-only.
 
     A model loaded from a file checks before each call that the file is still the one it
@@ -35,8 +35,7 @@ class GPT2:
     other weights, and one truncated would kill the process with a bus error on the next read.
     """
 
-    def __init__(self, params, config, name="gpt2", checkpoint=None, in_memory=False, fast=True,
-                 checkpoint_identity=None):
+    def __init__(self, params, config, name="gpt2", checkpoint=None, in_memory=False, checkpoint_identity=None):
         if in_memory not in IN_MEMORY:
             raise PicoGPTError(f"in_memory={in_memory!r}: expected False (memory-mapped weights), True (copied "
                                "into memory when the model is first run) or 'background' (copied while it runs)")
@@ -45,7 +44,6 @@ class GPT2:
         # what that file was when it was read (io/checkpoint.py's file_identity)
         self.checkpoint_identity = checkpoint_identity or (identity_now(checkpoint) if checkpoint else None)
         self.in_memory = in_memory  # copy the fast path's weights out of the mapped file
-        self.fast = fast  # run on the fast path (perf/) or as gpt2.py reads
         self.fast_params = None
         self.copying = None  # the background copy's thread, with in_memory="background"
 
@@ -149,8 +147,6 @@ class GPT2:
 
     def __call__(self, ids, cache=None):
         ids = self.validate_inputs(ids, cache)
-        if not self.fast:
-            return self.plain(ids, cache)
         if self.reads_checkpoint():
             self.ensure_checkpoint_unchanged()
         with unchanged_on_error(cache):  # the fast path: the same forward pass and weights, a faster matmul

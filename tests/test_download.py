@@ -316,7 +316,7 @@ def test_download_spec_raises_download_error(monkeypatch, tmp_path):
         dl.download_spec(toy_spec(), tmp_path, progress=False, log=lambda message: None)
 
 
-# ---- the environment: full disks, unwritable folders, odd servers (issue 15) ----------------------
+# ---- the environment: full disks, unwritable folders, odd servers ------------------------------
 
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EFBIG])
 def test_disk_filling_during_the_download_deletes_the_part_and_says_what_to_do(server, monkeypatch, capsys, error):

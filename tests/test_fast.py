@@ -16,7 +16,7 @@ from helpers import random_gpt2, random_tensors
 from picogpt.errors import PicoGPTError
 from picogpt.io.checkpoint import read_safetensors, write_safetensors
 from picogpt.model import load_checkpoint
-from picogpt.perf import compiled, kernels, layout
+from picogpt.perf import compiled, kernels, layout, openblas, threads
 from picogpt.perf.kernels import BIG_MATRIX, MAX_TILED_ROWS, matmul, tile_shape
 
 RELATIVE = 1e-5
@@ -29,7 +29,7 @@ def relative_diff(got, reference):
 @pytest.mark.parametrize("n_items", [0, 1, 2, 7, 1000])
 def test_parallel_covers_every_item_once(n_items):
     seen = []
-    kernels.parallel(lambda start, stop: seen.extend(range(start, stop)), n_items)
+    threads.parallel(lambda start, stop: seen.extend(range(start, stop)), n_items)
     assert sorted(seen) == list(range(n_items))
 
 
@@ -39,7 +39,7 @@ def test_parallel_hands_an_error_to_the_caller():
             raise ZeroDivisionError("chunk with 500")
 
     with pytest.raises(ZeroDivisionError, match="chunk with 500"):
-        kernels.parallel(fail_at_500, 1000)
+        threads.parallel(fail_at_500, 1000)
 
 
 @pytest.fixture(params=["numpy", "numba"])
@@ -129,9 +129,9 @@ def test_each_product_is_chosen_by_a_named_route(kernel, monkeypatch, case):
     assert set(kernels.PRODUCTS) >= {expected}
 
 
-@pytest.mark.parametrize("threads", ["1", "3"])
-def test_matmul_gives_the_same_product_on_any_number_of_threads(monkeypatch, threads, kernel):
-    monkeypatch.setenv(kernels.THREADS_ENV, threads)
+@pytest.mark.parametrize("n_threads", ["1", "3"])
+def test_matmul_gives_the_same_product_on_any_number_of_threads(monkeypatch, n_threads, kernel):
+    monkeypatch.setenv(threads.THREADS_ENV, n_threads)
     rng = np.random.default_rng(7)
     weight = rng.standard_normal((1024, 1030)).astype(np.float32)
     for n_rows in (1, 5, 40):
@@ -141,9 +141,9 @@ def test_matmul_gives_the_same_product_on_any_number_of_threads(monkeypatch, thr
 
 @pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
 def test_a_bad_thread_count_is_one_clear_error(monkeypatch, value):
-    monkeypatch.setenv(kernels.THREADS_ENV, value)
+    monkeypatch.setenv(threads.THREADS_ENV, value)
     with pytest.raises(PicoGPTError, match=f"PICOGPT_THREADS={value!r}: expected a whole number"):
-        kernels.n_threads()
+        threads.n_threads()
 
 
 def test_matmul_reads_memory_mapped_read_only_weights(tmp_path, kernel):
@@ -294,8 +294,13 @@ def test_the_compiled_kernel_keeps_nan_and_inf(kernel):
 
 
 def test_the_fast_path_runs_openblas_on_one_thread(model):
+    if openblas.library() is None:
+        pytest.skip("NumPy here does not use the OpenBLAS it ships: nothing to pin")
     model.prepare()
-    assert kernels.openblas_thread_setter() is None or kernels._blas_pinned
+    assert openblas.thread_count() == 1
+    with openblas.on_all_threads():  # the bandwidth ceiling's products, as NumPy runs outside picogpt
+        assert openblas.thread_count() == threads.n_threads()
+    assert openblas.thread_count() == 1
 
 
 @pytest.fixture(scope="module")

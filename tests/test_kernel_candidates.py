@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from picogpt.perf import kernels
+from picogpt.perf import kernels, threads
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels" / "candidates.py"
 RELATIVE = 1e-5
@@ -106,7 +106,7 @@ def test_one_row_mode_rates_each_shape_for_every_way_of_threading_one_row(candid
                             "--data", str(tmp_path), "--out", str(out)])
     record = json.loads(out.read_text())
     assert [shape["shape"] for shape in record["shapes"]] == [[64, 192], [64, 64], [64, 256], [256, 64]]
-    if kernels.n_threads() > 1:  # with one thread there is no helper to wait for
+    if threads.n_threads() > 1:  # with one thread there is no helper to wait for
         assert record["helper_start_us"] and all(us > 0 for us in record["helper_start_us"])
     for shape in record["shapes"]:
         assert shape["matrices"] == 2 and len(shape["gbs"]) >= 2 and all(rate > 0 for rate in shape["gbs"].values())

@@ -1,4 +1,4 @@
-"""tools/page_cache.py, which measures issue 13's page-cache goal: it must see exactly the
+"""tools/page_cache.py, which measures the page-cache goal of benchmarks/goals.json: it must see exactly the
 checkpoint bytes a notebook reads, and none it does not."""
 
 import importlib.util

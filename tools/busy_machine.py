@@ -4,7 +4,7 @@ A laptop with a browser and another notebook kernel open is a loaded machine. Th
 one speedup measurement (picogpt.perf.speedup.measure_speedup) on the teaching pair twice,
 side by side in one process: once on the idle machine, once while `--busy` processes spin on
 the CPU (each a bounded `python -c "while True: pass"`, stopped after the measurement), and
-writes both with their ratio to benchmarks/busy.json.
+writes both with their ratio to build/bench/busy.json (benchmarks/busy.json with --save).
 
     .venv/bin/python tools/busy_machine.py                 # 2 busy processes, K = 4, N = 64, 3 repeats
     PICOGPT_THREADS=1 .venv/bin/python tools/busy_machine.py --busy 2
@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import picogpt
+from picogpt.bench.report import results_path
+from picogpt.io.atomic import write_text_atomically
 from picogpt.perf import speedup
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +42,9 @@ def main(argv=None):
     parser.add_argument("--K", type=int, default=4)
     parser.add_argument("-N", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "busy.json"))
+    parser.add_argument("--out", default=None, help="the results file (default: build/bench/busy.json, or "
+                        "benchmarks/busy.json with --save)")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/busy.json, to commit it")
     args = parser.parse_args(argv)
     draft, target = picogpt.load("tiny-draft"), picogpt.load("tiny-target")
     ids = picogpt.tokenizer().encode("And the LORD said unto")
@@ -59,10 +63,11 @@ def main(argv=None):
               "threads": os.environ.get("PICOGPT_THREADS") or "default (all cores)", "busy_processes": args.busy,
               "cores": os.cpu_count(), "idle": speedup.as_dict(idle), "busy": speedup.as_dict(busy),
               "slower_when_busy": slower}
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    out = results_path("busy.json", args.save, args.out)
+    write_text_atomically(out, json.dumps(result, indent=1) + "\n")
     print(f"{args.busy} busy processes: autoregressive {slower['autoregressive']:.2f}x slower, "
           f"speculative (K = {args.K}) {slower['speculative']:.2f}x slower than idle; "
-          f"speedup {idle.by_K[args.K].speedup:.2f}x idle, {busy.by_K[args.K].speedup:.2f}x busy -> {args.out}")
+          f"speedup {idle.by_K[args.K].speedup:.2f}x idle, {busy.by_K[args.K].speedup:.2f}x busy -> {out}")
 
 
 if __name__ == "__main__":

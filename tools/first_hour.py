@@ -31,6 +31,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from picogpt.io.atomic import write_text_atomically
+
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = 'python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --compare'  # the README's
 SPECULATE = shlex.split(COMMAND)
@@ -147,9 +149,7 @@ def main(argv=None):
     print(json.dumps(results["steps"]))
     out = REPO / ("benchmarks" if args.save else "build") / "first-hour.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1) + "\n")
-    tmp.replace(out)
+    write_text_atomically(out, json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")
     if args.save:
         from picogpt.bench.docs import render_docs

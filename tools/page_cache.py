@@ -14,7 +14,7 @@ published shapes (`python -m picogpt bench` writes them once; so does this tool)
 through a temporary PICOGPT_WEIGHTS_DIR of symbolic links. The notebook then prints nonsense
 tokens; which bytes it reads does not depend on the values.
 
-    .venv/bin/python tools/page_cache.py                   # notebook 01 -> benchmarks/page-cache.json
+    .venv/bin/python tools/page_cache.py --save            # notebook 01 -> benchmarks/page-cache.json
     .venv/bin/python tools/page_cache.py --notebook notebooks/05-speedup.ipynb \
         --out benchmarks/page-cache-05.json --executed 05-on-gpt2.ipynb   # keep the executed copy
 """
@@ -32,7 +32,9 @@ from pathlib import Path
 
 from picogpt.bench.checkpoints import random_checkpoint, shown_path
 from picogpt.bench.goals import load_goals
+from picogpt.bench.report import results_path
 from picogpt.course.pair import ENV as COURSE_MODELS_ENV, PAIRS
+from picogpt.io.atomic import write_text_atomically
 from picogpt.io.registry import checkpoint_path, is_available
 from picogpt.perf import machine
 
@@ -104,7 +106,9 @@ def run_notebook(notebook, env, out_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--notebook", default=str(REPO / "notebooks" / "01-gpt2-in-numpy.ipynb"))
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "page-cache.json"))
+    parser.add_argument("--out", default=None, help="the results file (default: build/bench/page-cache.json, or "
+                        "benchmarks/page-cache.json with --save)")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/page-cache.json, to commit it")
     parser.add_argument("--executed", help="also keep the executed notebook at this path")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="picogpt-page-cache-") as tmp:
@@ -137,13 +141,14 @@ def main(argv=None):
     if Path(args.notebook).name == GOAL_NOTEBOOK:
         result.update(goal_gb=goal_gb(), met=touched <= goal_gb() * 1e9)
         goal = f" (goal <= {result['goal_gb']} GB: {'met' if result['met'] else 'missed'})"
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    out = results_path("page-cache.json", args.save, args.out)
+    write_text_atomically(out, json.dumps(result, indent=1) + "\n")
     for f in files:
         print(f"{shown_path(f)}: {before[f] / 1e9:.2f} GB in the page cache before, {after[f] / 1e9:.2f} GB after "
               f"(file {f.stat().st_size / 1e9:.2f} GB)")
     print(f"{result['notebook']} ran in {seconds:.0f} s and touched {touched / 1e9:.2f} GB of the pair's checkpoints"
           f"{goal}; Cached rose by at most "
-          f"{result['cached_rise_peak_bytes'] / 1e9:.2f} GB during the run (every file). Written to {args.out}")
+          f"{result['cached_rise_peak_bytes'] / 1e9:.2f} GB during the run (every file). Written to {out}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ fragmented free memory was when the file was read. `python -m picogpt bench` rec
 for each engine; this tool isolates the effect. It copies the model's fast-path weights into
 anonymous memory three times (in huge pages; in 4 KB pages; in 4 KB pages scattered over
 physical memory) and times one-token decode at context 128 on each, beside the bandwidth
-ceiling, in interleaved rounds. Writes benchmarks/page-sizes.json. Linux only; needs memory
+ceiling, in interleaved rounds. Writes build/bench/page-sizes.json (benchmarks/ with --save). Linux only; needs memory
 for three copies (GPT-2 XL: 19 GB).
 """
 
@@ -28,7 +28,8 @@ import numpy as np
 from picogpt.bench.checkpoints import resolve_models
 from picogpt.bench.decode import prompt_ids
 from picogpt.bench.engines import NumpyEngine
-from picogpt.bench.report import BENCH_DIR
+from picogpt.bench.report import results_path
+from picogpt.io.atomic import write_text_atomically
 from picogpt.bench.rounds import ceiling_tasks, describe_ceiling, interleaved
 from picogpt.io.params import leaves, map_leaves
 from picogpt.perf import machine
@@ -68,7 +69,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt2-xl", help="a model name (random weights if not downloaded)")
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--out", default=str(BENCH_DIR / "page-sizes.json"))
+    parser.add_argument("--out", default=None, help="the results file (default: build/bench/page-sizes.json, or "
+                        "benchmarks/page-sizes.json with --save)")
+    parser.add_argument("--save", action="store_true", help="write benchmarks/page-sizes.json, to commit it")
     args = parser.parse_args()
     (label, (path, source)), = resolve_models([args.model])[0].items()
     model = load_checkpoint(path).prepare()
@@ -97,13 +100,14 @@ def main():
         median = float(np.median(times[(name, 1)]))
         results["engines"][name] = {"median_s": median, "vs_floor": median / floor_s, "runs_s": times[(name, 1)],
                                     "huge_page_fraction": machine.huge_page_fraction(engine.weights)}
-    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    out = results_path("page-sizes.json", args.save, args.out)
+    write_text_atomically(out, json.dumps(results, indent=1) + "\n")
     print(f"{label}: ceiling {ceiling['gb_per_s']:.1f} GB/s, floor {floor_s * 1e3:.1f} ms")
     for name, e in results["engines"].items():
         share = "?" if e["huge_page_fraction"] is None else f"{e['huge_page_fraction']:.0%}"
         print(f"  weights in {name}: decode {e['median_s'] * 1e3:.1f} ms = {e['vs_floor']:.2f}x floor "
               f"({share} of that memory in 2 MB pages)")
-    print(f"saved {args.out}", file=sys.stderr)
+    print(f"saved {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

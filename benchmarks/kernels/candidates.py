@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from picogpt.perf import compiled, kernels
+from picogpt.perf import compiled, kernels, openblas, threads
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "weights" / "kernel-bench"  # git-ignored
@@ -91,16 +91,16 @@ def random_rows(weights, n_rows, seed=1):
 # ---- NumPy's OpenBLAS -------------------------------------------------------------------------
 
 def set_blas_threads(n):
-    """OpenBLAS's thread count (kernels.openblas_thread_setter finds the library); no-op if absent."""
-    setter = kernels.openblas_thread_setter()
+    """OpenBLAS's thread count (perf/openblas.py finds the library); no-op if absent."""
+    setter = openblas.thread_setter()
     if setter is not None:
         setter(n)
 
 
 def find_sgemm():
-    """cblas_sgemm from the OpenBLAS that NumPy ships (found by kernels.openblas_symbol), as a
+    """cblas_sgemm from the OpenBLAS that NumPy ships (found by perf/openblas.py), as a
     ctypes function, or None. Symbols with the `64_` suffix take 64-bit integers, others C ints."""
-    name, sgemm = kernels.openblas_symbol("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
+    name, sgemm = openblas.symbol("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
     if sgemm is None:
         return None
     integer = ctypes.c_int64 if name.endswith("64_") else ctypes.c_int
@@ -150,7 +150,7 @@ def panels_by_band(x, W, b, add_panel):
     adds the panel W[i:stop] (b rows at a time) into the band's partial sum; the bands' sums
     added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
     x = np.ascontiguousarray(x)
-    parts = kernels.bands(W.shape[0], kernels.n_threads())
+    parts = threads.bands(W.shape[0], threads.n_threads())
     partial = np.zeros((len(parts), x.shape[0], W.shape[1]), np.float32)  # [n_parts, n_rows, n_out]
 
     def work(first, last):
@@ -159,7 +159,7 @@ def panels_by_band(x, W, b, add_panel):
             for i in range(lo, hi, b):
                 add_panel(x, W, partial[p], i, min(i + b, hi))
 
-    kernels.parallel(work, len(parts), chunks_per_thread=1)
+    threads.parallel(work, len(parts), chunks_per_thread=1)
     return partial.sum(0)
 
 
@@ -187,7 +187,7 @@ def row_panels_gemv(b):
         def work(start, stop):  # [.., n_rows, 1, b] @ [.., 1, b, n_out] -> [.., n_rows, 1, n_out]
             np.matmul(x_panels[start:stop], panels[start:stop], out=partial[start:stop])
 
-        kernels.parallel(work, n_panels)
+        threads.parallel(work, n_panels)
         return partial.sum(0)[:, 0]
     return multiply
 
@@ -206,7 +206,7 @@ def column_blocks(x, W):
     def work(start, stop):  # [n_rows, n_in] @ [.., n_in, c] -> [.., n_rows, c]
         np.matmul(x, blocks[start:stop], out=out_blocks[start:stop])
 
-    kernels.parallel(work, n_blocks)
+    threads.parallel(work, n_blocks)
     if n_blocks * c < n_out:
         out[:, n_blocks * c:] = x @ W[:, n_blocks * c:]
     return out
@@ -232,7 +232,7 @@ def tiles_sgemm(x, W):
     def work(start, stop):  # [.., 1, n_rows, b] @ [.., n_cols, b, c] -> [.., n_cols, n_rows, c]
         np.matmul(x_bands[start:stop], tiles[start:stop], out=partial[start:stop])
 
-    kernels.parallel(work, n_bands)
+    threads.parallel(work, n_bands)
     out = np.zeros((n_rows, n_out), np.float32)
     out[:, :n_cols * c] = partial.sum(0).transpose(1, 0, 2).reshape(n_rows, n_cols * c)
     if n_bands * b < n_in:
@@ -260,7 +260,7 @@ def tiles_gemv(b_target, c_target):
         def work(start, stop):  # [.., 1, n_rows, 1, b] @ [.., n_cols, 1, b, c] -> [.., n_cols, n_rows, 1, c]
             np.matmul(x_bands[start:stop], tiles[start:stop], out=partial[start:stop])
 
-        kernels.parallel(work, n_bands)
+        threads.parallel(work, n_bands)
         return partial.sum(0)[:, :, 0].transpose(1, 0, 2).reshape(n_rows, n_out)
     return multiply
 
@@ -290,14 +290,14 @@ def transposed_blocks(copies, block=64):
         n_rows = x.shape[0]
         out = np.empty((n_rows, n_out), np.float32)
         if n_rows == 1:
-            parts = kernels.bands(n_out, kernels.n_threads())
+            parts = threads.bands(n_out, threads.n_threads())
 
             def gemv(first, last):  # [n, n_in] @ [n_in] -> [n]
                 for p in range(first, last):
                     lo, hi = parts[p]
                     np.matmul(W_t[lo:hi], x[0], out=out[0, lo:hi])
 
-            kernels.parallel(gemv, len(parts), chunks_per_thread=1)
+            threads.parallel(gemv, len(parts), chunks_per_thread=1)
             return out
         n_blocks = n_out // block
         blocks = W_t[:n_blocks * block].reshape(n_blocks, block, n_in).transpose(0, 2, 1)  # [n_blocks, n_in, block]
@@ -306,7 +306,7 @@ def transposed_blocks(copies, block=64):
         def work(start, stop):  # [n_rows, n_in] @ [.., n_in, block] -> [.., n_rows, block]
             np.matmul(x, blocks[start:stop], out=out_blocks[start:stop])
 
-        kernels.parallel(work, n_blocks)
+        threads.parallel(work, n_blocks)
         if n_blocks * block < n_out:
             out[:, n_blocks * block:] = x @ W_t[n_blocks * block:].T
         return out
@@ -332,7 +332,7 @@ class Candidate:
 def candidates(sgemm, copies=None):
     """{label: Candidate}, the baseline first. `sgemm` None leaves out the ctypes ones; `copies`
     (transposed_copies) adds the transposed-copy reference."""
-    many = kernels.n_threads()  # OpenBLAS's threads, or ours, one per core
+    many = threads.n_threads()  # OpenBLAS's threads, or ours, one per core
     found = {
         BASELINE: Candidate(one_row, many),
         "one row, OpenBLAS 1 thread": Candidate(one_row, 1),
@@ -464,7 +464,7 @@ def loop_mode(args, sgemm, n_loops=12, k_draft=4, n_score_rows=5):
     draft = make_weights(args.data, "small", MODELS["small"], args.layers)
     x_draft, x_score = random_rows(draft, 1), random_rows(target, n_score_rows)
     x_decode = {n_in: x[:1] for n_in, x in x_score.items()}
-    many = kernels.n_threads()
+    many = threads.n_threads()
     schemes = {  # (draft, target score, target decode)
         "A: OpenBLAS threads throughout": (Candidate(one_row, many), Candidate(plain, many), Candidate(one_row, many)),
         "B: draft on OpenBLAS threads, target kernels.matmul (OpenBLAS 1 thread)":
@@ -494,7 +494,7 @@ def loop_mode(args, sgemm, n_loops=12, k_draft=4, n_score_rows=5):
 
 
 def helper_start_us(n_calls=300, gap_s=0.0005, chunk_s=0.0003):
-    """Microseconds from calling kernels.parallel to a helper thread starting its first chunk,
+    """Microseconds from calling threads.parallel to a helper thread starting its first chunk,
     once per call (calls `gap_s` apart, so the helpers are asleep as between two products);
     each chunk sleeps `chunk_s`, releasing the GIL as the compiled product does."""
     delays = []
@@ -505,7 +505,7 @@ def helper_start_us(n_calls=300, gap_s=0.0005, chunk_s=0.0003):
             first.setdefault(threading.current_thread().name, time.perf_counter() - started)
             time.sleep(chunk_s)
 
-        kernels.parallel(chunk, 4, chunks_per_thread=2)
+        threads.parallel(chunk, 4, chunks_per_thread=2)
         delays += [1e6 * s for name, s in first.items() if name != threading.main_thread().name]
         time.sleep(gap_s)
     return delays
@@ -532,10 +532,10 @@ def one_row_mode(args, sgemm, between=6400):
         return Candidate(multiply, candidate.blas_threads)
 
     found = {label: with_work_between(candidate) for label, candidate in found.items()}
-    wake_us = helper_start_us() if kernels.n_threads() > 1 else []
+    wake_us = helper_start_us() if threads.n_threads() > 1 else []
     if wake_us:
         print(f"a sleeping helper thread starts its first chunk {np.median(wake_us):.0f} us (median; p90 "
-              f"{np.percentile(wake_us, 90):.0f} us) after kernels.parallel is called", flush=True)
+              f"{np.percentile(wake_us, 90):.0f} us) after threads.parallel is called", flush=True)
     shapes = []
     for model in args.models:
         weights = make_weights(args.data, model, MODELS[model], args.layers)
@@ -560,7 +560,7 @@ def busy_mode(args, sgemm, busy_s=60):
     weights = make_weights(args.data, "small", MODELS["small"], args.layers)
     five = random_rows(weights, 5)
     one = {n_in: x[:1] for n_in, x in five.items()}
-    many = kernels.n_threads()
+    many = threads.n_threads()
     calls = {"x @ W, OpenBLAS threads, 5 rows": (Candidate(plain, many), five),
              "x[:1] @ W, OpenBLAS threads, 1 row": (Candidate(one_row, many), one),
              "kernels.matmul, 5 rows": (Candidate(kernels.matmul, 1), five),
@@ -652,7 +652,7 @@ def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2
         print("numba is not installed: nothing to measure (pip install 'picogpt[fast]')")
         return {"compute": [], "memory_gbs": None}
     rng = np.random.default_rng(0)
-    n_threads = kernels.n_threads()
+    n_threads = threads.n_threads()
 
     def arithmetic_gbs(n_rows, threads, aligned):  # median of args.runs timings, GB/s of W summed over threads
         Ws = [placed_at(shape, offset, rng) for _ in range(threads)]
@@ -708,7 +708,7 @@ def machine():
             cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": kernels.n_threads(), "numpy": np.__version__,
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads.n_threads(), "numpy": np.__version__,
             "python": platform.python_version()}
 
 

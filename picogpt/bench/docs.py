@@ -375,7 +375,7 @@ def kernel_one_row_table(results, source):
     wake = results.get("helper_start_us") or []
     if wake:
         lines.append(f"A sleeping helper thread started its first chunk a median {np.median(wake):.0f} us "
-                     f"(p90 {np.percentile(wake, 90):.0f} us) after `kernels.parallel` was called.")
+                     f"(p90 {np.percentile(wake, 90):.0f} us) after `threads.parallel` was called.")
     return [*lines, "", *table_lines(["model", "shape", "MB each", *ways], rows)]
 
 

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from ..io.params import leaves, named_tensors
-from ..perf import kernels
+from ..perf import threads
 
 
 class NumpyEngine:
@@ -63,7 +63,7 @@ def torch_gpt2(model):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     c = model.config
-    torch.set_num_threads(kernels.n_threads())
+    torch.set_num_threads(threads.n_threads())
     config = GPT2Config(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, n_positions=c.n_ctx,
                         vocab_size=c.n_vocab, layer_norm_epsilon=c.layer_norm_epsilon,
                         bos_token_id=0, eos_token_id=0)

@@ -4,23 +4,17 @@ measurement, and the reading of the committed benchmarks/bench.json (notebook 05
 The Markdown documents rendered from the committed JSON are docs.py's."""
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import PicoGPTError
 from ..io.atomic import atomic_write, write_text_atomically
-from ..io.registry import SOURCE_TREE
+from ..io.registry import SOURCE_TREE, in_source_checkout, user_cache_dir
 from ..perf import speedup
 
 BENCH_DIR = SOURCE_TREE / "benchmarks"  # the committed results: written only by `bench --save`
 BENCH_JSON = BENCH_DIR / "bench.json"
-
-
-def in_source_checkout():
-    """Whether picogpt runs from the repository (pip install -e .), not from an installed wheel."""
-    return (SOURCE_TREE / "pyproject.toml").is_file() and (SOURCE_TREE / "picogpt").is_dir()
 
 
 def scratch_dir():
@@ -29,8 +23,7 @@ def scratch_dir():
     the repository's files unless asked to (`--save`)."""
     if in_source_checkout():
         return SOURCE_TREE / "build" / "bench"
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "picogpt" / "bench"
+    return user_cache_dir("bench", "the bench's --out")
 
 
 def committed_dir():
@@ -39,6 +32,14 @@ def committed_dir():
         raise PicoGPTError("bench --save writes the repository's benchmarks/ folder, and picogpt runs from an "
                            "installed package here: run it from a clone (pip install -e .), or use --out DIR")
     return BENCH_DIR
+
+
+def results_path(name, save=False, out=None):
+    """Where a measuring tool writes its results file `name`: `out` if given, else benchmarks/
+    when the user asks to commit it (`save`), else the scratch folder (nothing committed changes)."""
+    if out:
+        return Path(out)
+    return (committed_dir() if save else scratch_dir()) / name
 
 
 def to_json(results):

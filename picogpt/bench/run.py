@@ -26,7 +26,7 @@ import time
 
 from ..errors import PicoGPTError
 from ..io.registry import EMBEDDED
-from ..perf import compiled, kernels, machine
+from ..perf import compiled, machine, threads
 from .checkpoints import resolve_models
 from .decode import bench_model
 from .end_to_end import end_to_end
@@ -67,7 +67,7 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
     models, notes = resolve_models(names)
     results = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "command": "python -m picogpt bench" + (" --quick" if quick else ""),
-               "machine": {**machine.machine_info(), "threads_used": kernels.n_threads(),
+               "machine": {**machine.machine_info(), "threads_used": threads.n_threads(),
                            "kernel": compiled.name(),
                            "torch_env": {key: os.environ.get(key) for key in TORCH_ENV}},
                "load_average_before": machine.load_average(),

@@ -105,18 +105,6 @@ def read_raw_header_from(f, path):
     return header, 8 + n_header
 
 
-def read_raw_header(path):
-    """The header as parsed JSON (its __metadata__ included) and where the tensor data starts."""
-    with open_checkpoint(path) as f:
-        return read_raw_header_from(f, Path(path))
-
-
-def read_metadata(path):
-    """The header's __metadata__ ({str: str}; {} if it has none)."""
-    metadata = read_raw_header(path)[0].get("__metadata__")
-    return metadata if isinstance(metadata, dict) else {}
-
-
 def validated_entries(path, header, data_start, size):
     """{name: (dtype, shape, begin, end)} of a parsed header, every field checked against the
     size of the file."""
@@ -269,7 +257,7 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None, progress=False)
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # pad so tensor data starts 8-byte aligned
-    with atomic_write(path) as f, tqdm(total=offset, unit="B", unit_scale=True, unit_divisor=1024,
+    with atomic_write(path) as f, tqdm(total=offset, unit="B", unit_scale=True, unit_divisor=1000,
                                        desc=Path(path).name, disable=not progress, dynamic_ncols=True) as bar:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)

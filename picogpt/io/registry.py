@@ -37,16 +37,25 @@ def weights_dir():
     chosen = os.environ.get("PICOGPT_WEIGHTS_DIR")
     if chosen:
         return Path(chosen)
-    if (SOURCE_TREE / "pyproject.toml").is_file() and (SOURCE_TREE / "picogpt").is_dir():
-        return REPO_WEIGHTS
+    return REPO_WEIGHTS if in_source_checkout() else user_cache_dir("weights", "PICOGPT_WEIGHTS_DIR")
+
+
+def in_source_checkout():
+    """Whether picogpt runs from its repository (pip install -e .), not from an installed wheel."""
+    return (SOURCE_TREE / "pyproject.toml").is_file() and (SOURCE_TREE / "picogpt").is_dir()
+
+
+def user_cache_dir(what, variable):
+    """picogpt's folder `what` in the user's cache ($XDG_CACHE_HOME, else ~/.cache); without a
+    home folder, an error naming `variable`, which chooses the folder instead."""
     cache = os.environ.get("XDG_CACHE_HOME")
     if not cache:
         try:
             cache = Path.home() / ".cache"
         except RuntimeError:  # no $HOME and no user entry to find it from (some containers)
-            raise PicoGPTError("cannot tell where to keep downloaded weights: $HOME is not set; set "
-                               "PICOGPT_WEIGHTS_DIR to a folder you can write to") from None
-    return Path(cache) / "picogpt" / "weights"
+            raise PicoGPTError(f"cannot tell where to keep picogpt's {what}: $HOME is not set; set "
+                               f"{variable} to a folder you can write to") from None
+    return Path(cache) / "picogpt" / what
 
 
 def model_names():

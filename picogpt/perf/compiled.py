@@ -13,7 +13,7 @@ once per row). This one is a dozen lines of loops that numba compiles:
 
 W is read from memory once; each row of x re-reads the 8 KB segment from L1, and the
 accumulator is loaded and stored once per 8 input rows, not once per input row. Threads take
-bands of input rows (kernels.parallel) and add their partial sums at the end. The vector loop
+bands of input rows (threads.parallel) and add their partial sums at the end. The vector loop
 starts where W's rows cross a 32-byte boundary (`lead`): safetensors aligns tensors to 8 bytes
 only, and a 32-byte load that straddles two cache lines costs about two. What it costs against
 one row, and against the alternatives, is measured by benchmarks/kernels/candidates.py (results

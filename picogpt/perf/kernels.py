@@ -24,205 +24,31 @@ and re-reads weights already in L2 several times faster. So:
 Every candidate is re-runnable in benchmarks/kernels/candidates.py, which measures them side by
 side (results in benchmarks/kernels/); `matmul` names its choice in `route`.
 
-Threads: OpenBLAS's own threads spin ~0.1 s after each call and slow whatever runs next (the
-other model's call, in a sampling loop), and fight over the cores when the machine is busy. So
-the fast path runs OpenBLAS on ONE thread (`use_own_threads`, called when a model first runs on
-it) and shares every big product among its own threads, which take chunks from a common
-counter: a thread the OS delays does not hold the others up. PICOGPT_THREADS sets how many
-(default: the cores this process may use).
+Threads: big products are shared among picogpt's own threads (perf/threads.py), with OpenBLAS
+on one thread (perf/openblas.py); `prepare` sets that up before a model's first call.
 """
 
-import contextlib
-import ctypes
-import functools
-import glob
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import PicoGPTError
-from . import compiled
+from . import compiled, openblas
+from .threads import CHUNKS_PER_THREAD, bands, n_threads, parallel
 
 TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 floats at XL)
 MAX_TILED_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
 BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
 ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
-CHUNKS_PER_THREAD = 4
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
-THREADS_ENV = "PICOGPT_THREADS"
-MAX_THREADS_PER_CORE = 4  # more threads than cores only take turns; each costs a stack and a share of every product
 VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
-
-
-# ---- threads ---------------------------------------------------------------------------------
-
-def n_threads():
-    """Threads the fast path uses: $PICOGPT_THREADS, else the cores this process may use.
-    (Asked on every product: the variable is read each time, its meaning worked out once.)"""
-    return threads_for(os.environ.get(THREADS_ENV, "").strip())
-
-
-@functools.cache
-def threads_for(value):
-    """The thread count a value of $PICOGPT_THREADS stands for ('' for unset): a whole number
-    from 1 to MAX_THREADS_PER_CORE per usable core, written in ASCII digits."""
-    if not value:
-        return usable_cores()
-    most = MAX_THREADS_PER_CORE * usable_cores()
-    if not (value.isascii() and value.isdigit() and len(value) <= 6 and 1 <= int(value) <= most):
-        raise PicoGPTError(f"{THREADS_ENV}={value[:20]!r}: expected a whole number of threads from 1 to {most} "
-                           f"({MAX_THREADS_PER_CORE} per core this process may use), or unset it to use every core")
-    return int(value)
-
-
-def usable_cores():
-    """The cores this process may run on (its CPU affinity where the OS tells it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-def openblas_symbol(*names):
-    """(name, ctypes function) for the first of `names` found in the OpenBLAS that NumPy ships
-    (numpy.libs/ on Linux and Windows, .dylibs/ on macOS), or (None, None)."""
-    numpy_dir = os.path.dirname(np.__file__)
-    for pattern in ("../numpy.libs/*openblas*", ".libs/*openblas*", ".dylibs/*openblas*", "../numpy/.dylibs/*openblas*"):
-        for path in sorted(glob.glob(os.path.join(numpy_dir, pattern))):
-            try:
-                library = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for name in names:
-                if hasattr(library, name):
-                    return name, getattr(library, name)
-    return None, None
-
-
-@functools.cache
-def openblas_thread_setter():
-    """openblas_set_num_threads from the OpenBLAS that NumPy ships, or None if not found."""
-    _, setter = openblas_symbol("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                                "openblas_set_num_threads64_", "openblas_set_num_threads")
-    if setter is not None:
-        setter.argtypes, setter.restype = [ctypes.c_int], None
-    return setter
-
-
-_blas_pinned = False
-
-
-def use_own_threads():
-    """Run OpenBLAS on one thread from now on, in this whole process (our threads share the
-    work instead; see the module docstring). Returns whether OpenBLAS was found."""
-    global _blas_pinned
-    if not _blas_pinned:
-        setter = openblas_thread_setter()
-        if setter is None:
-            return False
-        setter(1)
-        _blas_pinned = True
-    return True
 
 
 def prepare():
     """What the fast path needs before a model's first call, done once per process so that no
-    timed call pays for it: OpenBLAS on one thread (use_own_threads) and the compiled products
-    loaded from numba's cache, or compiled once per install (compiled.enabled)."""
-    use_own_threads()
+    timed call pays for it: OpenBLAS on one thread (openblas.use_own_threads) and the compiled
+    products loaded from numba's cache, or compiled once per install (compiled.enabled)."""
+    openblas.use_own_threads()
     compiled.enabled()
-
-
-@contextlib.contextmanager
-def openblas_on_all_threads():
-    """Within the block, OpenBLAS runs on n_threads() threads of its own (as NumPy uses it
-    outside picogpt); afterwards back to one if the fast path pinned it (the bandwidth ceiling
-    is measured with OpenBLAS's threaded GEMV)."""
-    setter = openblas_thread_setter()
-    if setter is not None and _blas_pinned:
-        setter(n_threads())
-    try:
-        yield
-    finally:
-        if setter is not None and _blas_pinned:
-            setter(1)
-
-
-_pool, _pool_size = None, 0
-
-
-def pool():
-    """Helper threads (n_threads() - 1: the calling thread works too), made on first use."""
-    global _pool, _pool_size
-    size = max(1, n_threads() - 1)
-    if _pool is None or _pool_size != size:
-        _pool, _pool_size = ThreadPoolExecutor(max_workers=size, thread_name_prefix="picogpt"), size
-    return _pool
-
-
-class Chunks:
-    """range(n_items) cut into chunks that any thread may take, one at a time."""
-
-    def __init__(self, function, n_items, n_chunks):
-        self.function, self.n_items = function, n_items
-        self.size = -(-n_items // n_chunks)  # ceil
-        self.next, self.running, self.error = 0, 0, None
-        self.lock = threading.Condition()
-
-    def take(self):
-        with self.lock:
-            if self.next >= self.n_items or self.error is not None:
-                return None
-            start, self.next = self.next, self.next + self.size
-            self.running += 1
-            return start
-
-    def done(self, error=None):
-        with self.lock:
-            self.running -= 1
-            self.error = self.error or error
-            self.lock.notify_all()
-
-    def work(self):
-        while (start := self.take()) is not None:
-            try:
-                self.function(start, min(start + self.size, self.n_items))
-            except BaseException as error:  # handed to the calling thread
-                self.done(error)
-                return
-            self.done()
-
-    def wait(self):
-        """Until every chunk taken is finished (helpers that start later find none left)."""
-        with self.lock:
-            self.lock.wait_for(lambda: self.running == 0)
-        if self.error is not None:
-            raise self.error
-
-
-def parallel(function, n_items, chunks_per_thread=CHUNKS_PER_THREAD):
-    """Call function(start, stop) on consecutive chunks of range(n_items), on all threads.
-
-    The calling thread works too, and chunks go to whichever thread is free, so on a busy
-    machine, where a helper thread may wait milliseconds for a core, the caller does not wait
-    for it: it takes the helper's share and only waits for chunks already being worked on."""
-    if n_items <= 0:
-        return
-    n_helpers = min(n_threads(), n_items) - 1
-    chunks = Chunks(function, n_items, (n_helpers + 1) * chunks_per_thread)
-    for _ in range(n_helpers):
-        pool().submit(chunks.work)
-    chunks.work()
-    chunks.wait()
-
-
-def bands(n, n_parts):
-    """[(start, stop)] cutting range(n) into n_parts contiguous bands."""
-    edges = [n * i // n_parts for i in range(n_parts + 1)]
-    return list(zip(edges[:-1], edges[1:]))
 
 
 # ---- the products ----------------------------------------------------------------------------

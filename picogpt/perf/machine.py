@@ -7,7 +7,6 @@ memory. These two numbers, measured the way the model uses NumPy, are the machin
 a token can take no less than `model.bytes_per_token / bandwidth` seconds.
 """
 
-import ctypes
 import importlib.metadata
 import os
 import platform
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PicoGPTError
-from . import kernels
+from . import openblas
 from .timing import median_seconds
 
 BANDWIDTH_SHAPE = (6400, 1600)  # GPT-2 XL's MLP weight (4 n_embd, n_embd): a decoding-sized matrix
@@ -40,7 +39,7 @@ def gemv_pass(matrices, x):
     """One-row products over every matrix, `W @ x` ([rows, 1600] @ [1600] -> [rows]): each
     weight read once and used for one multiply-add, as in decoding one token. OpenBLAS's GEMV on
     all its threads, even where picogpt's fast path runs OpenBLAS on one (perf/kernels.py)."""
-    with kernels.openblas_on_all_threads():
+    with openblas.on_all_threads():
         return [matrix @ x for matrix in matrices]
 
 
@@ -157,29 +156,13 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def openblas_core():
-    """The kernel set OpenBLAS picked at run time (e.g. 'SkylakeX'), if NumPy uses OpenBLAS."""
-    libs = Path(np.__file__).parent.parent / "numpy.libs"
-    for lib in sorted(libs.glob("*openblas*")) if libs.is_dir() else []:
-        try:
-            blas = ctypes.CDLL(str(lib))
-        except OSError:
-            continue
-        for symbol in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
-            if hasattr(blas, symbol):
-                function = getattr(blas, symbol)
-                function.restype = ctypes.c_char_p
-                return function().decode()
-    return None
-
-
 def blas_info():
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     except Exception:  # older NumPy: no dicts mode
         return {"name": "unknown"}
     return {key: blas.get(key) for key in ("name", "version", "openblas configuration")} | {
-        "runtime core": openblas_core()}
+        "runtime core": openblas.core_name()}
 
 
 def memory_total_gb():
@@ -236,9 +219,3 @@ def page_cache_fraction(path):
     """How much of a file is in the OS page cache (page_cache_bytes), 0..1, or None."""
     resident = page_cache_bytes(path)
     return None if resident is None else round(resident / max(1, os.path.getsize(path)), 3)
-    try:
-        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE", str(path)],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-        return round(int(out[0]) / max(1, int(out[1])), 3)
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return None
