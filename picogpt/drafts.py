@@ -77,7 +77,7 @@ def first_layers(model, n_layer):
                            f"got {n_layer!r}")
     params = {**model.params, "h": model.params["h"][:n_layer]}
     config = dataclasses.replace(model.config, n_layer=n_layer)
-    return GPT2(params, config, name=f"{model.name} first {n_layer}/{total} layers", fast=model.fast)
+    return GPT2(params, config, name=f"{model.name} first {n_layer}/{total} layers")
 
 
 class AdaptiveK:
