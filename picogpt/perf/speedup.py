@@ -288,16 +288,3 @@ def gap_accounting(m):
         out[K] = {"predicted": at.predicted, "measured": at.speedup, "tokens": tokens, "loop_time": loop_time,
                   "autoregressive": autoregressive, "rest": at.speedup / explained}
     return out
-
-
-MOVED_TO_REPORT = ("text_lines", "gap_lines", "busy_warning", "bench_measurements", "BENCH_JSON")
-
-
-def __getattr__(name):
-    """The measurement's text and the reading of benchmarks/bench.json live in bench/report.py;
-    their names still resolve here for code written against this module."""
-    if name in MOVED_TO_REPORT:
-        from ..bench import report
-
-        return getattr(report, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
