@@ -1,7 +1,7 @@
 """The numbers behind the course's pictures, as pure functions (no matplotlib, no widgets):
 toy and real next-token distributions, Theorem 1's panel, the Monte-Carlo of one
 accept/resample step (with a switch to wrong residuals), and the speculative loop's trace as
-tables and marked text (notebooks 03-04), loops whose acceptance varies (05). Tested headless in tests/test_viz*.py.
+tables and marked text (notebooks 03-04), loops whose acceptance varies (05). Tested headless in tests/test_figures*.py and tests/test_theorem1_widget.py.
 
 Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
 token, (f)+ = max(0, f) / Σ max(0, f).

@@ -2,7 +2,7 @@
 
 The explorer's content comes from two pure functions, `explorer_update` (sliders and the
 residual switch -> readout and figure) and `monte_carlo_update` (the Monte-Carlo button ->
-histogram and summary), which tests call without a browser (tests/test_viz_theorem1.py);
+histogram and summary), which tests call without a browser (tests/test_theorem1_widget.py);
 `theorem1_explorer` only connects sliders, the switch and the button to them.
 (The pattern of the jupyter-widgets tutorial "separating the logic from the widgets".)
 """
