@@ -70,9 +70,9 @@ def measure_matmul_gflops(n=1024, repeats=5):
 # Linux's transparent huge pages allow (NumPy asks for them for big arrays). A memory-mapped
 # file lives in the OS page cache, in pieces as big as free memory allowed when it was read:
 # 2 MB on a machine whose memory is not fragmented, small and scattered after long use. The
-# bench records the share of huge pages; on the bench machine it did not predict how fast the
-# mapped weights streamed, and tools/page_sizes.py found scattered pages slower to stream and
-# small pages as such not (benchmarks/README.md, "Mapped weights").
+# bench records the share of huge pages beside each decode speed, and tools/page_sizes.py times
+# the same weights copied into huge, small and scattered pages side by side (their results and
+# what they mean: benchmarks/README.md, "Mapped weights").
 
 def meminfo_bytes():
     """Linux's /proc/meminfo as {name: bytes} ({} elsewhere)."""
