@@ -30,7 +30,8 @@ def end_to_end(pair, paths, temperatures, s, log):
         log(f"speculative vs autoregressive sampling: {pair[0]} -> {pair[1]}, temperature {temperature}, "
             f"K = {', '.join(map(str, s['end_to_end_Ks']))}, N = {s['end_to_end_N']}, {s['end_to_end_repeats']} repeats")
         measurement = speedup.measure_speedup(draft, target, ids, s["end_to_end_N"], s["end_to_end_Ks"],
-                                              repeats=s["end_to_end_repeats"], temperature=temperature)
+                                              repeats=s["end_to_end_repeats"], temperature=temperature,
+                                              progress=True)
         entries.append({"pair": list(pair), "source": {pair[0]: draft_source, pair[1]: target_source},
                         "measurement": speedup.as_dict(measurement)})
     return entries

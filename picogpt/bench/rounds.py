@@ -4,9 +4,11 @@ Everything the bench compares is timed once per round, round after round, so tha
 share the machine's noise; each is the median of the rounds after a warm-up round.
 """
 
+import sys
 import time
 
 import numpy as np
+from tqdm import tqdm
 
 from ..perf import kernels, machine
 from ..perf.timing import timed
@@ -29,8 +31,11 @@ def interleaved(tasks, n_runs, n_warmup, pause_s=PAUSE_S, after_pause=None):
     first call of a multi-threaded product slower; bench.json keeps both, so the difference is
     measured rather than assumed."""
     times = {name: [] for name in tasks}
+    bar = tqdm(total=(n_warmup + n_runs) * len(tasks), desc="timed rounds", unit="call", file=sys.stderr,
+               leave=False, delay=1, disable=None)
     for round_index in range(n_warmup + n_runs):
         for name, (run, after) in tasks.items():
+            bar.update()
             first = None
             if after_pause is not None:
                 first, _ = timed(run)
@@ -42,6 +47,7 @@ def interleaved(tasks, n_runs, n_warmup, pause_s=PAUSE_S, after_pause=None):
                 times[name].append(seconds)
                 if first is not None:
                     after_pause.setdefault(name, []).append(first)
+    bar.close()
     return times
 
 
