@@ -65,6 +65,9 @@ def main(argv=None):
               "slower_when_busy": slower}
     out = results_path("busy.json", args.save, args.out)
     write_text_atomically(out, json.dumps(result, indent=1) + "\n")
+    if args.save:
+        from picogpt.bench.docs import render_docs
+        print("rendered from it:", ", ".join(map(str, render_docs())) or "(no document changed)", file=sys.stderr)
     print(f"{args.busy} busy processes: autoregressive {slower['autoregressive']:.2f}x slower, "
           f"speculative (K = {args.K}) {slower['speculative']:.2f}x slower than idle; "
           f"speedup {idle.by_K[args.K].speedup:.2f}x idle, {busy.by_K[args.K].speedup:.2f}x busy -> {out}")

@@ -108,8 +108,8 @@ def main(argv=None):
         Path(path).write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {path}")
     if args.save:
-        docs.render_docs(documents=["weights/README.md"])
-        print("rendered weights/README.md from it")
+        changed = docs.render_docs()  # every document that quotes it (the model card, the goals)
+        print("rendered from it:", ", ".join(map(str, changed)) or "(no document changed)")
 
 
 if __name__ == "__main__":

@@ -143,6 +143,9 @@ def main(argv=None):
         goal = f" (goal <= {result['goal_gb']} GB: {'met' if result['met'] else 'missed'})"
     out = results_path("page-cache.json", args.save, args.out)
     write_text_atomically(out, json.dumps(result, indent=1) + "\n")
+    if args.save:
+        from picogpt.bench.docs import render_docs
+        print("rendered from it:", ", ".join(map(str, render_docs())) or "(no document changed)", file=sys.stderr)
     for f in files:
         print(f"{shown_path(f)}: {before[f] / 1e9:.2f} GB in the page cache before, {after[f] / 1e9:.2f} GB after "
               f"(file {f.stat().st_size / 1e9:.2f} GB)")

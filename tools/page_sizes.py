@@ -102,6 +102,9 @@ def main():
                                     "huge_page_fraction": machine.huge_page_fraction(engine.weights)}
     out = results_path("page-sizes.json", args.save, args.out)
     write_text_atomically(out, json.dumps(results, indent=1) + "\n")
+    if args.save:
+        from picogpt.bench.docs import render_docs
+        print("rendered from it:", ", ".join(map(str, render_docs())) or "(no document changed)", file=sys.stderr)
     print(f"{label}: ceiling {ceiling['gb_per_s']:.1f} GB/s, floor {floor_s * 1e3:.1f} ms")
     for name, e in results["engines"].items():
         share = "?" if e["huge_page_fraction"] is None else f"{e['huge_page_fraction']:.0%}"
