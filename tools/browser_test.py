@@ -629,9 +629,18 @@ def check_landing(page, server, notebooks, shots):
 
 def check_notebook(page, server, name, shots, workspace):
     """Open, Run All, wait, then: every cell ran, every widget drawn, no widget errors."""
+    return finish_notebook(page, name, shots, *start_notebook(page, server, name, workspace))
+
+
+def start_notebook(page, server, name, workspace):
+    """Open a notebook and start Run All; returns (start time, how it was started)."""
     t0 = time.monotonic()
     open_notebook(page, server, name, workspace)
-    how = run_all_cells(page)
+    return t0, run_all_cells(page)
+
+
+def finish_notebook(page, name, shots, t0, how):
+    """Wait until the notebook started by start_notebook has run, then check its cells and widgets."""
     prompts = wait_until_run(page, name, RUN_ALL_S)
     n_cells = check_all_ran(page, name, prompts)
     n_widgets, n_sliders = check_widgets_drawn(page, name)
@@ -670,8 +679,10 @@ def launch_chromium(playwright):
 
 
 def run_checks(root_dir, notebooks, server, shots, results):
-    """Every check in its own try, so one failure does not hide the others."""
-    from playwright.sync_api import Error as PlaywrightError
+    """Every check in its own try, so one failure does not hide the others: the landing page,
+    the explorer notebook alone (its sliders are timed by hand), then every other notebook that
+    draws widgets, all running at once in their own tabs (each kernel on its own core; they are
+    checked for what they draw, not for how fast they run)."""
     from playwright.sync_api import sync_playwright
 
     widget_notebooks = [n for n in notebooks if n != EXPLORER and uses_widgets(root_dir / n)]
@@ -681,39 +692,67 @@ def run_checks(root_dir, notebooks, server, shots, results):
     else:
         results.append((EXPLORER, False, "missing: the course's Theorem 1 explorer notebook"))
         print(f"FAIL  {EXPLORER}: missing from the served notebooks (the widget contract's explorer)")
-    for i, name in enumerate(widget_notebooks):
-        checks.append((name, lambda page, name=name, i=i:
-                       check_notebook(page, server, name, shots, f"nb{i}")))
 
     with sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         try:
             for name, check in checks:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.set_default_timeout(60_000)
-                console = []
-                page.on("console", lambda m, c=console: m.type == "error"
-                        and c.append(f"console error: {m.text}"))
-                page.on("pageerror", lambda e, c=console: c.append(f"uncaught: {e}"))
-                page.on("request", lambda r, c=console: r.url.startswith(LOCAL_URLS)
-                        or c.append(f"request to outside the machine (blocked): {r.url}"))
+                page, console = new_page(browser)
                 t0 = time.monotonic()
-                try:
-                    detail = check(page)
-                    results.append((name, True, detail))
-                    print(f"PASS  {name}: {detail}")
-                except (CheckFailed, PlaywrightError) as exc:
-                    shots.take(page, f"{Path(name).stem}-FAILED")
-                    message = str(exc).removeprefix(f"{name}: ")
-                    results.append((name, False, message))
-                    print(f"FAIL  {name}: {message}")
-                for line in console[:10]:
-                    print(f"  browser: {line[:300]}")
+                report(results, name, page, console, shots, lambda: check(page))
                 print(f"  ({time.monotonic() - t0:.0f} s)")
                 page.close()
                 server.end_sessions()
+            t0, started = time.monotonic(), []
+            for i, name in enumerate(widget_notebooks):  # Run All in every tab first ...
+                page, console = new_page(browser)
+                begun = report(results, name, page, console, shots,
+                               lambda: start_notebook(page, server, name, f"nb{i}"), quiet=True)
+                started.append((name, page, console, begun))
+            for name, page, console, begun in started:  # ... then wait for each and check it
+                if begun is not None:
+                    report(results, name, page, console, shots, lambda: finish_notebook(page, name, shots, *begun))
+                page.close()
+            if started:
+                print(f"  ({time.monotonic() - t0:.0f} s for {len(started)} notebooks side by side)")
+            server.end_sessions()
         finally:
             browser.close()
+
+
+def new_page(browser):
+    """A tab that records console errors, uncaught exceptions and requests leaving the machine."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(60_000)
+    console = []
+    page.on("console", lambda m, c=console: m.type == "error" and c.append(f"console error: {m.text}"))
+    page.on("pageerror", lambda e, c=console: c.append(f"uncaught: {e}"))
+    page.on("request", lambda r, c=console: r.url.startswith(LOCAL_URLS)
+            or c.append(f"request to outside the machine (blocked): {r.url}"))
+    return page, console
+
+
+def report(results, name, page, console, shots, check, quiet=False):
+    """Run one check; record and print PASS (unless quiet) or FAIL with a screenshot. Returns
+    what the check returned, or None if it failed."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    try:
+        detail = check()
+    except (CheckFailed, PlaywrightError) as exc:
+        shots.take(page, f"{Path(name).stem}-FAILED")
+        message = str(exc).removeprefix(f"{name}: ")
+        results.append((name, False, message))
+        print(f"FAIL  {name}: {message}")
+        detail = None
+    else:
+        if not quiet:
+            results.append((name, True, detail))
+            print(f"PASS  {name}: {detail}")
+    for line in console[:10]:
+        print(f"  browser: {line[:300]}")
+    console.clear()
+    return detail
 
 
 def on_timeout(signum, frame):

@@ -41,7 +41,8 @@ def settings(quick=False, **overrides):
                   score_sizes=(2, 3, 5, 9) if quick else tuple(range(2, 10)), score_context=128,
                   plain_score_sizes=(2, 5, 9),  # the plain path's GEMM is slow: fewer sizes
                   ceiling_bytes=int(0.75e9 if quick else 1.6e9), prompt_tokens=8,
-                  with_torch=True, with_plain=True, with_in_memory=True, pause_s=PAUSE_S,
+                  with_torch=True, with_plain=True, with_in_memory=True,
+                  pause_s=PAUSE_S / 4 if quick else PAUSE_S,  # a first look shortens the pauses too
                   # end to end on random weights the temperature sets alpha: the flatter both
                   # distributions, the more two random models agree (bench.json records alpha_hat)
                   end_to_end_temperatures=(3.0,) if quick else (1.0, 2.0, 3.0),
