@@ -125,8 +125,13 @@ def test_goals_come_from_the_goals_file(results, tmp_path):
         {"goal": "speedup", "metric": "speedup", "params": {"alpha": 0.5, "K": 2}, "at_least": 1e9},
         {"goal": "bytes", "metric": "bytes_beside_checkpoint", "params": {"model": "target"}, "at_most": 0},
         {"goal": "teaching", "metric": "best_speedup", "params": {"pair": "teaching"}, "at_least": 2.0},
+        {"goal": "best K", "metric": "best_speedup_at_alpha", "params": {"alpha": 0.0}, "at_least": 1.0},
+        {"goal": "c", "metric": "in_loop_cost_ratio", "params": {"alpha": 0.0}, "at_most": 1.0},
         {"goal": "not by the bench", "metric": None, "at_most": 1.6, "measured_by": "tools/x.py"}]}))
     scored = {g["goal"]: g for g in goals.score_goals(results, path)}
+    lowest = min((speedup.from_dict(e["measurement"]) for e in results["speculative"]), key=lambda m: m.alpha_hat)
+    assert scored["best K"]["value"] == max(at.speedup for at in lowest.by_K.values())
+    assert scored["c"]["value"] == lowest.t_draft_s / lowest.t_target_s
     assert scored["speedup"]["met"] is False and scored["speedup"]["direction"] == "at_least"
     assert scored["bytes"] == {"goal": "bytes", "value": 0, "limit": 0, "direction": "at_most", "stretch": None,
                                "unit": "", "met": True, "measured_by": None}
@@ -160,7 +165,8 @@ def test_the_committed_goals_are_scored_by_name(results):
     assert [g["goal"] for g in results["goals"]] == [g["goal"] for g in committed]
     assert {g["metric"] for g in committed} - {None} <= {
         "speedup", "prediction_error", "in_loop_score_ratio", "score_ratio", "decode_vs_floor",
-        "in_loop_decode_vs_floor", "bytes_beside_checkpoint", "ready_minus_decode_s", "best_speedup", "result_file"}
+        "in_loop_decode_vs_floor", "bytes_beside_checkpoint", "ready_minus_decode_s", "best_speedup", "result_file",
+        "best_speedup_at_alpha", "in_loop_cost_ratio"}
 
 
 def test_results_are_saved_with_a_figure_and_tables(results, saved):

@@ -66,12 +66,17 @@ def metric_value(results, metric, params, within, folder=GOALS_JSON.parent):
     if metric == "result_file":
         return result_file_value(folder, params)
     alpha, K = params.get("alpha"), params.get("K")
-    if metric in ("speedup", "prediction_error", "in_loop_score_ratio", "in_loop_decode_vs_floor"):
+    if metric in ("speedup", "best_speedup_at_alpha", "prediction_error", "in_loop_score_ratio",
+                  "in_loop_decode_vs_floor", "in_loop_cost_ratio"):
         m = at_alpha(results, alpha, within)
         if m is None or (K is not None and K not in m.by_K):
             return None
         if metric == "speedup":
             return m.by_K[K].speedup
+        if metric == "best_speedup_at_alpha":  # at the K that measured best
+            return max(at.speedup for at in m.by_K.values())
+        if metric == "in_loop_cost_ratio":  # c = t_draft / t_target, both timed inside the loops
+            return m.t_draft_s / m.t_target_s
         if metric == "prediction_error":
             return abs(m.by_K[K].speedup / m.by_K[K].predicted - 1)
         if metric == "in_loop_score_ratio":

@@ -217,6 +217,8 @@ def goal_value(value, unit):
         return f"{value * 100:.0f}%"
     if unit == "bytes":
         return f"{int(value):,} bytes"
+    if not unit and abs(value) < 1:
+        return f"{value:.3f}"  # a ratio below 1 (c): a third digit, so 0.085 does not print as 0.09
     return f"{value:.2f}{unit}"
 
 
