@@ -168,17 +168,16 @@ def speculate_report(args, draft, target, result, ars, measurement):
 
 
 def compare(args, draft, target, ids, on_loop):
-    """--compare: perf/speedup.py's measurement (a warm-up of both algorithms, then `--repeats`
-    interleaved timed runs of each, seeds seed .. seed + repeats - 1), as the bench and notebook
-    05 time it. Returns (first speculative run, first autoregressive run, SpeedupMeasurement)."""
-    from .perf import speedup
+    """--compare: perf/speedup.measure_speedup, as the bench and notebook 05 time it (a warm-up of
+    both algorithms, then `--repeats` interleaved timed runs of each, seeds seed .. seed +
+    repeats - 1). Returns (first speculative run, first autoregressive run, SpeedupMeasurement)."""
+    from .perf.speedup import measure_speedup
 
-    controls = sampling_controls(args)
-    speedup.warm_up(draft, target, ids, [args.K], min(args.N, 4), args.seed, controls)
-    ar_runs, spec_runs = speedup.interleaved_runs(draft, target, ids, args.N, [args.K], args.repeats, args.seed,
-                                                  controls, on_loop=on_loop, progress=not args.json)
-    measurement = speedup.summarise(draft.name, target.name, args.N, controls, ar_runs, spec_runs)
-    return spec_runs[args.K][0], ar_runs[0], measurement
+    first = {}  # K (None: autoregressive) -> the first timed run, whose text is printed
+    measurement = measure_speedup(draft, target, ids, args.N, [args.K], repeats=args.repeats, seed=args.seed,
+                                  **sampling_controls(args), on_loop=on_loop, progress=not args.json,
+                                  on_run=lambda K, run: first.setdefault(K, run))
+    return first[args.K], first[None], measurement
 
 
 def cmd_speculate(args):

@@ -58,7 +58,7 @@ def measure_strategy(name, draft, target, ids, N, K, repeats=3, **controls):
     """measure_speedup on one strategy and one K, with its loops kept for the prediction."""
     runs = []
     m = speedup.measure_speedup(draft, target, ids, N, [K], repeats=repeats,
-                                on_run=lambda K, run: runs.append(run), **controls)
+                                on_run=lambda K, run: runs.append(run) if K is not None else None, **controls)
     loops = steady_loops(runs)
     at = m.by_K[K]
     t_draft_s = m.t_draft_s if np.isfinite(m.t_draft_s) else 0.0  # a draft that never proposed costs nothing

@@ -217,8 +217,9 @@ def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=
     seed + r for every variant); returns a SpeedupMeasurement. warm_up runs first (not counted).
     `on_loop(trace)` sees every loop of the first speculative run (the command line streams its
     text); `progress` shows a bar over the runs. `draft` is a model or any draft
-    speculative_sampling takes (picogpt/drafts.py); `on_run(K, result)` sees every timed
-    speculative run as it ends (notebook 06 reads its loops, notebooks draw their bars)."""
+    speculative_sampling takes (picogpt/drafts.py); `on_run(K, result)` sees every timed run as
+    it ends, K None for an autoregressive one (notebook 06 reads the loops, notebooks draw their
+    bars, the command line keeps the first run of each to print)."""
     Ks = [int(K) for K in Ks]
     if not Ks or repeats < 1 or N < 2:
         raise PicoGPTError(f"measure_speedup needs at least one K (got {Ks}), repeats >= 1 (got {repeats}) "
@@ -254,12 +255,12 @@ def interleaved_runs(draft, target, ids, N, Ks, repeats, seed, controls, on_loop
             bar = tqdm(total=len(runs), initial=i, desc="timed runs", unit="run", file=sys.stderr, leave=False,
                        delay=0.5, disable=None)
         if K is None:
-            ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
+            ar_runs.append(run := autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
         else:
-            spec_runs[K].append(speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat,
-                                                     on_loop=on_loop if i == 0 else None, **controls))
-            if on_run is not None:
-                on_run(K, spec_runs[K][-1])
+            spec_runs[K].append(run := speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat,
+                                                            on_loop=on_loop if i == 0 else None, **controls))
+        if on_run is not None:
+            on_run(K, run)
         if bar is not None:
             bar.update()
     if bar is not None:
