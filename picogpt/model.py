@@ -6,6 +6,7 @@ checkpoint's own arrays, exactly as gpt2.py reads. `load_checkpoint` reads a saf
 """
 
 import contextlib
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ class GPT2:
         """Bytes of float32 weights."""
         return sum(a.nbytes for a in self.arrays)
 
-    @property
+    @functools.cached_property
     def bytes_per_token(self):
         """Bytes of weights one decoding step reads: all of them, except that wpe is read one row."""
         wpe = self.params["wpe"]["weight"]
@@ -149,9 +150,11 @@ class GPT2:
         ids = self.validate_inputs(ids, cache)
         if self.reads_checkpoint():
             self.ensure_checkpoint_unchanged()
-        with unchanged_on_error(cache):  # the fast path: the same forward pass and weights, a faster matmul
-            return self.ensure_finite(gpt2(ids, self.prepare().fast_params, self.config, cache,
-                                           matmul=kernels.matmul))
+        fast_params = self.prepare().fast_params
+        # the fast path: the same forward pass and weights, a faster matmul (with helper threads
+        # ready for the length of the call, if the model is big enough to use them)
+        with unchanged_on_error(cache), kernels.call(self.bytes_per_token):
+            return self.ensure_finite(gpt2(ids, fast_params, self.config, cache, matmul=kernels.matmul))
 
     def plain(self, ids, cache=None):
         """The same logits from the checkpoint's arrays as they are, by gpt2.py with np.matmul:

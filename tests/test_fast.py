@@ -42,15 +42,26 @@ def test_parallel_hands_an_error_to_the_caller():
         threads.parallel(fail_at_500, 1000)
 
 
-@pytest.fixture(params=["numpy", "numba"])
+@pytest.fixture(params=["numpy", "numba", "team"])
 def kernel(request, monkeypatch):
-    """Each product test runs twice: NumPy alone, and with the compiled kernel (perf/compiled.py)."""
-    if request.param == "numba" and compiled.compile_kernel() is None:
+    """Each product test runs three times: NumPy alone, with the compiled kernel
+    (perf/compiled.py), and with the compiled kernel on a team of helper threads ready for the
+    length of a model call (perf/team.py), the test standing for that call."""
+    if request.param != "numpy" and compiled.compile_kernel() is None:
         pytest.skip("numba is not installed (pip install 'picogpt[fast]')")
-    monkeypatch.setenv(compiled.KERNEL_ENV, request.param)
+    monkeypatch.setenv(compiled.KERNEL_ENV, "numpy" if request.param == "numpy" else "numba")
     # the shapes here are small: take the threads' paths for one row too (see the test of ONE_CORE_BYTES)
     monkeypatch.setattr(kernels, "ONE_CORE_BYTES", 0)
-    return request.param
+    if request.param != "team":
+        yield request.param
+        return
+    if threads.n_threads() < 2:
+        pytest.skip("a team needs two threads or more")
+    monkeypatch.setattr(kernels, "TEAM_MATRIX", 0)  # every few-row product, however small
+    monkeypatch.setattr(compiled.compile_kernels()["team"], "BUSY_SHARE", 0)  # never rests here
+    with kernels.call(kernels.TEAM_MODEL_BYTES):
+        assert kernels.serving() is not None
+        yield request.param
 
 
 # the last ones: threads, tiles, and for the compiled kernel rows of W not a multiple of 8
@@ -108,23 +119,24 @@ def test_one_row_times_a_matrix_below_one_core_bytes_stays_on_the_calling_thread
     assert len(handed_out) == 2  # a matrix of ONE_CORE_BYTES or more: one row on the threads too
 
 
-ROUTES = {  # (n_rows, shape of W, the LM head's transposed view?) -> product (numba, NumPy alone)
-    (5, (64, 64), False): ("numpy", "numpy"),
-    (1, (1024, 1030), False): ("one_core", "one_core"),
-    (1, (1024, 5000), False): ("compiled_rows", "split_inputs"),
-    (5, (1024, 1030), False): ("compiled_rows", "tiled"),
-    (5, (5000, 1024), True): ("compiled_head", "by_output_rows"),
-    (MAX_TILED_ROWS + 1, (1024, 1030), False): ("split_inputs", "split_inputs"),
+ROUTES = {  # (n_rows, shape of W, the LM head's transposed view?) -> product (NumPy alone, numba, a team)
+    (5, (64, 64), False): ("numpy", "numpy", "numpy"),
+    (1, (1024, 1030), False): ("one_core", "one_core", "team_rows"),
+    (1, (1024, 5000), False): ("split_inputs", "compiled_rows", "team_rows"),
+    (5, (1024, 1030), False): ("tiled", "compiled_rows", "team_rows"),
+    (5, (5000, 1024), True): ("by_output_rows", "compiled_head", "team_head"),
+    (MAX_TILED_ROWS + 1, (1024, 1030), False): ("split_inputs", "split_inputs", "split_inputs"),
 }
 
 
 @pytest.mark.parametrize("case", ROUTES, ids=str)
 def test_each_product_is_chosen_by_a_named_route(kernel, monkeypatch, case):
-    monkeypatch.setattr(kernels, "ONE_CORE_BYTES", 16 << 20)  # the real threshold, not the fixture's 0
+    monkeypatch.setattr(kernels, "ONE_CORE_BYTES", 16 << 20)  # the real thresholds, not the fixture's 0
+    monkeypatch.setattr(kernels, "TEAM_MATRIX", 1 << 18)
     n_rows, shape, transposed = case
     W = np.zeros(shape, np.float32)
     W = W.T if transposed else W
-    expected = ROUTES[case][0 if kernel == "numba" else 1]
+    expected = ROUTES[case][["numpy", "numba", "team"].index(kernel)]
     assert kernels.route(np.zeros((n_rows, W.shape[0]), np.float32), W) == expected
     assert set(kernels.PRODUCTS) >= {expected}
 
@@ -162,7 +174,7 @@ def test_the_compiled_kernel_takes_every_few_row_product_when_enabled(monkeypatc
     def compiled_path(*args):
         raise AssertionError("the compiled kernel was taken")
 
-    if kernel == "numba":
+    if kernel != "numpy":
         monkeypatch.setattr(kernels, "tiled", other_path)
         monkeypatch.setattr(kernels, "split_inputs", other_path)
         monkeypatch.setattr(kernels, "by_output_rows", other_path)

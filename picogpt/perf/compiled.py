@@ -36,6 +36,7 @@ from tqdm import tqdm
 from ..errors import PicoGPTError
 
 KERNEL_ENV = "PICOGPT_KERNEL"
+ROWS, HEAD = 0, 1  # what a team's job computes: band_product's partial sums, or head_product's columns
 SEGMENT = 256  # output columns per step: 8 x 256 float32 = 8 KB of W, kept in L1 for all rows of x
 
 
@@ -112,8 +113,8 @@ def head_product(x, E, out, start, stop, lead=0):
 
 @functools.cache
 def compile_kernels():
-    """{"band": band_product, "head": head_product} compiled by numba, or None, in which case
-    kernels.py runs its NumPy path.
+    """{"band": band_product, "head": head_product, "team": perf/team.py} compiled by numba, or
+    None, in which case kernels.py runs its NumPy path.
 
     numba keeps the machine code on disk (cache=True), so this compiles once per install (a few
     seconds, with a progress bar) and later processes load it in well under a second. Each
@@ -132,16 +133,16 @@ def compile_kernels():
     if numba.config.DISABLE_JIT:
         return unavailable("NUMBA_DISABLE_JIT is set, so numba would run its loops as Python")
     try:
-        functions = {
-            "band": numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})(band_product),
-            "head": numba.njit(nogil=True, cache=True, boundscheck=False,
-                               fastmath={"contract", "reassoc"})(head_product)}
-        calls = [(functions[name], writable) for name in functions for writable in (True, False)]
-        if not all(is_cached(function) for function in functions.values()):
+        from . import team  # numba's own module, with the products compiled as it declares them
+
+        functions = {"band": team.band, "head": team.head, "team": team}
+        calls = [(function, example_arguments(function.py_func, writable))
+                 for function in (team.band, team.head) for writable in (True, False)] + team.example_calls()
+        if not all(is_cached(function) for function, _ in calls):
             calls = tqdm(calls, desc="picogpt: compiling the fast kernels with numba (once per install)",
                          unit="kernel", file=sys.stderr)
-        for function, writable in calls:
-            function(*example_arguments(function.py_func, writable))
+        for function, arguments in calls:
+            function(*arguments)
     except RuntimeError as e:
         if "cannot cache" not in str(e):
             return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
@@ -185,6 +186,14 @@ def compile_head():
     """The compiled head_product, or None (see compile_kernels)."""
     functions = compile_kernels()
     return functions and functions["head"]
+
+
+@functools.cache
+def team(n_helpers):
+    """perf/team.py's Team of n_helpers helper threads (one per size), or None without the
+    compiled kernels."""
+    functions = compile_kernels()
+    return functions and functions["team"].Team(n_helpers)
 
 
 def is_cached(kernel):

@@ -28,6 +28,7 @@ Threads: big products are shared among picogpt's own threads (perf/threads.py), 
 on one thread (perf/openblas.py); `prepare` sets that up before a model's first call.
 """
 
+import contextlib
 import math
 
 import numpy as np
@@ -41,6 +42,39 @@ BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
 ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
+TEAM_MODEL_BYTES = 64 << 20  # a model reading fewer bytes per token (the teaching pair) decodes without a team
+TEAM_MATRIX = 1 << 18  # weights; with a team ready, matrices this big or bigger are shared with it
+TEAM_HEAD_BANDS_PER_THREAD = 8  # the LM head's bands: many, each a contiguous run of wte's rows
+
+
+def team():
+    """The compiled kernels' Team (perf/team.py) for n_threads(), or None (one thread, or no numba)."""
+    return compiled.team(n_threads() - 1) if n_threads() > 1 and compiled.enabled() else None
+
+
+_serving = None  # the team of the model call under way, if it has one
+
+
+def serving():
+    """The team ready for the calling thread's model call (`call`), or None."""
+    return _serving if _serving is not None and _serving.serving() else None
+
+
+@contextlib.contextmanager
+def call(bytes_per_token):
+    """One model call: with a team ready for its length if the model is big enough (and the
+    team is free, and the machine was not found busy a moment ago: perf/team.py)."""
+    global _serving
+    ready = team() if bytes_per_token >= TEAM_MODEL_BYTES else None
+    if ready is None or not ready.start():
+        yield
+        return
+    _serving = ready
+    try:
+        yield
+    finally:
+        _serving = None
+        ready.stop()
 
 
 def prepare():
@@ -111,6 +145,25 @@ def tiled(x, W):
         out[:, :out_end] += x[:, in_end:] @ W[in_end:, :out_end]
     if out_end < n_out:  # output columns left over
         out[:, out_end:] = x @ W[:, out_end:]
+    return out
+
+
+def team_rows(x, W):
+    """x @ W for x [n_rows, n_in] C-contiguous, on the team of the model call under way: the
+    compiled product in bands of W's input rows, one partial sum each, added at the end."""
+    n_bands = n_threads() * BANDS_PER_THREAD
+    partial = empty_aligned_with((n_bands, x.shape[0], W.shape[1]), W)  # [n_bands, n_rows, n_out]
+    serving().product(compiled.ROWS, x, W, partial, lead(W), n_bands)
+    return partial.sum(0)
+
+
+def team_head(x, W_t):
+    """x @ W_t.T for W_t = wte [n_out, n_in] on the team of the model call under way: bands of
+    W_t's rows, each computing its own columns of the result (compiled_head's arithmetic)."""
+    x_aligned = empty_aligned_with(x.shape, W_t)
+    x_aligned[...] = x
+    out = np.empty((x.shape[0], W_t.shape[0]), np.float32)
+    serving().product(compiled.HEAD, x_aligned, W_t, out, lead(W_t), n_threads() * TEAM_HEAD_BANDS_PER_THREAD)
     return out
 
 
@@ -204,6 +257,9 @@ def route(x, W):
     """Which product `matmul` computes x @ W with, by name (a key of PRODUCTS)."""
     plain = W.ndim == 2 and W.dtype == np.float32 and x.dtype == np.float32 and W.size >= BIG_MATRIX
     head = W.flags.f_contiguous and not W.flags.c_contiguous  # the LM head: wte.T, a view of wte
+    if W.ndim == 2 and W.dtype == x.dtype == np.float32 and W.size >= TEAM_MATRIX \
+            and x.shape[0] <= MAX_TILED_ROWS and (W.flags.c_contiguous or head) and serving() is not None:
+        return "team_head" if head else "team_rows"  # helpers ready: every row on every thread
     if not plain or not (W.flags.c_contiguous or head):
         return "numpy"  # a small or unusual matrix: np.matmul as it is
     if x.shape[0] > MAX_TILED_ROWS:
@@ -224,6 +280,8 @@ PRODUCTS = {  # route -> x @ W, x [n_rows, n_in] -> [n_rows, n_out]
     "tiled": lambda x, W: tiled(np.ascontiguousarray(x), W),
     "compiled_rows": lambda x, W: compiled_rows(np.ascontiguousarray(x), W),
     "compiled_head": lambda x, W: compiled_head(np.ascontiguousarray(x), W.T),
+    "team_rows": lambda x, W: team_rows(np.ascontiguousarray(x), W),
+    "team_head": lambda x, W: team_head(x, W.T),
     "by_output_rows": lambda x, W: by_output_rows(np.ascontiguousarray(x), W.T),
 }
 
