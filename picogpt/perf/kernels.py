@@ -151,20 +151,13 @@ def tiled(x, W):
 def team_rows(x, W):
     """x @ W for x [n_rows, n_in] C-contiguous, on the team of the model call under way: the
     compiled product in bands of W's input rows, one partial sum each, added at the end."""
-    n_bands = n_threads() * BANDS_PER_THREAD
-    partial = empty_aligned_with((n_bands, x.shape[0], W.shape[1]), W)  # [n_bands, n_rows, n_out]
-    serving().product(compiled.ROWS, x, W, partial, lead(W), n_bands)
-    return partial.sum(0)
+    return serving().rows(x, W, n_threads() * BANDS_PER_THREAD)
 
 
 def team_head(x, W_t):
     """x @ W_t.T for W_t = wte [n_out, n_in] on the team of the model call under way: bands of
     W_t's rows, each computing its own columns of the result (compiled_head's arithmetic)."""
-    x_aligned = empty_aligned_with(x.shape, W_t)
-    x_aligned[...] = x
-    out = np.empty((x.shape[0], W_t.shape[0]), np.float32)
-    serving().product(compiled.HEAD, x_aligned, W_t, out, lead(W_t), n_threads() * TEAM_HEAD_BANDS_PER_THREAD)
-    return out
+    return serving().head(x, W_t, n_threads() * TEAM_HEAD_BANDS_PER_THREAD)
 
 
 def lead(array):
@@ -281,7 +274,7 @@ PRODUCTS = {  # route -> x @ W, x [n_rows, n_in] -> [n_rows, n_out]
     "compiled_rows": lambda x, W: compiled_rows(np.ascontiguousarray(x), W),
     "compiled_head": lambda x, W: compiled_head(np.ascontiguousarray(x), W.T),
     "team_rows": lambda x, W: team_rows(np.ascontiguousarray(x), W),
-    "team_head": lambda x, W: team_head(x, W.T),
+    "team_head": lambda x, W: team_head(np.ascontiguousarray(x), W.T),
     "by_output_rows": lambda x, W: by_output_rows(np.ascontiguousarray(x), W.T),
 }
 

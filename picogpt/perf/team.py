@@ -179,11 +179,12 @@ def helper(board):
 
 
 @numba.njit(**jit)
-def run_job(board, kind, x, weights, out, lead, n_bands):
+def run_job(board, kind, x, weights, out, n_bands):
     """Publish a job (x and out float32 C-contiguous, weights W or E), take bands of it, and
     return once every band is done: the calling thread's side."""
-    board[KIND], board[X_ADDRESS], board[W_ADDRESS], board[OUT_ADDRESS] = kind, x.ctypes.data, weights.ctypes.data, out.ctypes.data
-    board[N_ROWS], board[N_IN], board[LEAD] = x.shape[0], x.shape[1], lead
+    board[KIND], board[X_ADDRESS] = kind, x.ctypes.data
+    board[W_ADDRESS], board[OUT_ADDRESS] = weights.ctypes.data, out.ctypes.data
+    board[N_ROWS], board[N_IN], board[LEAD] = x.shape[0], x.shape[1], lead(weights)
     board[N_OUT] = weights.shape[1] if kind == ROWS else weights.shape[0]
     store(board, DONE, 0)
     job = (load(board, NEXT) >> JOB_SHIFT) + 1
@@ -193,6 +194,44 @@ def run_job(board, kind, x, weights, out, lead, n_bands):
     while load(board, DONE) < n_bands:  # helpers finishing the bands they took
         polls += 1
         wait_a_little(polls)
+
+
+@numba.njit(**jit)
+def lead(array):
+    """kernels.lead: columns before the first 32-byte boundary of the array's rows."""
+    return (-array.ctypes.data % 32) // array.itemsize
+
+
+@numba.njit(**jit)
+def empty_aligned_with(n_0, n_1, n_2, array):
+    """kernels.empty_aligned_with: float32 [n_0, n_1, n_2] at array's offset from 32 bytes."""
+    n = n_0 * n_1 * n_2
+    buffer = np.empty(n + 8, np.float32)
+    skip = ((array.ctypes.data - buffer.ctypes.data) % 32) // 4
+    return buffer[skip:skip + n].reshape((n_0, n_1, n_2))
+
+
+@numba.njit(**jit)
+def rows_product(board, x, W, n_bands):
+    """x @ W on the team: x [n_rows, n_in] C-contiguous, W [n_in, n_out] the checkpoint's
+    layout; a partial sum per band of W's input rows, added here. -> [n_rows, n_out]."""
+    partial = empty_aligned_with(n_bands, x.shape[0], W.shape[1], W)  # [n_bands, n_rows, n_out]
+    run_job(board, ROWS, x, W, partial, n_bands)
+    out = partial[0]
+    for k in range(1, n_bands):
+        out += partial[k]
+    return out
+
+
+@numba.njit(**jit)
+def head_product_on(board, x, E, n_bands):
+    """x @ E.T on the team, E = wte [n_vocab, n_embd]: bands of E's rows, each its own columns
+    of the result; x copied to cross 32-byte boundaries where E's rows do. -> [n_rows, n_vocab]."""
+    x_aligned = empty_aligned_with(1, x.shape[0], x.shape[1], E)[0]
+    x_aligned[:, :] = x
+    out = np.empty((x.shape[0], E.shape[0]), np.float32)
+    run_job(board, HEAD, x_aligned, E, out, n_bands)
+    return out
 
 
 @numba.njit(**jit)
@@ -208,12 +247,12 @@ def add_to_word(board, index, value):
 def example_calls():
     """(function, arguments) that compile every specialisation the team runs, on tiny arrays."""
     board = np.zeros(BOARD_WORDS, np.int64)
-    x, out = np.zeros((1, 8), np.float32), np.zeros((1, 8), np.float32)
+    x = np.zeros((1, 8), np.float32)
     calls = [(set_word, (board, STOP, 1)), (add_to_word, (board, ACTIVE, 1)), (helper, (board,))]
     for writable in (True, False):
         W = np.zeros((8, 8), np.float32)
         W.flags.writeable = writable
-        calls += [(run_job, (board, ROWS, x, W, out, 0, 1)), (run_job, (board, HEAD, x, W, out, 0, 1))]
+        calls += [(rows_product, (board, x, W, 1)), (head_product_on, (board, x, W, 1))]
     return calls
 
 
@@ -257,9 +296,18 @@ class Team:
         self.owner = None
         self.lock.release()
 
-    def product(self, kind, x, weights, out, lead, n_bands):
-        """run_job on the board (the calling thread must be `serving`), timed."""
+    def rows(self, x, W, n_bands):
+        """x @ W (rows_product) for the call this team serves, timed."""
         wall, cpu = time.perf_counter(), time.thread_time()
-        run_job(self.board, kind, x, weights, out, lead, n_bands)
+        out = rows_product(self.board, x, W, n_bands)
         self.wall_s += time.perf_counter() - wall
         self.cpu_s += time.thread_time() - cpu
+        return out
+
+    def head(self, x, E, n_bands):
+        """x @ E.T (head_product_on) for the call this team serves, timed."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        out = head_product_on(self.board, x, E, n_bands)
+        self.wall_s += time.perf_counter() - wall
+        self.cpu_s += time.thread_time() - cpu
+        return out
