@@ -153,7 +153,7 @@ class GPT2:
         fast_params = self.prepare().fast_params
         # the fast path: the same forward pass and weights, a faster matmul (with helper threads
         # ready for the length of the call, if the model is big enough to use them)
-        with unchanged_on_error(cache), kernels.call(self.bytes_per_token):
+        with unchanged_on_error(cache), kernels.call(self.bytes_per_token, len(ids)):
             return self.ensure_finite(gpt2(ids, fast_params, self.config, cache, matmul=kernels.matmul))
 
     def plain(self, ids, cache=None):

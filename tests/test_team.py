@@ -129,3 +129,12 @@ def test_a_model_calls_with_a_team_only_if_it_is_big_enough(team, monkeypatch):
     monkeypatch.setattr(kernels, "TEAM_MODEL_BYTES", model.bytes_per_token)
     monkeypatch.setattr(kernels, "TEAM_MATRIX", 0)
     assert relative_diff(model(ids), reference) < 1e-5 and used
+
+
+def test_a_prompt_is_read_without_the_team(team):
+    """A call on more than MAX_TILED_ROWS positions shares its products with threads.parallel:
+    helpers waiting beside those threads would only take turns with them."""
+    with kernels.call(kernels.TEAM_MODEL_BYTES, n_rows=kernels.MAX_TILED_ROWS + 1):
+        assert kernels.serving() is None
+    with kernels.call(kernels.TEAM_MODEL_BYTES, n_rows=kernels.MAX_TILED_ROWS):
+        assert kernels.serving() is team

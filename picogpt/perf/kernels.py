@@ -61,11 +61,13 @@ def serving():
 
 
 @contextlib.contextmanager
-def call(bytes_per_token):
-    """One model call: with a team ready for its length if the model is big enough (and the
-    team is free, and the machine was not found busy a moment ago: perf/team.py)."""
+def call(bytes_per_token, n_rows=1):
+    """One model call on n_rows positions: with a team ready for its length if the model is big
+    enough and its products are few-row ones (a prompt's are not: waiting helpers would only take
+    turns with the threads that share them), the team is free, and the machine was not found busy
+    a moment ago (perf/team.py)."""
     global _serving
-    ready = team() if bytes_per_token >= TEAM_MODEL_BYTES else None
+    ready = team() if bytes_per_token >= TEAM_MODEL_BYTES and n_rows <= MAX_TILED_ROWS else None
     if ready is None or not ready.start():
         yield
         return
