@@ -113,8 +113,8 @@ def head_product(x, E, out, start, stop, lead=0):
 
 @functools.cache
 def compile_kernels():
-    """{"band": band_product, "head": head_product, "team": perf/team.py} compiled by numba, or
-    None, in which case kernels.py runs its NumPy path.
+    """{"band": band_product, "head": head_product, "team": perf/team.py, "block": perf/block.py}
+    compiled by numba, or None, in which case kernels.py runs its NumPy path.
 
     numba keeps the machine code on disk (cache=True), so this compiles once per install (a few
     seconds, with a progress bar) and later processes load it in well under a second. Each
@@ -133,11 +133,12 @@ def compile_kernels():
     if numba.config.DISABLE_JIT:
         return unavailable("NUMBA_DISABLE_JIT is set, so numba would run its loops as Python")
     try:
-        from . import team  # numba's own module, with the products compiled as it declares them
+        from . import block, team  # numba's own modules, compiled as they declare
 
-        functions = {"band": team.band, "head": team.head, "team": team}
+        functions = {"band": team.band, "head": team.head, "team": team, "block": block}
         calls = [(function, example_arguments(function.py_func, writable))
-                 for function in (team.band, team.head) for writable in (True, False)] + team.example_calls()
+                 for function in (team.band, team.head) for writable in (True, False)]
+        calls += team.example_calls() + block.example_calls()
         if not all(is_cached(function) for function, _ in calls):
             calls = tqdm(calls, desc="picogpt: compiling the fast kernels with numba (once per install)",
                          unit="kernel", file=sys.stderr)

@@ -79,6 +79,15 @@ def call(bytes_per_token, n_rows=1):
         ready.stop()
 
 
+def forward(n_rows, cache):
+    """The forward pass for a call on n_rows positions with `cache`: perf/block.py's
+    gpt2_cached (the work between products compiled) for a few positions with a KV cache when
+    the compiled kernels run, else None (gpt2.gpt2 as written)."""
+    if cache is None or not hasattr(cache, "k") or n_rows > MAX_TILED_ROWS or not compiled.enabled():
+        return None
+    return compiled.compile_kernels()["block"].gpt2_cached
+
+
 def prepare():
     """What the fast path needs before a model's first call, done once per process so that no
     timed call pays for it: OpenBLAS on one thread (openblas.use_own_threads) and the compiled
