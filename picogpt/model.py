@@ -152,9 +152,9 @@ class GPT2:
             self.ensure_checkpoint_unchanged()
         fast_params = self.prepare().fast_params
         # the fast path: the same forward pass and weights, a faster matmul (with helper threads
-        # ready for the length of the call, if the model is big enough to use them), and for a
-        # few positions with a cache, the work between the products compiled (perf/block.py)
-        forward = kernels.forward(len(ids), cache) or gpt2
+        # ready for the length of the call), and for a few positions with a cache the work
+        # between the products compiled (perf/block.py): those two for big models only
+        forward = kernels.forward(len(ids), cache, self.bytes_per_token) or gpt2
         with unchanged_on_error(cache), kernels.call(self.bytes_per_token, len(ids)):
             return self.ensure_finite(forward(ids, fast_params, self.config, cache, matmul=kernels.matmul))
 

@@ -52,15 +52,17 @@ def test_the_compiled_block_equals_gpt2_py_call_after_call(model, read_only):
 
 def test_the_fast_path_takes_the_block_for_a_few_positions_with_a_cache(monkeypatch):
     block = compiled.compile_kernels()["block"].gpt2_cached
-    cache = KVCache(n_layer=1, n_head=1, head_dim=4, n_ctx=8)
-    assert kernels.forward(1, cache) is block and kernels.forward(kernels.MAX_TILED_ROWS, cache) is block
-    assert kernels.forward(kernels.MAX_TILED_ROWS + 1, cache) is None  # a prompt: gpt2.py
-    assert kernels.forward(1, None) is None  # no cache: gpt2.py
+    cache, big = KVCache(n_layer=1, n_head=1, head_dim=4, n_ctx=8), kernels.BIG_MODEL_BYTES
+    assert kernels.forward(1, cache, big) is block and kernels.forward(kernels.MAX_TILED_ROWS, cache, big) is block
+    assert kernels.forward(kernels.MAX_TILED_ROWS + 1, cache, big) is None  # a prompt: gpt2.py
+    assert kernels.forward(1, None, big) is None  # no cache: gpt2.py
+    assert kernels.forward(1, cache, big - 1) is None  # a small model (the teaching pair): gpt2.py
     monkeypatch.setenv(compiled.KERNEL_ENV, "numpy")
-    assert kernels.forward(1, cache) is None  # the NumPy path: gpt2.py
+    assert kernels.forward(1, cache, big) is None  # the NumPy path: gpt2.py
 
 
 def test_a_model_decodes_with_the_block_and_gpt2_py_alike(model, monkeypatch):
+    monkeypatch.setattr(kernels, "BIG_MODEL_BYTES", 0)  # this small model counts as big
     ids = np.random.default_rng(9).integers(0, 300, size=40)
     logits = {}
     for kernel in ("numba", "numpy"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from picogpt.perf import kernels, threads
+from picogpt.perf import compiled, kernels, threads
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels" / "candidates.py"
 RELATIVE = 1e-5
@@ -110,3 +110,16 @@ def test_one_row_mode_rates_each_shape_for_every_way_of_threading_one_row(candid
         assert record["helper_start_us"] and all(us > 0 for us in record["helper_start_us"])
     for shape in record["shapes"]:
         assert shape["matrices"] == 2 and len(shape["gbs"]) >= 2 and all(rate > 0 for rate in shape["gbs"].values())
+
+
+def test_between_mode_times_the_work_between_products_both_ways(candidates_script, tmp_path, monkeypatch):
+    if compiled.compile_kernels() is None:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(candidates_script, "MODELS", {"tiny": 64})
+    out = tmp_path / "results.json"
+    candidates_script.main(["between", "--models", "tiny", "--layers", "2", "--runs", "1", "--out", str(out)])
+    record = json.loads(out.read_text())
+    assert [row["n_rows"] for row in record["models"]] == [1, 5, 9]
+    for row in record["models"]:
+        assert set(row["times_s"]) == {"gpt2.py (NumPy)", "perf/block.py (compiled)"}
+        assert all(len(times) == 1 and times[0] > 0 for times in row["times_s"].values())

@@ -47,7 +47,7 @@ def test_products_inside_a_call_go_to_the_team_and_equal_x_at_w(team):
     W, wte = rng.standard_normal((1024, 1030)).astype(np.float32), rng.standard_normal((3001, 512)).astype(np.float32)
     x, x_head = rng.standard_normal((5, 1024)).astype(np.float32), rng.standard_normal((5, 512)).astype(np.float32)
     assert kernels.route(x, W) == "compiled_rows"  # outside a model call: no team
-    with kernels.call(kernels.TEAM_MODEL_BYTES):
+    with kernels.call(kernels.BIG_MODEL_BYTES):
         assert (kernels.route(x, W), kernels.route(x_head, wte.T)) == ("team_rows", "team_head")
         for _ in range(50):  # many jobs back to back: each band of each one computed once
             for n_rows in (1, 2, 5, 9):
@@ -62,7 +62,7 @@ def test_more_threads_than_cores_still_compute_every_band_once(team, monkeypatch
     rng = np.random.default_rng(1)
     W = rng.standard_normal((2048, 640)).astype(np.float32)
     x = rng.standard_normal((3, 2048)).astype(np.float32)
-    with kernels.call(kernels.TEAM_MODEL_BYTES):
+    with kernels.call(kernels.BIG_MODEL_BYTES):
         assert kernels.serving() is crowded
         for _ in range(200):
             assert relative_diff(kernels.matmul(x, W), exact(x, W)) < 1e-5
@@ -70,7 +70,7 @@ def test_more_threads_than_cores_still_compute_every_band_once(team, monkeypatch
 
 def test_the_helpers_leave_when_the_call_ends(team):
     module = compiled.compile_kernels()["team"]
-    with kernels.call(kernels.TEAM_MODEL_BYTES):
+    with kernels.call(kernels.BIG_MODEL_BYTES):
         assert wait_until(lambda: team.board[module.ACTIVE] == team.n_helpers)
     assert wait_until(lambda: team.board[module.ACTIVE] == 0)
 
@@ -79,13 +79,13 @@ def test_a_busy_machine_rests_the_team_for_a_while(team, monkeypatch):
     module = compiled.compile_kernels()["team"]
     monkeypatch.setattr(module, "BUSY_SHARE", 2.0)  # the calling thread never has "enough" of the CPU
     W = np.ones((1024, 1024), np.float32)
-    with kernels.call(kernels.TEAM_MODEL_BYTES):
+    with kernels.call(kernels.BIG_MODEL_BYTES):
         kernels.matmul(np.ones((1, 1024), np.float32), W)
     assert team.cool_until > time.monotonic()
-    with kernels.call(kernels.TEAM_MODEL_BYTES):  # resting: the products take threads.parallel
+    with kernels.call(kernels.BIG_MODEL_BYTES):  # resting: the products take threads.parallel
         assert kernels.serving() is None and kernels.route(np.ones((1, 1024), np.float32), W) != "team_rows"
     team.cool_until = 0.0
-    with kernels.call(kernels.TEAM_MODEL_BYTES):
+    with kernels.call(kernels.BIG_MODEL_BYTES):
         assert kernels.serving() is team
 
 
@@ -96,11 +96,11 @@ def test_another_threads_call_runs_without_the_team_meanwhile(team):
     seen = {}
 
     def other_call():
-        with kernels.call(kernels.TEAM_MODEL_BYTES):
+        with kernels.call(kernels.BIG_MODEL_BYTES):
             seen["route"] = kernels.route(x, W)
             seen["diff"] = relative_diff(kernels.matmul(x, W), exact(x, W))
 
-    with kernels.call(kernels.TEAM_MODEL_BYTES):
+    with kernels.call(kernels.BIG_MODEL_BYTES):
         other = threading.Thread(target=other_call)
         other.start()
         assert relative_diff(kernels.matmul(x, W), exact(x, W)) < 1e-5
@@ -110,10 +110,10 @@ def test_another_threads_call_runs_without_the_team_meanwhile(team):
 
 def test_a_call_that_fails_hands_the_team_back(team):
     with pytest.raises(ZeroDivisionError):
-        with kernels.call(kernels.TEAM_MODEL_BYTES):
+        with kernels.call(kernels.BIG_MODEL_BYTES):
             raise ZeroDivisionError
     assert kernels.serving() is None
-    with kernels.call(kernels.TEAM_MODEL_BYTES):
+    with kernels.call(kernels.BIG_MODEL_BYTES):
         assert kernels.serving() is team
 
 
@@ -124,9 +124,9 @@ def test_a_model_calls_with_a_team_only_if_it_is_big_enough(team, monkeypatch):
     monkeypatch.setattr(kernels, "team_rows", lambda x, W: used.append(x.shape) or real_team_rows(x, W))
     ids = np.arange(5)
     reference = model.plain(ids)
-    assert model.bytes_per_token < kernels.TEAM_MODEL_BYTES
+    assert model.bytes_per_token < kernels.BIG_MODEL_BYTES
     assert relative_diff(model(ids), reference) < 1e-5 and used == []
-    monkeypatch.setattr(kernels, "TEAM_MODEL_BYTES", model.bytes_per_token)
+    monkeypatch.setattr(kernels, "BIG_MODEL_BYTES", model.bytes_per_token)
     monkeypatch.setattr(kernels, "TEAM_MATRIX", 0)
     assert relative_diff(model(ids), reference) < 1e-5 and used
 
@@ -134,7 +134,7 @@ def test_a_model_calls_with_a_team_only_if_it_is_big_enough(team, monkeypatch):
 def test_a_prompt_is_read_without_the_team(team):
     """A call on more than MAX_TILED_ROWS positions shares its products with threads.parallel:
     helpers waiting beside those threads would only take turns with them."""
-    with kernels.call(kernels.TEAM_MODEL_BYTES, n_rows=kernels.MAX_TILED_ROWS + 1):
+    with kernels.call(kernels.BIG_MODEL_BYTES, n_rows=kernels.MAX_TILED_ROWS + 1):
         assert kernels.serving() is None
-    with kernels.call(kernels.TEAM_MODEL_BYTES, n_rows=kernels.MAX_TILED_ROWS):
+    with kernels.call(kernels.BIG_MODEL_BYTES, n_rows=kernels.MAX_TILED_ROWS):
         assert kernels.serving() is team

@@ -14,7 +14,8 @@ with numba installed, the L2 tiles without).
     python benchmarks/kernels/candidates.py busy --layers 4            # beside two busy-loop processes
     python benchmarks/kernels/candidates.py cache                      # GEMV vs GEMM on a tile in cache
     python benchmarks/kernels/candidates.py compute --layers 4         # the compiled loop: arithmetic vs memory
-    python benchmarks/kernels/candidates.py one-row --runs 15          # one row: one core, or shared by the threads?
+    python benchmarks/kernels/candidates.py one-row --runs 15          # one row: one core, the threads, or a team?
+    python benchmarks/kernels/candidates.py between --runs 15          # the work between products: NumPy or compiled
 
 Random weights with GPT-2's shapes (timing does not depend on the values) are written once
 under --data as raw float32 files and memory-mapped, like a checkpoint. Every timing is a pass
@@ -25,6 +26,7 @@ that is the point (`busy`).
 """
 
 import argparse
+import contextlib
 import ctypes
 import datetime
 import json
@@ -45,6 +47,7 @@ from picogpt.perf import compiled, kernels, openblas, threads
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "weights" / "kernel-bench"  # git-ignored
 MODELS = {"xl": 1600, "small": 768}  # n_embd of GPT-2 XL (the target) and GPT-2 small (the draft)
+DEPTHS = {"xl": 48, "small": 12}  # their layers, for `between`, which times whole calls
 SETTLE_S = 0.3  # OpenBLAS's idle threads spin ~0.1 s after a threaded call; let them stop
 BASELINE = "one row, x[:1] @ W, OpenBLAS threads"
 
@@ -327,6 +330,19 @@ def compiled_product(x, W):
 class Candidate:
     multiply: object  # (x [n_rows, n_in], W [n_in, n_out]) -> [n_rows, n_out], or None if not applicable
     blas_threads: int  # OpenBLAS's thread count while it runs
+    during: object = None  # a context a pass runs in, as a model call's products do (a team's call)
+
+
+def on_a_team(x, W):
+    """picogpt's product on a team ready for the pass (perf/team.py), as inside a model call."""
+    return kernels.team_rows(np.ascontiguousarray(x), W)
+
+
+def a_team_call():
+    """A model call of a big model: its team ready until the pass ends (kernels.call), even if
+    an earlier call found the machine busy (then the team would rest: not what is measured)."""
+    kernels.team().cool_until = 0.0
+    return kernels.call(kernels.BIG_MODEL_BYTES)
 
 
 def candidates(sgemm, copies=None):
@@ -349,7 +365,10 @@ def candidates(sgemm, copies=None):
         "L2 tiles, per-row GEMV (kernels.tiled, without numba)": Candidate(tiles_per_row_gemv, 1),
     }
     if compiled.compile_kernel() is not None:
-        found["compiled, each weight to all rows (perf/compiled.py) = kernels.matmul"] = Candidate(compiled_product, 1)
+        found["compiled, each weight to all rows (perf/compiled.py)"] = Candidate(compiled_product, 1)
+        if kernels.team() is not None:
+            found["compiled, on a team ready for the call (perf/team.py) = kernels.matmul in a call"] = \
+                Candidate(on_a_team, 1, a_team_call)
     if sgemm is not None:
         for b in (32, 96, 200, 400):
             found[f"row panels b={b}, ctypes sgemm"] = Candidate(row_panels_sgemm(sgemm, b), 1)
@@ -362,7 +381,8 @@ def candidates(sgemm, copies=None):
 
 def check(candidate, x, W):
     """Max relative difference from x @ W in float64 (None if the candidate does not apply)."""
-    got = candidate.multiply(x, W)
+    with candidate.during() if candidate.during else contextlib.nullcontext():
+        got = candidate.multiply(x, W)
     if got is None:
         return None
     reference = x[:got.shape[0]].astype(np.float64) @ np.asarray(W, np.float64)
@@ -382,9 +402,10 @@ def time_pass(candidate, rows, weights, settle=True):
     the next candidate (`loop` measures that effect)."""
     set_blas_threads(candidate.blas_threads)
     start = time.perf_counter()
-    for W in weights:
-        if candidate.multiply(rows[W.shape[0]], W) is None:
-            return None
+    with candidate.during() if candidate.during else contextlib.nullcontext():
+        for W in weights:
+            if candidate.multiply(rows[W.shape[0]], W) is None:
+                return None
     seconds = time.perf_counter() - start
     if settle and candidate.blas_threads > 1:
         time.sleep(SETTLE_S)
@@ -523,13 +544,16 @@ def one_row_mode(args, sgemm, between=6400):
              "GEMV split, own threads": Candidate(one_row_split, 1)}
     if compiled.compile_kernel() is not None:
         found["compiled product, own threads"] = Candidate(compiled_product, 1)
+        if kernels.team() is not None:
+            found["compiled product, a team ready for the call (kernels.matmul in a big model's call)"] = \
+                Candidate(on_a_team, 1, a_team_call)
 
     def with_work_between(candidate):
         def multiply(x, W):
             out = candidate.multiply(x, W)
             np.tanh(work)
             return out
-        return Candidate(multiply, candidate.blas_threads)
+        return Candidate(multiply, candidate.blas_threads, candidate.during)
 
     found = {label: with_work_between(candidate) for label, candidate in found.items()}
     wake_us = helper_start_us() if threads.n_threads() > 1 else []
@@ -637,6 +661,41 @@ def placed_at(shape, offset, rng):
     return W
 
 
+def band_pairs(x, W, acc, start, stop, lead=0, segment=256):
+    """A register-blocked alternative to perf/compiled.py's band_product, tried for several
+    rows: 4 rows of W per pass, each vector of W loaded once into a register and applied to two
+    rows of x (6 loads per 8 multiply-adds instead of 9). acc += x[:, start:stop] @ W[start:stop]."""
+    n_rows, n_out = x.shape[0], W.shape[1]
+    lead = min(lead, n_out)
+    n_segments = 1 + (n_out - lead + segment - 1) // segment
+    i = start
+    while i + 4 <= stop:
+        for s in range(n_segments):
+            o = 0 if s == 0 else lead + (s - 1) * segment
+            e = lead if s == 0 else min(lead + s * segment, n_out)
+            w0, w1, w2, w3 = W[i, o:e], W[i + 1, o:e], W[i + 2, o:e], W[i + 3, o:e]
+            r = 0
+            while r < n_rows:
+                r2 = min(r + 1, n_rows - 1)  # an odd last row is computed twice and kept once
+                a0, a1, a2, a3 = x[r, i], x[r, i + 1], x[r, i + 2], x[r, i + 3]
+                b0, b1, b2, b3 = x[r2, i], x[r2, i + 1], x[r2, i + 2], x[r2, i + 3]
+                a, b = acc[r, o:e], acc[r2, o:e]
+                for j in range(e - o):
+                    u0, u1, u2, u3 = w0[j], w1[j], w2[j], w3[j]
+                    sum_a = (a0 * u0 + a1 * u1) + (a2 * u2 + a3 * u3)
+                    sum_b = (b0 * u0 + b1 * u1) + (b2 * u2 + b3 * u3)
+                    a[j] += sum_a
+                    if r2 != r:
+                        b[j] += sum_b
+                r += 2
+        i += 4
+    while i < stop:
+        for r in range(n_rows):
+            for j in range(n_out):
+                acc[r, j] += x[r, i] * W[i, j]
+        i += 1
+
+
 def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2, 5, 9), offset=24):
     """How fast the compiled loop (perf/compiled.py) does its arithmetic, beside how fast memory
     delivers the weights. Arithmetic: W of `shape` (320 KB, stays in each core's L2), placed
@@ -654,7 +713,10 @@ def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2
     rng = np.random.default_rng(0)
     n_threads = threads.n_threads()
 
-    def arithmetic_gbs(n_rows, threads, aligned):  # median of args.runs timings, GB/s of W summed over threads
+    import numba
+    blocked = numba.njit(nogil=True, boundscheck=False, fastmath={"contract"})(band_pairs)
+
+    def arithmetic_gbs(n_rows, threads, aligned, kernel=kernel):  # median of args.runs timings, GB/s of W summed over threads
         Ws = [placed_at(shape, offset, rng) for _ in range(threads)]
         xs = [rng.standard_normal((n_rows, shape[0]), dtype=np.float32) for _ in range(threads)]
         accs = [kernels.empty_aligned_with((n_rows, shape[1]), W) for W in Ws]  # as compiled_rows has them
@@ -691,14 +753,76 @@ def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2
         for aligned, name in ((True, "on_boundary"), (False, "from_column_0")):
             one, every = arithmetic_gbs(n_rows, 1, aligned), arithmetic_gbs(n_rows, n_threads, aligned)
             row[name] = {"one_thread_gbs": one, "all_threads_gbs": every, "all_threads_over_memory": every / memory_gbs}
+        one, every = arithmetic_gbs(n_rows, 1, True, blocked), arithmetic_gbs(n_rows, n_threads, True, blocked)
+        row["register_blocked"] = {"one_thread_gbs": one, "all_threads_gbs": every,
+                                   "all_threads_over_memory": every / memory_gbs}
         print(f"{n_rows} rows, W in L2, {n_threads} threads: {row['on_boundary']['all_threads_gbs']:.1f} GB/s of W "
               f"= {row['on_boundary']['all_threads_over_memory']:.2f}x the memory rate "
               f"(one thread {row['on_boundary']['one_thread_gbs']:.1f}); vector loop from column 0: "
-              f"{row['from_column_0']['all_threads_gbs']:.1f} (one thread {row['from_column_0']['one_thread_gbs']:.1f})",
-              flush=True)
+              f"{row['from_column_0']['all_threads_gbs']:.1f} (one thread {row['from_column_0']['one_thread_gbs']:.1f}); "
+              f"register-blocked 4x2: {row['register_blocked']['all_threads_gbs']:.1f} "
+              f"(one thread {row['register_blocked']['one_thread_gbs']:.1f})", flush=True)
         results.append(row)
     return {"n_repeats": n_repeats, "shape": list(shape), "offset_bytes": offset, "threads": n_threads,
             "memory_gbs": memory_gbs, "compute": results}
+
+def between_mode(args, sgemm, n_past=32, row_counts=(1, 5, 9)):
+    """The forward pass's work between the products, without the products: gpt2.py as written
+    (NumPy, about 40 operations per layer) against perf/block.py (that work compiled), for a
+    call on 1, 5 and 9 new positions after n_past cached ones, each product replaced by an
+    array of zeros of its shape. Parameters of GPT-2 small's and XL's shapes and depths (--layers
+    is not used for them): the layer norms,
+    biases and embeddings random, the matrices stand-ins of the right shape (never read)."""
+    from picogpt import gpt2 as reference
+    from picogpt.gpt2 import GPT2Config
+    from picogpt.kv_cache import KVCache
+
+    functions = compiled.compile_kernels()
+    if functions is None:
+        print("numba is not installed: nothing to measure (pip install 'picogpt[fast]')")
+        return {"models": []}
+    block = functions["block"]
+    rng = np.random.default_rng(0)
+
+    def zeros_product(x, W):
+        return np.zeros((x.shape[0], W.shape[1]), np.float32)
+
+    results = []
+    for model in args.models:
+        e, n_layer = MODELS[model], DEPTHS.get(model, args.layers)
+        config = GPT2Config(n_layer=n_layer, n_head=e // 64, n_embd=e, n_ctx=1024, n_vocab=50257)
+        vector = lambda n: rng.standard_normal(n, dtype=np.float32)  # noqa: E731
+        matrix = lambda n_in, n_out: np.broadcast_to(np.float32(0), (n_in, n_out))  # noqa: E731
+        params = {"wte": {"weight": rng.standard_normal((50257, e), dtype=np.float32)},
+                  "wpe": {"weight": rng.standard_normal((1024, e), dtype=np.float32)},
+                  "ln_f": {"weight": vector(e), "bias": vector(e)},
+                  "h": [{"ln_1": {"weight": vector(e), "bias": vector(e)}, "ln_2": {"weight": vector(e), "bias": vector(e)},
+                         "attn": {"c_attn": {"weight": matrix(e, 3 * e), "bias": vector(3 * e)},
+                                  "c_proj": {"weight": matrix(e, e), "bias": vector(e)}},
+                         "mlp": {"c_fc": {"weight": matrix(e, 4 * e), "bias": vector(4 * e)},
+                                 "c_proj": {"weight": matrix(4 * e, e), "bias": vector(e)}}} for _ in range(n_layer)]}
+        cache = KVCache(n_layer, config.n_head, 64, config.n_ctx)
+        reference.gpt2(rng.integers(0, 50257, n_past), params, config, cache, matmul=zeros_product)
+        ways = {"gpt2.py (NumPy)": reference.gpt2, "perf/block.py (compiled)": block.gpt2_cached}
+        for n_rows in row_counts:
+            ids = rng.integers(0, 50257, n_rows)
+            times = {way: [] for way in ways}
+            for _ in range(args.runs + 1):
+                for way, forward in ways.items():
+                    cache.truncate(n_past)
+                    start = time.perf_counter()
+                    for _ in range(10):
+                        cache.truncate(n_past)
+                        forward(ids, params, config, cache, matmul=zeros_product)
+                    times[way].append((time.perf_counter() - start) / 10)
+            times = {way: values[1:] for way, values in times.items()}
+            row = {"model": model, "n_layer": n_layer, "n_rows": n_rows, "n_past": n_past, "load": load_average(),
+                   "times_s": times}
+            results.append(row)
+            print(f"{model}, {n_layer} layers, {n_rows} rows after {n_past}: "
+                  + ", ".join(f"{way} {1e3 * median_iqr(v)[0]:.2f} ms" for way, v in times.items()), flush=True)
+    return {"models": results}
+
 
 def machine():
     """What the numbers were measured on."""
@@ -714,7 +838,7 @@ def machine():
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache", "compute", "one-row"])
+    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache", "compute", "one-row", "between"])
     parser.add_argument("--layers", type=int, default=12, help="layers of each model (GPT-2 small and XL: 12 and 48)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved passes per candidate")
     parser.add_argument("--models", default="xl,small", help="rows, one-row: comma-separated, of " + ",".join(MODELS))
@@ -742,7 +866,7 @@ def main(argv=None):
         print("note: cblas_sgemm not found in NumPy's OpenBLAS: the ctypes candidates are left out")
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     modes = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode, "cache": cache_mode, "compute": compute_mode,
-             "one-row": one_row_mode}
+             "one-row": one_row_mode, "between": between_mode}
     results = modes[args.mode](args, sgemm)
     set_blas_threads(1)
     record = {"mode": args.mode, "started": started, "machine": machine(), "sgemm_found": sgemm is not None,

@@ -342,9 +342,12 @@ def kernel_rows_table(results, source):
 
 def kernel_compute_table(results, source):
     """candidates.py compute: the compiled loop's arithmetic on a W held in cache, beside memory."""
+    blocked = all("register_blocked" in r for r in results["compute"])
     rows = [[r["n_rows"], f"{r['on_boundary']['all_threads_gbs']:.1f} GB/s",
              f"{r['on_boundary']['all_threads_over_memory']:.2f}", f"{r['on_boundary']['one_thread_gbs']:.1f}",
-             f"{r['from_column_0']['all_threads_gbs']:.1f}", f"{r['from_column_0']['one_thread_gbs']:.1f}"]
+             f"{r['from_column_0']['all_threads_gbs']:.1f}", f"{r['from_column_0']['one_thread_gbs']:.1f}",
+             *([f"{r['register_blocked']['all_threads_gbs']:.1f}", f"{r['register_blocked']['one_thread_gbs']:.1f}"]
+               if blocked else [])]
             for r in results["compute"]]
     rows_n, cols_n = results["shape"]
     return [f"`{results['command']}`: W of {rows_n} x {cols_n} floats ({rows_n * cols_n * 4 // 1024} KB, held in "
@@ -354,7 +357,9 @@ def kernel_compute_table(results, source):
             f"{load_range([r['load'] for r in results['compute']])}:", "",
             *table_lines(["rows of x", f"{results['threads']} threads, vector loop on the 32-byte boundary "
                           "(as `compiled_rows` runs it)", "/ memory rate", "one thread",
-                          f"{results['threads']} threads, vector loop from column 0", "one thread"], rows)]
+                          f"{results['threads']} threads, vector loop from column 0", "one thread",
+                          *([f"{results['threads']} threads, register-blocked 4 x 2 (`band_pairs`)", "one thread"]
+                            if blocked else [])], rows)]
 
 
 def kernel_one_row_table(results, source):
@@ -377,6 +382,21 @@ def kernel_one_row_table(results, source):
         lines.append(f"A sleeping helper thread started its first chunk a median {np.median(wake):.0f} us "
                      f"(p90 {np.percentile(wake, 90):.0f} us) after `threads.parallel` was called.")
     return [*lines, "", *table_lines(["model", "shape", "MB each", *ways], rows)]
+
+
+def kernel_between_table(results, source):
+    """candidates.py between: the work between a call's products, gpt2.py's NumPy or compiled."""
+    models = results["models"]
+    ways = list(models[0]["times_s"])
+    names = {"small": "GPT-2 small", "xl": "GPT-2 XL"}
+    rows = [[names.get(m["model"], m["model"]), m["n_layer"], m["n_rows"],
+             *(f"{ms(spread(m['times_s'][way]).median)} ms" for way in ways),
+             f"{spread(m['times_s'][ways[0]]).median / spread(m['times_s'][ways[1]]).median:.1f}x"] for m in models]
+    return [f"`{results['command']}`: one call's work between its products (each product replaced by "
+            f"zeros of its shape), new positions after {models[0]['n_past']} "
+            f"cached; medians of {len(models[0]['times_s'][ways[0]])} passes of 10 calls, load average "
+            f"{load_range([m['load'] for m in models])}:", "",
+            *table_lines(["model", "layers", "new positions", *ways, "NumPy / compiled"], rows)]
 
 
 def quick_start(results, source):
@@ -467,7 +487,8 @@ BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
                              "page-sizes": ("benchmarks/page-sizes.json", page_sizes_table)},
     "benchmarks/kernels/README.md": {"rows": ("benchmarks/kernels/results-rows.json", kernel_rows_table),
                                      "compute": ("benchmarks/kernels/results-compute.json", kernel_compute_table),
-                                     "one-row": ("benchmarks/kernels/results-one-row.json", kernel_one_row_table)},
+                                     "one-row": ("benchmarks/kernels/results-one-row.json", kernel_one_row_table),
+                                     "between": ("benchmarks/kernels/results-between.json", kernel_between_table)},
     "weights/README.md": {"measurements": ("weights/measurements.json", teaching_pair_card),
                           "samples": ("weights/measurements.json", samples),
                           "training": ("weights/training-report.json", training_table),

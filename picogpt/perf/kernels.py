@@ -20,7 +20,11 @@ and re-reads weights already in L2 several times faster. So:
 - one row of a big weight is a GEMV shared among the threads (`split_inputs`), except below
   ONE_CORE_BYTES, where it stays on the calling thread: a helper thread asleep since the last
   product starts tens of microseconds after it is asked, a large share of a small product;
-- many rows (a prompt) are a GEMM shared among the threads.
+- many rows (a prompt) are a GEMM shared among the threads;
+- inside one call of a big model on a few positions (`call`, which model.py wraps around each
+  call), a team of helper threads waits in compiled code for the length of the call
+  (perf/team.py): then every few-row product, one row included, is the compiled product on all
+  cores (`team_rows`, `team_head`), each starting within a microsecond.
 Every candidate is re-runnable in benchmarks/kernels/candidates.py, which measures them side by
 side (results in benchmarks/kernels/); `matmul` names its choice in `route`.
 
@@ -42,7 +46,8 @@ BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
 ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
-TEAM_MODEL_BYTES = 64 << 20  # a model reading fewer bytes per token (the teaching pair) decodes without a team
+BIG_MODEL_BYTES = 64 << 20  # a model reading fewer bytes per token (the teaching pair) runs gpt2.py without a team:
+# its per-operation costs, which make its 48-layer target expensive, are the costs it was trained to teach
 TEAM_MATRIX = 1 << 18  # weights; with a team ready, matrices this big or bigger are shared with it
 TEAM_HEAD_BANDS_PER_THREAD = 8  # the LM head's bands: many, each a contiguous run of wte's rows
 
@@ -67,7 +72,7 @@ def call(bytes_per_token, n_rows=1):
     turns with the threads that share them), the team is free, and the machine was not found busy
     a moment ago (perf/team.py)."""
     global _serving
-    ready = team() if bytes_per_token >= TEAM_MODEL_BYTES and n_rows <= MAX_TILED_ROWS else None
+    ready = team() if bytes_per_token >= BIG_MODEL_BYTES and n_rows <= MAX_TILED_ROWS else None
     if ready is None or not ready.start():
         yield
         return
@@ -79,11 +84,13 @@ def call(bytes_per_token, n_rows=1):
         ready.stop()
 
 
-def forward(n_rows, cache):
+def forward(n_rows, cache, bytes_per_token):
     """The forward pass for a call on n_rows positions with `cache`: perf/block.py's
-    gpt2_cached (the work between products compiled) for a few positions with a KV cache when
-    the compiled kernels run, else None (gpt2.gpt2 as written)."""
-    if cache is None or not hasattr(cache, "k") or n_rows > MAX_TILED_ROWS or not compiled.enabled():
+    gpt2_cached (the work between products compiled) for a few positions with a KV cache of a
+    model of at least BIG_MODEL_BYTES per token when the compiled kernels run, else None
+    (gpt2.gpt2 as written)."""
+    if (cache is None or not hasattr(cache, "k") or n_rows > MAX_TILED_ROWS or bytes_per_token < BIG_MODEL_BYTES
+            or not compiled.enabled()):
         return None
     return compiled.compile_kernels()["block"].gpt2_cached
 
