@@ -19,8 +19,8 @@ one atomic add hands out a band of exactly one job: a helper that arrives late t
 and touches no array of a job that has ended. Between calls the helpers leave (a busy machine
 is not robbed between calls), and while waiting they give their core away (sched_yield) every
 few dozen polls. Still, on a machine whose cores are all busy a waiting helper competes with the
-calling thread, so `Team.start` measures each call: when the calling thread had the CPU for less
-than BUSY_SHARE of its products' time, the next calls for COOL_DOWN_S run with threads.parallel.
+calling thread, so the team times each call's products: when the calling thread had the CPU for
+less than BUSY_SHARE of their time, the next calls for COOL_DOWN_S run with threads.parallel.
 """
 
 import platform
@@ -259,10 +259,12 @@ def example_calls():
 # ---- the Python side ---------------------------------------------------------------------------
 
 class Team:
-    """n_helpers helper threads ready inside one model call at a time (`call`), for `product`."""
+    """n_helpers helper threads ready inside one model call at a time (kernels.call), for its
+    products (`rows`, `head`)."""
 
     def __init__(self, n_helpers):
         self.n_helpers = n_helpers
+        self.wall_s = self.cpu_s = 0.0  # the serving call's products: wall time, the calling thread's CPU time
         self.board = np.zeros(BOARD_WORDS, np.int64)
         self.pool = ThreadPoolExecutor(max_workers=n_helpers, thread_name_prefix="picogpt-team")
         self.lock = threading.Lock()
