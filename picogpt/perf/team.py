@@ -299,17 +299,18 @@ class Team:
         self.lock.release()
 
     def rows(self, x, W, n_bands):
-        """x @ W (rows_product) for the call this team serves, timed."""
-        wall, cpu = time.perf_counter(), time.thread_time()
-        out = rows_product(self.board, x, W, n_bands)
-        self.wall_s += time.perf_counter() - wall
-        self.cpu_s += time.thread_time() - cpu
-        return out
+        """x @ W (rows_product) for the call this team serves."""
+        return self.timed(rows_product, x, W, n_bands)
 
     def head(self, x, E, n_bands):
-        """x @ E.T (head_product_on) for the call this team serves, timed."""
+        """x @ E.T (head_product_on) for the call this team serves."""
+        return self.timed(head_product_on, x, E, n_bands)
+
+    def timed(self, product, *arguments):
+        """product(board, *arguments), its wall time and the calling thread's CPU time counted
+        for `stop`'s judgement of the call."""
         wall, cpu = time.perf_counter(), time.thread_time()
-        out = head_product_on(self.board, x, E, n_bands)
+        out = product(self.board, *arguments)
         self.wall_s += time.perf_counter() - wall
         self.cpu_s += time.thread_time() - cpu
         return out
