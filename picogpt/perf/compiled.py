@@ -36,7 +36,6 @@ from tqdm import tqdm
 from ..errors import PicoGPTError
 
 KERNEL_ENV = "PICOGPT_KERNEL"
-ROWS, HEAD = 0, 1  # what a team's job computes: band_product's partial sums, or head_product's columns
 SEGMENT = 256  # output columns per step: 8 x 256 float32 = 8 KB of W, kept in L1 for all rows of x
 
 

@@ -37,6 +37,7 @@ import math
 
 import numpy as np
 
+from ..kv_cache import KVCache
 from . import compiled, openblas
 from .threads import CHUNKS_PER_THREAD, bands, n_threads, parallel
 
@@ -89,7 +90,7 @@ def forward(n_rows, cache, bytes_per_token):
     gpt2_cached (the work between products compiled) for a few positions with a KV cache of a
     model of at least BIG_MODEL_BYTES per token when the compiled kernels run, else None
     (gpt2.gpt2 as written)."""
-    if (cache is None or not hasattr(cache, "k") or n_rows > MAX_TILED_ROWS or bytes_per_token < BIG_MODEL_BYTES
+    if (cache is None or not isinstance(cache, KVCache) or n_rows > MAX_TILED_ROWS or bytes_per_token < BIG_MODEL_BYTES
             or not compiled.enabled()):
         return None
     return compiled.compile_kernels()["block"].gpt2_cached

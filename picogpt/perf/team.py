@@ -35,7 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
-from .compiled import HEAD, ROWS, band_product, head_product
+from .compiled import band_product, head_product
 
 BUSY_SHARE = 0.8  # the calling thread ran less than this share of a call: the machine is busy
 COOL_DOWN_S = 1.0  # then calls run with threads.parallel for this long, before trying again
@@ -45,6 +45,7 @@ X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 # The board: int64 words shared by the calling thread and the helpers.
 NEXT, DONE, STOP, ACTIVE, KIND, X_ADDRESS, W_ADDRESS, OUT_ADDRESS, N_ROWS, N_IN, N_OUT, LEAD = range(12)
 BOARD_WORDS = 16  # 128 bytes: two cache lines of their own
+ROWS, HEAD = 0, 1  # what a job computes: band_product's partial sums, or head_product's columns
 JOB_SHIFT, BANDS_SHIFT, FIELD = 40, 20, (1 << 20) - 1  # NEXT = job << 40 | n_bands << 20 | next band
 
 
