@@ -15,10 +15,10 @@
 from .course import course_models, course_pair_names
 from .errors import CheckpointError, DownloadError, PicoGPTError
 from .gpt2 import GPT2Config
-from .io.registry import load, model_names, weights_dir
+from .io.registry import model_names, weights_dir
 from .io.tokenizer import tokenizer
 from .kv_cache import KVCache
-from .model import GPT2
+from .model import GPT2, load
 from . import rejection, sampling, speculative, theory
 from .sampling import autoregressive_sampling
 from .speculative import speculative_sampling

@@ -22,7 +22,8 @@ DEFAULT_PROMPT = "Alan Turing theorized that computers would one day become"
 
 
 def cmd_info(args):
-    from .io.registry import load, resolve
+    from .io.registry import resolve
+    from .model import load
 
     model = load(args.model)
     c = model.config
@@ -83,7 +84,7 @@ def encode_prompt(text):
 
 def load_gpt2_vocab_model(name_or_path, in_memory=False):
     """Load a model and check that it speaks GPT-2's tokenizer, which the command line decodes with."""
-    from .io.registry import load
+    from .model import load
     from .io.tokenizer import tokenizer
 
     model = load(name_or_path, in_memory)
@@ -168,10 +169,10 @@ def speculate_report(args, draft, target, result, ars, measurement):
 
 
 def compare(args, draft, target, ids, on_loop):
-    """--compare: perf/speedup.measure_speedup, as the bench and notebook 05 time it (a warm-up of
+    """--compare: measure/speedup.measure_speedup, as the bench and notebook 05 time it (a warm-up of
     both algorithms, then `--repeats` interleaved timed runs of each, seeds seed .. seed +
     repeats - 1). Returns (first speculative run, first autoregressive run, SpeedupMeasurement)."""
-    from .perf.speedup import measure_speedup
+    from .measure.speedup import measure_speedup
 
     first = {}  # K (None: autoregressive) -> the first timed run, whose text is printed
     measurement = measure_speedup(draft, target, ids, args.N, [args.K], repeats=args.repeats, seed=args.seed,
@@ -182,7 +183,7 @@ def compare(args, draft, target, ids, on_loop):
 
 def cmd_speculate(args):
     from .course import course_pair_names
-    from .perf.speedup import warm_up
+    from .measure.speedup import warm_up
     from .speculative import speculative_sampling
     from .io.tokenizer import tokenizer
 
@@ -247,12 +248,9 @@ def add_sampling_flags(parser):
 
 
 def cmd_bench(args):
-    from .bench import docs, report, run_bench
+    from .bench import report, run_bench
+    from .measure.results import committed_dir, scratch_dir
 
-    if args.render:  # the documents from the committed JSON: nothing is measured
-        changed = docs.render_docs()
-        print(f"rendered from the committed results: {', '.join(changed) or 'every document was up to date'}")
-        return
     if args.save and args.quick:
         raise PicoGPTError("--quick is a first look, not results to commit: drop --quick to --save")
     overrides = {"with_torch": not args.no_torch}
@@ -260,15 +258,15 @@ def cmd_bench(args):
         raise PicoGPTError(f"--runs {args.runs}: the number of timed runs per figure must be at least 1")
     if args.runs is not None:
         overrides["n_runs"] = args.runs
-    folder = args.out or (report.committed_dir() if args.save else report.scratch_dir())
+    folder = args.out or (committed_dir() if args.save else scratch_dir())
     results = run_bench(args.models, quick=args.quick, **overrides)
     paths = report.save(results, folder, "bench-quick" if args.quick else "bench")
     print(report.to_json(results) if args.json else report.table(results))
     print(f"saved {', '.join(map(str, paths))}", file=sys.stderr)
     if args.save and not args.out:
-        print(f"rendered from them: {', '.join(docs.render_docs()) or 'no document changed'}", file=sys.stderr)
+        print("render the documents that quote them: python tools/render_docs.py", file=sys.stderr)
     elif not args.save and not args.out:
-        print("(a scratch folder git ignores: --save writes benchmarks/ and renders its documents)", file=sys.stderr)
+        print("(a scratch folder git ignores: --save writes benchmarks/)", file=sys.stderr)
 
 
 DESCRIPTION = """\
@@ -306,8 +304,7 @@ examples:
 examples:
   python -m picogpt bench --quick --models tiny-draft tiny-target --no-torch   (a first look, under a minute)
   python -m picogpt bench --no-torch           (everything; GPT-2 small and XL on random weights if not downloaded)
-  python -m picogpt bench --no-torch --save    (the same, into benchmarks/, and its docs re-rendered)
-  python -m picogpt bench --render             (re-render the docs from the committed results, no measuring)""",
+  python -m picogpt bench --no-torch --save    (the same, into benchmarks/; then python tools/render_docs.py)""",
 }
 
 
@@ -393,10 +390,8 @@ def build_parser():
     bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     bench.add_argument("--out", default=None, help="folder for bench.json and bench.png (default: build/bench/, "
                        "which git ignores; with --save: benchmarks/)")
-    bench.add_argument("--save", action="store_true", help="write the results to benchmarks/ to commit them, and "
-                       "render the tables of benchmarks/README.md and README.md from them")
-    bench.add_argument("--render", action="store_true", help="measure nothing: render the documents' tables from "
-                       "the committed JSON (benchmarks/bench.json and the other tools' results)")
+    bench.add_argument("--save", action="store_true", help="write the results to benchmarks/ to commit them "
+                       "(python tools/render_docs.py then renders the documents that quote them)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
 
     return parser
@@ -420,7 +415,7 @@ def check_environment():
     not an error in the middle of its output. HF_ENDPOINT is checked by `download`, first."""
     from .course.pair import course_pair_names
     from .io.registry import weights_dir
-    from .perf.kernels import n_threads
+    from .fast.kernels import n_threads
 
     n_threads()
     course_pair_names()

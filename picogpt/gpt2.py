@@ -7,7 +7,7 @@ Linear weights are stored [n_in, n_out] (GPT-2's "Conv1D"), so a layer is `x @ w
 
 Every matrix product with a weight goes through `matmul`, an argument that is `np.matmul`
 unless the caller hands in a faster function computing the same product (picogpt/model.py
-does, with picogpt/perf/kernels.py): that is the one place where the fast path plugs in.
+does, with picogpt/fast/kernels.py): that is the one place where the fast path plugs in.
 """
 
 import math

@@ -1,8 +1,9 @@
 """The GPT2 object: a config, its parameters, and the forward pass of picogpt/gpt2.py.
 
-`model(ids)` runs `gpt2.gpt2` on the fast path (picogpt/perf/: the same products, computed
+`model(ids)` runs `gpt2.gpt2` on the fast path (picogpt/fast/: the same products, computed
 from weights laid out for decoding); `model.plain(ids)` runs it with np.matmul on the
-checkpoint's own arrays, exactly as gpt2.py reads. `load_checkpoint` reads a safetensors file.
+checkpoint's own arrays, exactly as gpt2.py reads. `load_checkpoint` reads a safetensors file;
+`load` a model by name or path (io/registry.py says where each name lives).
 """
 
 import contextlib
@@ -14,10 +15,12 @@ import numpy as np
 from .errors import CheckpointError, PicoGPTError
 from .gpt2 import gpt2
 from .io.checkpoint import identity_now, map_checkpoint, tensors_of
+from .io.memory import ensure_fits
 from .io.params import (check_config_fits, config_from_json, infer_config, leaves, params_from_tensors,
                         strip_names, validate_config)
+from .io.registry import model_names, resolve
 from .kv_cache import KVCache
-from .perf import kernels, layout
+from .fast import kernels, layout
 
 
 IN_MEMORY = (False, True, "background")
@@ -26,10 +29,10 @@ IN_MEMORY = (False, True, "background")
 class GPT2:
     """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes.
 
-    Both run `gpt2` with perf/kernels.py's `matmul` (the fast path), which reads the same
+    Both run `gpt2` with fast/kernels.py's `matmul` (the fast path), which reads the same
     weights once for all rows on all cores; `model.plain(...)` runs `gpt2` as written, with
     np.matmul (the reference path). Both read the checkpoint's own arrays (memory-mapped, or
-    copied into memory with in_memory: perf/layout.py). Treat `params` as read-only.
+    copied into memory with in_memory: fast/layout.py). Treat `params` as read-only.
 
     A model loaded from a file checks before each call that the file is still the one it
     mapped (`ensure_checkpoint_unchanged`): a checkpoint rewritten in place would silently give
@@ -153,7 +156,7 @@ class GPT2:
         fast_params = self.prepare().fast_params
         # the fast path: the same forward pass and weights, a faster matmul (with helper threads
         # ready for the length of the call), and for a few positions with a cache the work
-        # between the products compiled (perf/block.py): those two for big models only
+        # between the products compiled (fast/block.py): those two for big models only
         forward = kernels.forward(len(ids), cache, self.bytes_per_token) or gpt2
         with unchanged_on_error(cache), kernels.call(self.bytes_per_token, len(ids)):
             return self.ensure_finite(forward(ids, fast_params, self.config, cache, matmul=kernels.matmul))
@@ -186,8 +189,19 @@ def load_checkpoint(path, name=None, in_memory=False):
     config_path = path.with_name("config.json")
     config = config_from_json(config_path) if config_path.exists() else infer_config(shapes, path)
     check_config_fits(config, shapes, path)
-    layout.ensure_fits(mapped.widened_bytes(), f"widening {path}'s half-precision weights to float32",
-                       "close other programs or notebook kernels, or use a float32 checkpoint "
-                       "(python -m picogpt download fetches float32)", margin=0)
+    ensure_fits(mapped.widened_bytes(), f"widening {path}'s half-precision weights to float32",
+                "close other programs or notebook kernels, or use a float32 checkpoint "
+                "(python -m picogpt download fetches float32)", margin=0)
     params = params_from_tensors(strip_names(tensors_of(mapped), path), config, path)
     return GPT2(params, config, name or path.parent.name, path, in_memory, checkpoint_identity=mapped.identity)
+
+
+def load(name_or_path, in_memory=False):
+    """Load a GPT-2 by name or path; F32 checkpoints are memory-mapped, so this is fast.
+    in_memory=True copies the weights into this process when the model is first run, for
+    their size in memory: mapped files stream at a speed that varies with the state of the OS
+    page cache (the bench measures both: benchmarks/README.md), and a copy no longer depends on
+    the file. in_memory="background" runs at once on the mapped weights and copies them meanwhile."""
+    path = resolve(name_or_path)
+    name = str(name_or_path) if str(name_or_path) in model_names() else path.parent.name
+    return load_checkpoint(path, name, in_memory)

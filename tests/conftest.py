@@ -1,4 +1,10 @@
-"""Session set-up shared by every test file."""
+"""Session set-up shared by every test file. The repository's development tools (tools/) import
+one another by name, as they do when run as scripts: the tests that check them import them so."""
+
+import sys
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parent.parent / "tools"))
 
 
 def pytest_configure(config):
@@ -7,6 +13,6 @@ def pytest_configure(config):
     one-time compile message on stderr or two workers compile at once."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller has done it
         return
-    from picogpt.perf import compiled
+    from picogpt.fast import compiled
 
     compiled.compile_kernels()

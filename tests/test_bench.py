@@ -1,6 +1,6 @@
 """`python -m picogpt bench` on tiny random models: every figure is there, saved through the real
-writer (report.save) and read back through the real reader (report.bench_measurements, what
-notebook 05 reads); the results documents are rendered from the JSON (docs.py), and the bench
+writer (report.save) and read back through the real reader (results.bench_measurements, what
+notebook 05 reads); the results documents are rendered from the JSON (tools/render_docs.py), and the bench
 changes no committed file unless told to save. No timing is asserted (speed goals live in the
 benchmark only)."""
 
@@ -13,14 +13,19 @@ import time
 import numpy as np
 import pytest
 
-from picogpt.bench import checkpoints, docs, goals, report, rounds
+import goals
+import render_docs as docs
+from goals import goal_line
+from picogpt.bench import checkpoints, report, rounds
 from picogpt.bench import run as bench
 from picogpt.cli import main
 from picogpt.errors import PicoGPTError
 from picogpt.io.checkpoint import read_header
 from picogpt.io.params import expected_shapes, hf_config as hf_config_of
 from picogpt.model import load_checkpoint
-from picogpt.perf import layout, machine, speedup
+from picogpt.fast import layout
+from picogpt.measure import machine, speedup
+from picogpt.measure import results as stored
 
 TINY = {"draft": dict(n_layer=1, n_head=2, n_embd=32), "target": dict(n_layer=2, n_head=2, n_embd=64)}
 SMALL_RUN = dict(n_runs=2, n_warmup=1, contexts=(8, 16), score_context=8, score_sizes=(2, 3, 5),
@@ -109,7 +114,7 @@ def test_each_model_has_ready_decode_and_scoring_figures(saved, tiny_pair, label
 
 def test_speculative_section_reads_back_as_notebook_05_reads_it(results, saved):
     json_path, _, _ = saved
-    found, note = report.bench_measurements(json_path)
+    found, note = stored.bench_measurements(json_path)
     assert "measured" in note and results["date_utc"] in note
     assert [m.controls["temperature"] for m, _ in found] == [1.0, 3.0]
     for (m, source), entry in zip(found, results["speculative"]):
@@ -137,9 +142,9 @@ def test_goals_come_from_the_goals_file(results, tmp_path):
                                "unit": "", "met": True, "measured_by": None}
     assert scored["teaching"]["value"] is None and scored["teaching"]["met"] is None  # teaching_pair=None
     assert scored["not by the bench"]["met"] is None
-    assert report.goal_line(scored["not by the bench"]) == (
+    assert goal_line(scored["not by the bench"]) == (
         "goal not measured in this run: not by the bench (goal: at most 1.60; tools/x.py measures it)")
-    assert report.goal_line(scored["speedup"]).startswith("goal missed: speedup: ")
+    assert goal_line(scored["speedup"]).startswith("goal missed: speedup: ")
 
 
 def test_goals_measured_by_another_tool_are_read_from_its_committed_results(results, tmp_path):
@@ -151,7 +156,7 @@ def test_goals_measured_by_another_tool_are_read_from_its_committed_results(resu
          "at_most": 6.5, "unit": " GB", "measured_by": "tools/page_cache.py"}]}))
     busy, cache = goals.score_goals(results, tmp_path / "goals.json")
     assert (busy["value"], busy["met"]) == (1.5, True) and (cache["value"], cache["met"]) == (None, None)
-    assert report.goal_line(busy) == ("goal met: busy: 1.50x (goal: at most 1.60x; from tools/busy_machine.py)")
+    assert goal_line(busy) == ("goal met: busy: 1.50x (goal: at most 1.60x; from tools/busy_machine.py)")
 
 
 def test_the_printed_goals_speak_plain_words():
@@ -162,7 +167,7 @@ def test_the_printed_goals_speak_plain_words():
 
 def test_the_committed_goals_are_scored_by_name(results):
     committed, _ = goals.load_goals()
-    assert [g["goal"] for g in results["goals"]] == [g["goal"] for g in committed]
+    assert [g["goal"] for g in goals.score_goals(results)] == [g["goal"] for g in committed]
     assert {g["metric"] for g in committed} - {None} <= {
         "speedup", "prediction_error", "in_loop_score_ratio", "score_ratio", "decode_vs_floor",
         "in_loop_decode_vs_floor", "bytes_beside_checkpoint", "ready_minus_decode_s", "best_speedup", "result_file",
@@ -315,16 +320,16 @@ def test_the_quick_start_block_shows_what_the_command_printed_and_each_step(tmp_
 
 def test_the_committed_documents_are_what_the_committed_json_renders():
     stale = docs.render_docs(check=True)
-    assert not stale, (f"{stale}: a generated block differs from its JSON; run `python -m picogpt bench --render` "
-                       "(and edit picogpt/bench/docs.py, not the block)")
+    assert not stale, (f"{stale}: a generated block differs from its JSON; run `python tools/render_docs.py` "
+                       "(and edit tools/render_docs.py, not the block)")
 
 
 def test_every_rendered_document_names_its_blocks_and_sources():
     committed = 0
     for document, blocks in docs.BLOCKS.items():
-        text = (docs.SOURCE_TREE / document).read_text()
+        text = (docs.REPOSITORY / document).read_text()
         for name, (source, _) in blocks.items():
-            if (docs.SOURCE_TREE / source).is_file():  # a block is required once its results are committed
+            if (docs.REPOSITORY / source).is_file():  # a block is required once its results are committed
                 assert docs.begin_marker(name, source) in text and docs.end_marker(name) in text, (document, name)
                 committed += 1
     assert committed >= 15
@@ -336,15 +341,15 @@ def test_every_rendered_document_names_its_blocks_and_sources():
 
 def git(*args):
     try:
-        return subprocess.run(["git", *args], cwd=report.SOURCE_TREE, capture_output=True, text=True, check=True).stdout
+        return subprocess.run(["git", *args], cwd=stored.SOURCE_TREE, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
 
 
 def test_the_default_output_folder_is_one_git_ignores():
-    folder = report.scratch_dir()
-    assert folder.is_relative_to(report.SOURCE_TREE) and not folder.is_relative_to(report.BENCH_DIR)
-    ignored = folder.relative_to(report.SOURCE_TREE) / "bench.json"
+    folder = stored.scratch_dir()
+    assert folder.is_relative_to(stored.SOURCE_TREE) and not folder.is_relative_to(stored.BENCH_DIR)
+    ignored = folder.relative_to(stored.SOURCE_TREE) / "bench.json"
     assert git("check-ignore", "--no-index", str(ignored)).strip() == str(ignored)
 
 
@@ -356,30 +361,24 @@ def small_settings(monkeypatch):
 def test_the_bench_by_default_leaves_git_status_as_it_was(tiny_pair, monkeypatch, capsys):
     small_settings(monkeypatch)
     before = git("status", "--porcelain", "--untracked-files=all")
-    committed = report.BENCH_JSON.read_bytes()
+    committed = stored.BENCH_JSON.read_bytes()
     paths = [str(path.parent) for path in tiny_pair.values()]
     assert main(["bench", "--quick", "--models", *paths, "--no-torch"]) == 0
     err = capsys.readouterr().err
-    assert f"saved {report.scratch_dir() / 'bench-quick.json'}" in err and "--save writes benchmarks/" in err
+    assert f"saved {stored.scratch_dir() / 'bench-quick.json'}" in err and "--save writes benchmarks/" in err
     assert git("status", "--porcelain", "--untracked-files=all") == before
-    assert report.BENCH_JSON.read_bytes() == committed
+    assert stored.BENCH_JSON.read_bytes() == committed
 
 
-def test_save_writes_the_committed_folder_and_renders_the_documents(tiny_pair, tmp_path, monkeypatch, capsys):
+def test_save_writes_the_committed_folder_and_names_the_renderer(tiny_pair, tmp_path, monkeypatch, capsys):
     small_settings(monkeypatch)
-    calls = []
-    monkeypatch.setattr(report, "BENCH_DIR", tmp_path)
-    monkeypatch.setattr(docs, "render_docs", lambda **kw: calls.append(kw) or ["benchmarks/README.md"])
+    monkeypatch.setattr(stored, "BENCH_DIR", tmp_path)
     paths = [str(path.parent) for path in tiny_pair.values()]
     assert main(["bench", "--save", "--models", *paths, "--no-torch", "--json"]) == 0
     assert set(json.loads((tmp_path / "bench.json").read_text())["models"]) == {"draft", "target"}
-    assert calls == [{}] and "rendered from them: benchmarks/README.md" in capsys.readouterr().err
+    assert "python tools/render_docs.py" in capsys.readouterr().err
 
 
-def test_render_measures_nothing_and_quick_results_are_never_saved(monkeypatch, capsys):
-    monkeypatch.setattr(bench, "run_bench", lambda *a, **k: pytest.fail("--render must not measure"))
-    monkeypatch.setattr(docs, "render_docs", lambda **kw: [])
-    assert main(["bench", "--render"]) == 0
-    assert "every document was up to date" in capsys.readouterr().out
+def test_quick_results_are_never_saved(capsys):
     assert main(["bench", "--save", "--quick"]) == 2
     assert "--quick is a first look" in capsys.readouterr().err

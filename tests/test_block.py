@@ -1,4 +1,4 @@
-"""perf/block.py's forward pass (the work between products compiled) computes what gpt2.py
+"""fast/block.py's forward pass (the work between products compiled) computes what gpt2.py
 computes, and the fast path takes it exactly for a few positions with a KV cache."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from helpers import random_gpt2
 from picogpt.gpt2 import gpt2
 from picogpt.kv_cache import KVCache
-from picogpt.perf import compiled, kernels
+from picogpt.fast import compiled, kernels
 
 pytestmark = pytest.mark.skipif(compiled.compile_kernels() is None, reason="numba is not installed")
 

@@ -356,17 +356,17 @@ def test_a_tensor_under_its_bare_and_its_prefixed_name_is_refused(tmp_path, caps
 
 def test_an_f16_checkpoint_that_would_not_fit_once_widened_is_refused_before_widening(tmp_path, monkeypatch, capsys):
     import picogpt.model
-    import picogpt.perf.layout as layout
+    import picogpt.io.memory as memory
 
     write_safetensors(tmp_path / "model.safetensors", random_tensors(CONFIG), "F16")
     write_config_json(tmp_path)
     n_widened = 4 * sum(int(np.prod(shape)) for shape in expected_shapes(CONFIG).values())
-    monkeypatch.setattr(layout, "available_memory_bytes", lambda: n_widened - 1)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: n_widened - 1)
     monkeypatch.setattr(picogpt.model, "tensors_of", lambda mapped: pytest.fail("widened before checking"))
     with pytest.raises(PicoGPTError, match="widening .*model.safetensors's half-precision weights to float32 "
                                            "needs .* GB, and .* GB is available"):
         load_checkpoint(tmp_path)
     assert main(["info", str(tmp_path)]) == 2 and "half-precision" in capsys.readouterr().err
     monkeypatch.undo()
-    monkeypatch.setattr(layout, "available_memory_bytes", lambda: n_widened)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: n_widened)
     assert load_checkpoint(tmp_path).config == CONFIG  # it fits exactly

@@ -132,11 +132,11 @@ def test_generate_rejects_bad_input_the_same_way(capsys, checkpoints):
 
 
 def test_in_memory_flag_loads_copies_and_samples_the_same_tokens(capsys, checkpoints, monkeypatch):
-    import picogpt.io.registry
+    import picogpt.model
 
     loaded = []
-    real_load = picogpt.io.registry.load
-    monkeypatch.setattr(picogpt.io.registry, "load", lambda name, in_memory=False: loaded.append(
+    real_load = picogpt.model.load
+    monkeypatch.setattr(picogpt.model, "load", lambda name, in_memory=False: loaded.append(
         in_memory) or real_load(name, in_memory))
     argv = ["speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
             "--prompt", "Hello world", "-n", "8", "-K", "2", "--seed", "3", "--json"]

@@ -16,8 +16,9 @@ from helpers import random_gpt2, random_tensors
 from picogpt.errors import PicoGPTError
 from picogpt.io.checkpoint import read_safetensors, write_safetensors
 from picogpt.model import load_checkpoint
-from picogpt.perf import compiled, kernels, layout, openblas, threads
-from picogpt.perf.kernels import BIG_MATRIX, MAX_TILED_ROWS, matmul, tile_shape
+from picogpt.fast import compiled, kernels, layout, openblas, threads
+from picogpt.io import memory
+from picogpt.fast.kernels import BIG_MATRIX, MAX_TILED_ROWS, matmul, tile_shape
 
 RELATIVE = 1e-5
 
@@ -45,8 +46,8 @@ def test_parallel_hands_an_error_to_the_caller():
 @pytest.fixture(params=["numpy", "numba", "team"])
 def kernel(request, monkeypatch):
     """Each product test runs three times: NumPy alone, with the compiled kernel
-    (perf/compiled.py), and with the compiled kernel on a team of helper threads ready for the
-    length of a model call (perf/team.py), the test standing for that call."""
+    (fast/compiled.py), and with the compiled kernel on a team of helper threads ready for the
+    length of a model call (fast/team.py), the test standing for that call."""
     if request.param != "numpy" and compiled.compile_kernel() is None:
         pytest.skip("numba is not installed (pip install 'picogpt[fast]')")
     monkeypatch.setenv(compiled.KERNEL_ENV, "numpy" if request.param == "numpy" else "numba")
@@ -58,7 +59,7 @@ def kernel(request, monkeypatch):
     if threads.n_threads() < 2:
         pytest.skip("a team needs two threads or more")
     monkeypatch.setattr(kernels, "TEAM_MATRIX", 0)  # every few-row product, however small
-    monkeypatch.setattr(kernels, "BIG_MODEL_BYTES", 0)  # models here are small: the team's, and perf/block.py's, too
+    monkeypatch.setattr(kernels, "BIG_MODEL_BYTES", 0)  # models here are small: the team's, and fast/block.py's, too
     monkeypatch.setattr(compiled.compile_kernels()["team"], "BUSY_SHARE", 0)  # never rests here
     kernels.team().cool_until = 0.0  # nor still rests from an earlier test on a busy machine
     with kernels.call(kernels.BIG_MODEL_BYTES):
@@ -192,7 +193,7 @@ def test_the_compiled_kernel_takes_every_few_row_product_when_enabled(monkeypatc
 
 @pytest.mark.parametrize("start, stop, lead", [(0, 19, 0), (0, 8, 3), (3, 17, 7), (5, 6, 2), (0, 19, 300), (0, 19, 999)])
 def test_the_kernels_loop_as_plain_python_adds_x_at_w_for_its_band(start, stop, lead):
-    """perf/compiled.py's loop, run by Python itself (no numba): the same sum, whatever numba
+    """fast/compiled.py's loop, run by Python itself (no numba): the same sum, whatever numba
     does, and whatever the columns before the vector loop (`lead`, clamped to the row)."""
     rng = np.random.default_rng(start)
     x, W = rng.standard_normal((3, 19)).astype(np.float32), rng.standard_normal((19, 300)).astype(np.float32)
@@ -270,7 +271,7 @@ def test_numba_that_cannot_run_here_means_the_numpy_path_and_one_line(case):
     setup, reason = NUMBA_FALLBACKS[case]
     script = f"""{setup}
 import numpy as np, picogpt
-from picogpt.perf import compiled
+from picogpt.fast import compiled
 model = picogpt.load("tiny-target")
 ids = [464, 3303, 531, 11, 1309]
 np.testing.assert_allclose(model(ids), model.plain(ids), rtol=1e-4, atol=1e-4)
@@ -383,12 +384,12 @@ def test_in_memory_copies_every_weight_out_of_the_mapped_file(checkpoint, monkey
 
 
 def test_in_memory_refuses_what_would_not_fit(checkpoint, monkeypatch):
-    monkeypatch.setattr(layout, "available_memory_bytes", lambda: layout.MEMORY_MARGIN + 1000)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 2**30 + 1000)
     model = load_checkpoint(checkpoint, "big", in_memory=True)
     with pytest.raises(PicoGPTError, match=r"copying big's weights into memory needs 0\.0 GB.*without in_memory"):
         model(np.arange(3))
     assert model.fast_params is None  # nothing half-made: the next call tries again
-    monkeypatch.setattr(layout, "available_memory_bytes", lambda: None)  # unknown (not Linux): just copy
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: None)  # unknown (not Linux): just copy
     assert model(np.arange(3)).shape == (3, 2100)
 
 
@@ -420,7 +421,7 @@ def test_background_copy_swaps_every_weight_in_while_the_model_runs(checkpoint, 
 
 
 def test_background_copy_that_would_not_fit_leaves_the_model_mapped(checkpoint, monkeypatch, capsys):
-    monkeypatch.setattr(layout, "available_memory_bytes", lambda: layout.MEMORY_MARGIN + 1000)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 2**30 + 1000)
     model = load_checkpoint(checkpoint, "big", in_memory="background")
     assert model(np.arange(3)).shape == (3, 2100) and model.copying is None
     assert "copying big's weights into memory needs" in capsys.readouterr().err

@@ -14,7 +14,7 @@ import picogpt
 from helpers import random_gpt2
 from picogpt import theory
 from picogpt.course import figures, panels
-from picogpt.perf import speedup
+from picogpt.measure import speedup
 from picogpt.errors import PicoGPTError
 from picogpt.speculative import LoopTrace, speculative_sampling
 

@@ -10,7 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "picogpt"
 CORE = ("gpt2", "kv_cache", "sampling", "rejection", "speculative", "theory")
-FORBIDDEN = ("perf", "bench", "course", "io", "cli", "model")  # picogpt.<these> and below
+FORBIDDEN = ("fast", "measure", "bench", "course", "io", "cli", "model")  # picogpt.<these> and below
 ALLOWED_OUTSIDE = {"numpy"}  # besides Python's standard library
 
 
@@ -79,17 +79,17 @@ def test_the_teaching_core_imports_only_numpy(module):
 
 def test_the_rule_catches_a_forward_pass_that_imports_the_fast_path_again(tmp_path):
     package = tmp_path / "picogpt"
-    (package / "perf").mkdir(parents=True)
+    (package / "fast").mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "perf" / "__init__.py").write_text("")
-    (package / "perf" / "kernels.py").write_text("import numpy as np\n")
+    (package / "fast" / "__init__.py").write_text("")
+    (package / "fast" / "kernels.py").write_text("import numpy as np\n")
     (package / "errors.py").write_text("")
     (package / "gpt2.py").write_text("import numpy as np\nfrom .errors import X\n")
     assert violations(package, "gpt2") == []
-    (package / "gpt2.py").write_text("import numpy as np\nfrom .perf import kernels\n")
-    assert "picogpt.gpt2 -> picogpt.perf" in violations(package, "gpt2")
+    (package / "gpt2.py").write_text("import numpy as np\nfrom .fast import kernels\n")
+    assert "picogpt.gpt2 -> picogpt.fast" in violations(package, "gpt2")
     (package / "gpt2.py").write_text("from .errors import X\n")  # through another module
-    (package / "errors.py").write_text("from .perf.kernels import matmul\n")
-    assert "picogpt.gpt2 -> picogpt.errors -> picogpt.perf.kernels" in violations(package, "gpt2")
+    (package / "errors.py").write_text("from .fast.kernels import matmul\n")
+    assert "picogpt.gpt2 -> picogpt.errors -> picogpt.fast.kernels" in violations(package, "gpt2")
     (package / "errors.py").write_text("import torch\n")  # a third-party package
     assert violations(package, "gpt2") == ["picogpt.gpt2 -> picogpt.errors -> torch"]

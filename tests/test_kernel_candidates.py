@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from picogpt.perf import compiled, kernels, threads
+from picogpt.fast import compiled, kernels, threads
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels" / "candidates.py"
 RELATIVE = 1e-5
@@ -121,5 +121,5 @@ def test_between_mode_times_the_work_between_products_both_ways(candidates_scrip
     record = json.loads(out.read_text())
     assert [row["n_rows"] for row in record["models"]] == [1, 5, 9]
     for row in record["models"]:
-        assert set(row["times_s"]) == {"gpt2.py (NumPy)", "perf/block.py (compiled)"}
+        assert set(row["times_s"]) == {"gpt2.py (NumPy)", "fast/block.py (compiled)"}
         assert all(len(times) == 1 and times[0] > 0 for times in row["times_s"].values())

@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from picogpt.perf import machine
-from picogpt.perf.machine import (RECLAIM_COUNTERS, available_memory_bytes, huge_page_fraction, memory_counters,
-                                  meminfo_bytes, parse_smaps)
+from picogpt.measure import machine
+from picogpt.io import memory
+from picogpt.io.memory import available_memory_bytes, meminfo_bytes
+from picogpt.measure.machine import RECLAIM_COUNTERS, huge_page_fraction, memory_counters, parse_smaps
 
 MEMINFO = """\
 MemTotal:       16000000 kB
@@ -77,6 +78,7 @@ def fake_proc(monkeypatch, files):
             raise FileNotFoundError(path)
         return io.StringIO(files[path])
     monkeypatch.setattr(machine, "open", fake_open, raising=False)
+    monkeypatch.setattr(memory, "open", fake_open, raising=False)
 
 
 def test_meminfo_is_read_in_bytes_and_empty_without_proc(monkeypatch):

@@ -306,7 +306,7 @@ def test_in_memory_weights_run_on_after_the_file_changes_and_plain_does_not(tmp_
 
 def test_a_file_changed_while_in_memory_copies_it_is_refused(tmp_path, monkeypatch):
     from picogpt import load
-    from picogpt.perf import layout
+    from picogpt.fast import layout
 
     folder = written_an_hour_ago(tmp_path / "model")
     model = load(folder, in_memory=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from picogpt.perf import machine
+from picogpt.measure import machine
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "page_cache.py"
 MB = 2**20

@@ -116,23 +116,23 @@ def test_stdout_that_cannot_encode_the_text_still_prints(monkeypatch, capsys, ch
 
 
 def test_an_error_message_with_line_breaks_is_printed_on_one_line(capsys, monkeypatch):
-    import picogpt.io.registry as registry
+    import picogpt.model
 
     def fail(*args, **kwargs):
         raise PicoGPTError("first line\nsecond line\nthird line")
 
-    monkeypatch.setattr(registry, "load", fail)
+    monkeypatch.setattr(picogpt.model, "load", fail)
     code, _, err = run_main(capsys, "info", "gpt2")
     assert code == 2 and one_error_line(err) == "error: first line second line third line"
 
 
 def test_an_os_error_from_the_environment_is_one_line(capsys, monkeypatch):
-    import picogpt.io.registry as registry
+    import picogpt.model
 
     def fail(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "/some/where")
 
-    monkeypatch.setattr(registry, "load", fail)
+    monkeypatch.setattr(picogpt.model, "load", fail)
     code, _, err = run_main(capsys, "info", "gpt2")
     line = one_error_line(err)
     assert code == 2 and "No space left on device (/some/where)" in line
@@ -339,7 +339,7 @@ def test_a_cache_of_another_context_length_is_refused():
 def test_a_bad_environment_variable_is_one_line_before_any_output(capsys, monkeypatch, checkpoint,
                                                                    variable, value, message):
     """Such errors used to be printed after the prompt, on the same line (or as a traceback)."""
-    from picogpt.perf import threads
+    from picogpt.fast import threads
 
     threads.threads_for.cache_clear()
     monkeypatch.setenv(variable, value)
@@ -349,7 +349,7 @@ def test_a_bad_environment_variable_is_one_line_before_any_output(capsys, monkey
 
 
 def test_an_absurd_thread_count_is_refused_in_python_too(monkeypatch):
-    from picogpt.perf import threads
+    from picogpt.fast import threads
 
     monkeypatch.setenv("PICOGPT_THREADS", str(10**6))
     with pytest.raises(PicoGPTError, match="PICOGPT_THREADS='1000000'"):

@@ -213,4 +213,4 @@ def test_code_and_user_docs_quote_no_dates_issue_numbers_or_run_history():
     assert any(name.startswith("notebooks/") for name in texts) and any(name.startswith("tools/") for name in texts)
     found = [f"{name}:{n}: {what}: {words!r}" for name, text in sorted(texts.items()) for n, what, words in history(text)]
     assert not found, ("history in code or user docs: say what is true now (git keeps the history; figures come "
-                       "from the results JSON through picogpt/bench/docs.py):\n" + "\n".join(found))
+                       "from the results JSON through picogpt/tools/render_docs.py):\n" + "\n".join(found))

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from picogpt.course import panels, results
-from picogpt.perf.timing import Spread
+from picogpt.measure.timing import Spread
 
 
 def measurement(speedups, runs, predicted_best=2):

@@ -1,4 +1,4 @@
-"""The one cost/speedup measurement (perf/speedup.py), on tiny random models: costs read inside
+"""The one cost/speedup measurement (measure/speedup.py), on tiny random models: costs read inside
 the loops, a breakdown that adds up to the wall time, alpha pooled over every decision, the
 speedup as the ratio of the medians, predictions from the formulas, and a JSON round trip."""
 
@@ -9,9 +9,9 @@ import pytest
 
 from helpers import random_gpt2
 from picogpt import sampling, speculative, theory
-from picogpt.bench import report
+from picogpt.measure import results
 from picogpt.errors import PicoGPTError
-from picogpt.perf import speedup
+from picogpt.measure import speedup
 
 PROMPT = [1, 2, 3]
 
@@ -172,24 +172,24 @@ def test_the_gap_accounting_names_the_planted_causes(clocked_pair, recorded):
         assert g["loop_time"] == pytest.approx((K * 1.0 + 10.0 + K) / mean_loop_s) and g["loop_time"] < 1
         tokens_per_loop = sum(len(loop.tokens) for run in runs for loop in run.loops) / n_loops
         assert g["tokens"] == pytest.approx(tokens_per_loop / theory.expected_tokens_per_loop(m.alpha_hat, K))
-    assert len(report.gap_lines(m)) == 1 + len(gaps)
+    assert len(speedup.gap_lines(m)) == 1 + len(gaps)
 
 
 def test_a_busy_machine_is_named(clocked_pair):
     m = speedup.measure_speedup(*clocked_pair, PROMPT, N=4, Ks=[1], repeats=1)
     busy = speedup.SpeedupMeasurement(**{**m.__dict__, "load_average_before": [5.0, 1.0, 1.0]})
-    assert "busy (load average up to 5.0 on 2 cores)" in report.busy_warning(busy, cores=2)
+    assert "busy (load average up to 5.0 on 2 cores)" in speedup.busy_warning(busy, cores=2)
     idle = speedup.SpeedupMeasurement(**{**m.__dict__, "load_average_before": [0.1, 0.1, 0.1],
                                          "load_average_after": [0.2, 0.1, 0.1]})
-    assert report.busy_warning(idle, cores=2) == ""
+    assert speedup.busy_warning(idle, cores=2) == ""
 
 
 def test_bench_measurements_say_when_there_are_none(tmp_path):
-    found, note = report.bench_measurements(tmp_path / "bench.json")
+    found, note = results.bench_measurements(tmp_path / "bench.json")
     assert found == [] and "not measured yet" in note
     (tmp_path / "bench.json").write_text(json.dumps({"models": {}}))
-    found, note = report.bench_measurements(tmp_path / "bench.json")
+    found, note = results.bench_measurements(tmp_path / "bench.json")
     assert found == [] and "holds no end-to-end speculative-sampling measurement" in note
     (tmp_path / "bench.json").write_text(json.dumps({"speculative": [{"measurement": {}}]}))
-    found, note = report.bench_measurements(tmp_path / "bench.json")
+    found, note = results.bench_measurements(tmp_path / "bench.json")
     assert found == [] and "cannot be read" in note and str(tmp_path) not in note

@@ -1,4 +1,4 @@
-"""A team of helper threads (perf/team.py) is ready for the length of one model call, and only
+"""A team of helper threads (fast/team.py) is ready for the length of one model call, and only
 then: it computes the same products, leaves when the call ends, serves one thread at a time,
 rests when the machine is busy, and is never started for a model too small to use it."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import random_gpt2
-from picogpt.perf import compiled, kernels, threads
+from picogpt.fast import compiled, kernels, threads
 
 pytestmark = pytest.mark.skipif(compiled.compile_kernels() is None, reason="numba is not installed")
 

@@ -6,9 +6,9 @@ import pytest
 
 from helpers import random_gpt2
 from picogpt.errors import PicoGPTError
-from picogpt.perf import machine, timing
-from picogpt.perf.machine import BANDWIDTH_SHAPE, measure_bandwidth_gbs, measure_matmul_gflops
-from picogpt.perf.timing import median_seconds, time_per_token_s
+from picogpt.measure import machine, timing
+from picogpt.measure.machine import BANDWIDTH_SHAPE, measure_bandwidth_gbs, measure_matmul_gflops
+from picogpt.measure.timing import median_seconds, time_per_token_s
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """How much a busy machine slows sampling: the teaching pair idle, then beside busy processes.
 
 A laptop with a browser and another notebook kernel open is a loaded machine. This runs the
-one speedup measurement (picogpt.perf.speedup.measure_speedup) on the teaching pair twice,
+one speedup measurement (picogpt.measure.speedup.measure_speedup) on the teaching pair twice,
 side by side in one process: once on the idle machine, once while `--busy` processes spin on
 the CPU (each a bounded `python -c "while True: pass"`, stopped after the measurement), and
 writes both with their ratio to build/bench/busy.json (benchmarks/busy.json with --save).
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import picogpt
-from picogpt.bench.report import results_path
+from picogpt.measure.results import results_path
 from picogpt.io.atomic import write_text_atomically
-from picogpt.perf import speedup
+from picogpt.measure import speedup
 
 REPO = Path(__file__).resolve().parent.parent
 SPIN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"
@@ -66,7 +66,7 @@ def main(argv=None):
     out = results_path("busy.json", args.save, args.out)
     write_text_atomically(out, json.dumps(result, indent=1) + "\n")
     if args.save:
-        from picogpt.bench.docs import render_docs
+        from render_docs import render_docs
         print("rendered from it:", ", ".join(map(str, render_docs())) or "(no document changed)", file=sys.stderr)
     print(f"{args.busy} busy processes: autoregressive {slower['autoregressive']:.2f}x slower, "
           f"speculative (K = {args.K}) {slower['speculative']:.2f}x slower than idle; "

@@ -9,11 +9,11 @@ It clones this repository's HEAD into a temporary folder and there, as the READM
 - starts `make lab` headless and times it until the course is served;
 - runs the README's `speculate --compare` command as fresh processes, seeds 0, 1 and 2 (the first
   one on the fresh clone pays numba's compile, once per install; the others pay nothing);
-- measures the same setting in one process with perf/speedup.measure_speedup, so the command
+- measures the same setting in one process with measure/speedup.measure_speedup, so the command
   line and the in-process measurement can be compared.
 The results go to build/first-hour.json (git ignores build/), or with --save to
-benchmarks/first-hour.json, from which picogpt/bench/docs.py renders README.md's quick-start
-block (`python -m picogpt bench --render`).
+benchmarks/first-hour.json, from which picogpt/tools/render_docs.py renders README.md's quick-start
+block (`python tools/render_docs.py`).
 """
 
 import argparse
@@ -89,10 +89,10 @@ def speedup_of(stdout):
 
 
 def in_process(clone, env):
-    """perf/speedup.measure_speedup at the README's setting in one process, seeds 0-2."""
+    """measure/speedup.measure_speedup at the README's setting in one process, seeds 0-2."""
     script = f"""
 import json, picogpt
-from picogpt.perf.speedup import measure_speedup
+from picogpt.measure.speedup import measure_speedup
 draft, target = picogpt.course_models(verbose=False)
 m = measure_speedup(draft, target, picogpt.tokenizer().encode({PROMPT!r}), {N}, [{K}], repeats={len(SEEDS)}, seed=0)
 print(json.dumps({{"speedup": m.by_K[{K}].speedup, "alpha_hat": m.alpha_hat, "draft": m.draft, "target": m.target}}))
@@ -152,7 +152,7 @@ def main(argv=None):
     write_text_atomically(out, json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")
     if args.save:
-        from picogpt.bench.docs import render_docs
+        from render_docs import render_docs
         render_docs()
 
 

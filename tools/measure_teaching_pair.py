@@ -5,7 +5,7 @@ The numbers of the teaching pair's model card (weights/README.md) come from this
   alpha    mean over positions of sum_x min(p(x), q(x)) (theory.acceptance_rate), along text
            sampled from the target q at temperature 1 (Algorithm 1), one full forward pass of
            each model over each sampled sequence;
-  speedup  perf/speedup.py's one measurement (the bench's and notebook 05's): autoregressive
+  speedup  measure/speedup.py's one measurement (the bench's and notebook 05's): autoregressive
            (Algorithm 1) against speculative sampling (Algorithm 2) at temperature 1, N tokens
            after the first prompt, for K = 1 .. K_max, interleaved repeats; in-loop costs
            (t_draft, t_target, t_score(K)), medians with their interquartile range, measured
@@ -31,8 +31,8 @@ import numpy as np
 
 import picogpt
 from picogpt import theory
-from picogpt.bench import docs, report
-from picogpt.perf import machine, speedup
+import render_docs
+from picogpt.measure import machine, speedup
 from picogpt.sampling import autoregressive_sampling, distribution
 
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "weights" / "measurements.json"  # the model card's source
@@ -86,12 +86,12 @@ def main(argv=None):
 
     m = speedup.measure_speedup(draft, target, prompts[0], args.N, range(1, args.K_max + 1),
                                 repeats=args.repeats)
-    print("\n".join(report.text_lines(m)), flush=True)
+    print("\n".join(speedup.text_lines(m)), flush=True)
     measured_K, predicted_K = m.best_K
     print(f"best K = {measured_K}: speedup {m.by_K[measured_K].speedup:.2f}x "
           f"(IQR of the repeats {m.by_K[measured_K].speedup_runs.q1:.2f}-{m.by_K[measured_K].speedup_runs.q3:.2f}); "
           f"predicted best K = {predicted_K}")
-    warning = report.busy_warning(m, os.cpu_count())
+    warning = speedup.busy_warning(m, os.cpu_count())
     if warning:
         print(warning)
 
@@ -108,7 +108,7 @@ def main(argv=None):
         Path(path).write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {path}")
     if args.save:
-        changed = docs.render_docs()  # every document that quotes it (the model card, the goals)
+        changed = render_docs.render_docs()  # every document that quotes it (the model card, the goals)
         print("rendered from it:", ", ".join(map(str, changed)) or "(no document changed)")
 
 

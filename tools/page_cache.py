@@ -31,12 +31,12 @@ import time
 from pathlib import Path
 
 from picogpt.bench.checkpoints import random_checkpoint, shown_path
-from picogpt.bench.goals import load_goals
-from picogpt.bench.report import results_path
+from goals import load_goals
+from picogpt.measure.results import results_path
 from picogpt.course.pair import ENV as COURSE_MODELS_ENV, PAIRS
 from picogpt.io.atomic import write_text_atomically
 from picogpt.io.registry import checkpoint_path, is_available
-from picogpt.perf import machine
+from picogpt.measure import machine
 
 REPO = Path(__file__).resolve().parent.parent
 GOAL_FILE = "page-cache.json"  # the goal of benchmarks/goals.json that reads this tool's results
@@ -144,7 +144,7 @@ def main(argv=None):
     out = results_path("page-cache.json", args.save, args.out)
     write_text_atomically(out, json.dumps(result, indent=1) + "\n")
     if args.save:
-        from picogpt.bench.docs import render_docs
+        from render_docs import render_docs
         print("rendered from it:", ", ".join(map(str, render_docs())) or "(no document changed)", file=sys.stderr)
     for f in files:
         print(f"{shown_path(f)}: {before[f] / 1e9:.2f} GB in the page cache before, {after[f] / 1e9:.2f} GB after "

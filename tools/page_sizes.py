@@ -28,11 +28,11 @@ import numpy as np
 from picogpt.bench.checkpoints import resolve_models
 from picogpt.bench.decode import prompt_ids
 from picogpt.bench.engines import NumpyEngine
-from picogpt.bench.report import results_path
+from picogpt.measure.results import results_path
 from picogpt.io.atomic import write_text_atomically
 from picogpt.bench.rounds import ceiling_tasks, describe_ceiling, interleaved
 from picogpt.io.params import leaves, map_leaves
-from picogpt.perf import machine
+from picogpt.measure import machine
 from picogpt.model import load_checkpoint
 
 LAYOUTS = {  # name: (advice, first touch of the pages in a random order)
@@ -103,7 +103,7 @@ def main():
     out = results_path("page-sizes.json", args.save, args.out)
     write_text_atomically(out, json.dumps(results, indent=1) + "\n")
     if args.save:
-        from picogpt.bench.docs import render_docs
+        from render_docs import render_docs
         print("rendered from it:", ", ".join(map(str, render_docs())) or "(no document changed)", file=sys.stderr)
     print(f"{label}: ceiling {ceiling['gb_per_s']:.1f} GB/s, floor {floor_s * 1e3:.1f} ms")
     for name, e in results["engines"].items():

@@ -6,7 +6,7 @@ few rows, x [n_rows, n_in] @ W -> [n_rows, n_out]. On a CPU that product waits o
 should cost about one decode (one row) if it reads W once for all rows. This script measures
 how close each candidate built from NumPy and its OpenBLAS gets: time over all of a model's
 linear weights, as a multiple of one row's product `x[:1] @ W`. README.md beside it has the
-tables and what they mean; picogpt.perf.kernels.matmul is the winner (the compiled product
+tables and what they mean; picogpt.fast.kernels.matmul is the winner (the compiled product
 with numba installed, the L2 tiles without).
 
     python benchmarks/kernels/candidates.py rows --layers 4 --runs 5   # every candidate, n_rows 1..9
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from picogpt.perf import compiled, kernels, openblas, threads
+from picogpt.fast import compiled, kernels, openblas, threads
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "weights" / "kernel-bench"  # git-ignored
@@ -94,14 +94,14 @@ def random_rows(weights, n_rows, seed=1):
 # ---- NumPy's OpenBLAS -------------------------------------------------------------------------
 
 def set_blas_threads(n):
-    """OpenBLAS's thread count (perf/openblas.py finds the library); no-op if absent."""
+    """OpenBLAS's thread count (fast/openblas.py finds the library); no-op if absent."""
     setter = openblas.thread_setter()
     if setter is not None:
         setter(n)
 
 
 def find_sgemm():
-    """cblas_sgemm from the OpenBLAS that NumPy ships (found by perf/openblas.py), as a
+    """cblas_sgemm from the OpenBLAS that NumPy ships (found by fast/openblas.py), as a
     ctypes function, or None. Symbols with the `64_` suffix take 64-bit integers, others C ints."""
     name, sgemm = openblas.symbol("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
     if sgemm is None:
@@ -322,7 +322,7 @@ def tiles_per_row_gemv(x, W):
 
 
 def compiled_product(x, W):
-    """picogpt's product with numba: every row per load of W (perf/compiled.py), bands per thread."""
+    """picogpt's product with numba: every row per load of W (fast/compiled.py), bands per thread."""
     return kernels.compiled_rows(np.ascontiguousarray(x), W)
 
 
@@ -334,7 +334,7 @@ class Candidate:
 
 
 def on_a_team(x, W):
-    """picogpt's product on a team ready for the pass (perf/team.py), as inside a model call."""
+    """picogpt's product on a team ready for the pass (fast/team.py), as inside a model call."""
     return kernels.team_rows(np.ascontiguousarray(x), W)
 
 
@@ -365,9 +365,9 @@ def candidates(sgemm, copies=None):
         "L2 tiles, per-row GEMV (kernels.tiled, without numba)": Candidate(tiles_per_row_gemv, 1),
     }
     if compiled.compile_kernel() is not None:
-        found["compiled, each weight to all rows (perf/compiled.py)"] = Candidate(compiled_product, 1)
+        found["compiled, each weight to all rows (fast/compiled.py)"] = Candidate(compiled_product, 1)
         if kernels.team() is not None:
-            found["compiled, on a team ready for the call (perf/team.py) = kernels.matmul in a call"] = \
+            found["compiled, on a team ready for the call (fast/team.py) = kernels.matmul in a call"] = \
                 Candidate(on_a_team, 1, a_team_call)
     if sgemm is not None:
         for b in (32, 96, 200, 400):
@@ -662,7 +662,7 @@ def placed_at(shape, offset, rng):
 
 
 def band_pairs(x, W, acc, start, stop, lead=0, segment=256):
-    """A register-blocked alternative to perf/compiled.py's band_product, tried for several
+    """A register-blocked alternative to fast/compiled.py's band_product, tried for several
     rows: 4 rows of W per pass, each vector of W loaded once into a register and applied to two
     rows of x (6 loads per 8 multiply-adds instead of 9). acc += x[:, start:stop] @ W[start:stop]."""
     n_rows, n_out = x.shape[0], W.shape[1]
@@ -697,7 +697,7 @@ def band_pairs(x, W, acc, start, stop, lead=0, segment=256):
 
 
 def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2, 5, 9), offset=24):
-    """How fast the compiled loop (perf/compiled.py) does its arithmetic, beside how fast memory
+    """How fast the compiled loop (fast/compiled.py) does its arithmetic, beside how fast memory
     delivers the weights. Arithmetic: W of `shape` (320 KB, stays in each core's L2), placed
     `offset` bytes past a 32-byte boundary as in the checkpoint, multiplied n_repeats times on
     one thread and on every thread at once (each its own W), in GB/s of W; twice: with the
@@ -768,7 +768,7 @@ def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2
 
 def between_mode(args, sgemm, n_past=32, row_counts=(1, 5, 9)):
     """The forward pass's work between the products, without the products: gpt2.py as written
-    (NumPy, about 40 operations per layer) against perf/block.py (that work compiled), for a
+    (NumPy, about 40 operations per layer) against fast/block.py (that work compiled), for a
     call on 1, 5 and 9 new positions after n_past cached ones, each product replaced by an
     array of zeros of its shape. Parameters of GPT-2 small's and XL's shapes and depths (--layers
     is not used for them): the layer norms,
@@ -803,7 +803,7 @@ def between_mode(args, sgemm, n_past=32, row_counts=(1, 5, 9)):
                                  "c_proj": {"weight": matrix(4 * e, e), "bias": vector(e)}}} for _ in range(n_layer)]}
         cache = KVCache(n_layer, config.n_head, 64, config.n_ctx)
         reference.gpt2(rng.integers(0, 50257, n_past), params, config, cache, matmul=zeros_product)
-        ways = {"gpt2.py (NumPy)": reference.gpt2, "perf/block.py (compiled)": block.gpt2_cached}
+        ways = {"gpt2.py (NumPy)": reference.gpt2, "fast/block.py (compiled)": block.gpt2_cached}
         for n_rows in row_counts:
             ids = rng.integers(0, 50257, n_rows)
             times = {way: [] for way in ways}

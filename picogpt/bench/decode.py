@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from ..model import GPT2, load_checkpoint
-from ..perf import layout, machine
+from ..fast import layout
+from ..measure import machine
 from .checkpoints import shown_path
 from .engines import NumpyEngine, make_engines
-from ..perf.timing import timed
+from ..measure.timing import timed
 from .rounds import ceiling_tasks, describe_ceiling, interleaved, summary
 
 

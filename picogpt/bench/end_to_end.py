@@ -1,11 +1,11 @@
-"""Speculative against autoregressive sampling, end to end, with perf/speedup.py's one
+"""Speculative against autoregressive sampling, end to end, with measure/speedup.py's one
 measurement: GPT-2 small drafting for GPT-2 XL on random weights of the published shapes (the
 acceptance rate alpha is set by the temperature: two random models agree more the flatter their
 distributions), and the teaching pair as trained."""
 
 from ..io.registry import PRETRAINED
 from ..model import load_checkpoint
-from ..perf import speedup
+from ..measure import speedup
 from .checkpoints import random_checkpoint
 from .decode import prompt_ids
 

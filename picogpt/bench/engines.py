@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from ..io.params import leaves, named_tensors
-from ..perf import threads
+from ..fast import threads
 
 
 class NumpyEngine:

@@ -1,45 +1,15 @@
-"""The bench's results written out and read back: JSON and a figure (in a scratch folder, or in
-benchmarks/ with `--save`), the text `python -m picogpt bench` prints, the text of one speedup
-measurement, and the reading of the committed benchmarks/bench.json (notebook 05 reads it).
-The Markdown documents rendered from the committed JSON are docs.py's."""
+"""The bench's results written out: JSON and a figure (in a scratch folder, or in benchmarks/
+with `--save`: measure/results.py says where), and the text `python -m picogpt bench` prints.
+The repository's documents are rendered from the committed JSON by tools/render_docs.py."""
 
 import json
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import PicoGPTError
 from ..io.atomic import atomic_write, write_text_atomically
-from ..io.registry import SOURCE_TREE, in_source_checkout, user_cache_dir
-from ..perf import speedup
-
-BENCH_DIR = SOURCE_TREE / "benchmarks"  # the committed results: written only by `bench --save`
-BENCH_JSON = BENCH_DIR / "bench.json"
-
-
-def scratch_dir():
-    """Where `python -m picogpt bench` writes unless told to save: build/bench/ of the source
-    checkout (git ignores build/), else the user's cache folder. A measurement never changes
-    the repository's files unless asked to (`--save`)."""
-    if in_source_checkout():
-        return SOURCE_TREE / "build" / "bench"
-    return user_cache_dir("bench", "the bench's --out")
-
-
-def committed_dir():
-    """benchmarks/ of the source checkout, where `--save` writes; an error for an installed wheel."""
-    if not in_source_checkout():
-        raise PicoGPTError("bench --save writes the repository's benchmarks/ folder, and picogpt runs from an "
-                           "installed package here: run it from a clone (pip install -e .), or use --out DIR")
-    return BENCH_DIR
-
-
-def results_path(name, save=False, out=None):
-    """Where a measuring tool writes its results file `name`: `out` if given, else benchmarks/
-    when the user asks to commit it (`save`), else the scratch folder (nothing committed changes)."""
-    if out:
-        return Path(out)
-    return (committed_dir() if save else scratch_dir()) / name
+from ..measure import speedup
+from ..measure.results import scratch_dir
 
 
 def to_json(results):
@@ -144,7 +114,7 @@ def table(results):
     """The figures as text lines (what `python -m picogpt bench` prints)."""
     machine, c = results["machine"], results["ceiling"]
     lines = [f"machine: {machine['cpu']}, {machine['threads_used']} threads, "
-             f"{machine.get('kernel', 'numpy')} kernel for a few rows (perf/compiled.py), numpy "
+             f"{machine.get('kernel', 'numpy')} kernel for a few rows (fast/compiled.py), numpy "
              f"{machine['versions']['numpy']}, BLAS {machine['blas'].get('name')} "
              f"({machine['blas'].get('runtime core')}); load average "
              f"{results['load_average_before']} -> {results['load_average_after']}",
@@ -186,13 +156,8 @@ def table(results):
             if key in m:
                 lines.append(f"  {key.replace('_', ' ')}: {m[key]}")
     for label, m in measurements(results):
-        lines += ["", *text_lines(m, label)]
+        lines += ["", *speedup.text_lines(m, label)]
     lines.append("")
-    lines += [goal_line(g) for g in results["goals"] if g["met"] is not None]
-    unmeasured = [g for g in results["goals"] if g["met"] is None]
-    if unmeasured:
-        lines.append(f"{len(unmeasured)} of {len(results['goals'])} goals not measured in this run "
-                     "(benchmarks/goals.json; the bench's default models measure them all)")
     lines += [f"note: {n}" for n in results["notes"]]
     return "\n".join(lines)
 
@@ -209,91 +174,3 @@ def measurements(results):
         m = speedup.from_dict(entry["measurement"])
         found.append((f"{m.draft} -> {m.target}, T={m.controls['temperature']:g}", m))
     return found
-
-
-def goal_value(value, unit):
-    """A goal's figure in its unit: '2.21x', '4%', '0 bytes', '0.51 s', '6.23 GB'."""
-    if unit == "%":
-        return f"{value * 100:.0f}%"
-    if unit == "bytes":
-        return f"{int(value):,} bytes"
-    if not unit and abs(value) < 1:
-        return f"{value:.3f}"  # a ratio below 1 (c): a third digit, so 0.085 does not print as 0.09
-    return f"{value:.2f}{unit}"
-
-
-def goal_line(g):
-    """One scored goal in plain words, as the bench prints it."""
-    unit = g.get("unit", "")
-    limit = f"{g['direction'].replace('_', ' ')} {goal_value(g['limit'], unit)}"
-    if g["met"] is None:
-        elsewhere = f"; {g['measured_by']} measures it" if g.get("measured_by") else ""
-        return f"goal not measured in this run: {g['goal']} (goal: {limit}{elsewhere})"
-    source = f"; from {g['measured_by']}" if g.get("measured_by") else ""
-    return f"goal {'met' if g['met'] else 'missed'}: {g['goal']}: {goal_value(g['value'], unit)} (goal: {limit}{source})"
-
-
-# ---------------------------------------------------------------------------------------------
-# One speedup measurement (perf/speedup.py) as text
-# ---------------------------------------------------------------------------------------------
-
-def text_lines(m, label=None):
-    """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
-    label = label or f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}"
-    lines = [f"speculative vs autoregressive sampling, {label}, N={m.N}, {m.repeats} repeats: "
-             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
-             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
-             f"load average {m.load_average_before} -> {m.load_average_after}",
-             f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
-             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
-             "per run: draft + score + decide + other s"]
-    for K in m.Ks:
-        at, b = m.by_K[K], m.by_K[K].breakdown_s
-        lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
-                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
-                     f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
-    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
-
-
-def gap_lines(m):
-    """speedup.gap_accounting as text, one line per K."""
-    lines = ["  K   predicted  measured  measured/predicted = tokens x loop time / autoregressive x rest"]
-    for K, g in speedup.gap_accounting(m).items():
-        lines.append(f"  {K:<3d} {g['predicted']:7.2f}x  {g['measured']:7.2f}x  {g['measured'] / g['predicted']:17.2f}"
-                     f"   = {g['tokens']:.2f} x {g['loop_time']:.2f} / {g['autoregressive']:.2f} x {g['rest']:.2f}")
-    return lines
-
-
-def busy_warning(measurement, cores):
-    """A sentence if the machine was busy while measuring (load average above its cores), else ''."""
-    loads = [load[0] for load in (measurement.load_average_before, measurement.load_average_after) if load]
-    if loads and max(loads) > cores:
-        return (f"warning: the machine was busy (load average up to {max(loads):.1f} on {cores} cores): "
-                "other programs shared the CPU, so these timings are noisier and slower than idle")
-    return ""
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading what `python -m picogpt bench --save` committed
-# ---------------------------------------------------------------------------------------------
-
-def bench_measurements(path=BENCH_JSON):
-    """The speculative-sampling measurements of benchmarks/bench.json: ([(SpeedupMeasurement,
-    weights source)], a line saying when and where), or ([], why there are none)."""
-    path = Path(path)
-    if not path.exists():
-        return [], (f"{path.name} not found: speculative sampling at GPT-2's shapes is not measured yet "
-                    "(run: python -m picogpt bench --save)")
-    try:
-        results = json.loads(path.read_text())
-        entries = results.get("speculative")
-        if not isinstance(entries, list) or not entries:
-            return [], (f"{path.name} holds no end-to-end speculative-sampling measurement of this kind "
-                        "(run: python -m picogpt bench --save)")
-        found = [(speedup.from_dict(entry["measurement"]), entry["source"]) for entry in entries]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return [], f"{path.name} cannot be read as the bench's results ({type(e).__name__}: {e})"
-    machine = results.get("machine", {})
-    kernel = machine.get("kernel", "numpy")  # results without the field ran NumPy's tiles
-    return found, (f"measured {results.get('date_utc', '(undated)')} on {machine.get('cpu', 'an unrecorded machine')}, "
-                   f"{kernel} kernel for the few-row products")

@@ -10,8 +10,10 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from ..perf import kernels, machine
-from ..perf.timing import timed
+from ..fast import kernels
+
+from ..measure import machine
+from ..measure.timing import timed
 
 PAUSE_S = 0.2  # after each timed call: OpenBLAS's idle threads spin ~0.1 s before they sleep
 
@@ -54,7 +56,7 @@ def interleaved(tasks, n_runs, n_warmup, pause_s=PAUSE_S, after_pause=None):
 def ceiling_tasks(matrices, x):
     """One-row products over every matrix of machine.bandwidth_matrices, two ways: the ceiling
     itself (machine.gemv_pass, OpenBLAS's threaded GEMV, what machine.measure_bandwidth_gbs
-    times) and, beside it, picogpt's one-row product (perf/kernels.py) on the same bytes."""
+    times) and, beside it, picogpt's one-row product (fast/kernels.py) on the same bytes."""
     return {"openblas_gemv": (lambda: machine.gemv_pass(matrices, x), lambda: None),
             "picogpt_one_row": (lambda: [kernels.matmul(x[None], m.T) for m in matrices], lambda: None)}
 

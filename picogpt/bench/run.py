@@ -5,18 +5,17 @@ decoding step. On a CPU a decoding step reads every weight once, so its floor is
     weight bytes per token / memory bandwidth,
 and the questions are: how close to that floor does one token get, what do 2..9 positions
 cost, and what does speculative sampling deliver end to end? Measured in one run:
-- the bandwidth ceiling (perf/machine.py's one-row products, over >= 1.5 GB; rounds.py);
+- the bandwidth ceiling (measure/machine.py's one-row products, over >= 1.5 GB; rounds.py);
 - per model (decode.py): time to ready, one-token decode and K + 1 positions in one cached call,
   in interleaved rounds beside the ceiling, on each engine (engines.py): picogpt's fast path,
   the same with its weights copied into memory (for mapped models, if memory allows), its
   plain path and PyTorch + transformers when installed. The models: GPT-2 small and XL (real if
   downloaded, else random weights of the published shapes: checkpoints.py) and the teaching pair;
-- end to end (end_to_end.py, with perf/speedup.py's one measurement): speculative against
+- end to end (end_to_end.py, with measure/speedup.py's one measurement): speculative against
   autoregressive sampling, GPT-2 small drafting for XL on random weights at the temperatures
-  that set alpha, and the teaching pair, with in-loop costs, breakdown and predicted speedup;
-- the goals of benchmarks/goals.json, scored (goals.py).
+  that set alpha, and the teaching pair, with in-loop costs, breakdown and predicted speedup.
 The results go to a scratch folder, or with `--save` to benchmarks/bench.json and bench.png
-(report.py), whose documents are then rendered again from them (docs.py).
+(report.py); tools/render_docs.py renders the documents that quote them.
 """
 
 import datetime
@@ -26,12 +25,12 @@ import time
 
 from ..errors import PicoGPTError
 from ..io.registry import EMBEDDED
-from ..perf import compiled, kernels, machine, threads
+from ..fast import compiled, kernels, threads
+from ..measure import machine
 from .checkpoints import resolve_models
 from .decode import bench_model
 from .end_to_end import end_to_end
 from .engines import TORCH_ENV, torch_available
-from .goals import score_goals
 from .rounds import PAUSE_S, ceiling_tasks, describe_ceiling, interleaved
 
 
@@ -92,7 +91,6 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
             results["speculative"] += end_to_end(chosen, paths, temperatures, s, log)
         elif chosen:
             notes.append(f"speculative sampling end to end needs both {chosen[0]} and {chosen[1]}: skipped")
-    results["goals"] = score_goals(results)
     results["load_average_after"] = machine.load_average()
     results["seconds"] = time.perf_counter() - start
     return results

@@ -8,7 +8,8 @@ Set PICOGPT_COURSE_MODELS=tiny or =gpt2 to force one.
 import os
 
 from ..errors import PicoGPTError
-from ..io.registry import is_available, load
+from ..io.registry import is_available
+from ..model import load
 
 PAIRS = {"gpt2": ("gpt2", "gpt2-xl"), "tiny": ("tiny-draft", "tiny-target")}
 ENV = "PICOGPT_COURSE_MODELS"

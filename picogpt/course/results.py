@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bench import report
+from ..measure.results import BENCH_JSON, bench_measurements
 
 
 # ---------------------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ def best_K_lines(m):
 # What `python -m picogpt bench` committed
 # ---------------------------------------------------------------------------------------------
 
-def read_bench(path=report.BENCH_JSON):
+def read_bench(path=BENCH_JSON):
     """benchmarks/bench.json as a dict, or None when it is missing or unreadable."""
     try:
         return json.loads(Path(path).read_text())
@@ -51,9 +51,9 @@ def read_bench(path=report.BENCH_JSON):
         return None
 
 
-def bench_pair_measurements(draft="gpt2", target="gpt2-xl", path=report.BENCH_JSON):
+def bench_pair_measurements(draft="gpt2", target="gpt2-xl", path=BENCH_JSON):
     """The bench's end-to-end measurements of this pair: [SpeedupMeasurement] (any temperature)."""
-    found, _ = report.bench_measurements(path)
+    found, _ = bench_measurements(path)
     return [m for m, _ in found if (m.draft, m.target) == (draft, target)]
 
 
@@ -62,7 +62,7 @@ def bench_source(bench, name):
     return (bench or {}).get("models", {}).get(name, {}).get("source", "weights of unrecorded origin")
 
 
-def decode_vs_floor_lines(name="gpt2-xl", path=report.BENCH_JSON):
+def decode_vs_floor_lines(name="gpt2-xl", path=BENCH_JSON):
     """How close the bench's one-token decode of `name` came to its memory floor (reading every
     weight once at the machine's measured bandwidth), in isolated calls and inside the sampling
     loop, as lines of text; or a line saying it is not measured."""
@@ -83,7 +83,7 @@ def decode_vs_floor_lines(name="gpt2-xl", path=report.BENCH_JSON):
     return lines
 
 
-def bench_best_K_lines(draft="gpt2", target="gpt2-xl", path=report.BENCH_JSON):
+def bench_best_K_lines(draft="gpt2", target="gpt2-xl", path=BENCH_JSON):
     """The bench's committed best K for the pair, at each temperature it ran, with its resolution."""
     found = bench_pair_measurements(draft, target, path)
     if not found:

@@ -1,7 +1,7 @@
 """Notebook 06's numbers: other drafts measured the way notebook 05 measures the paper's.
 
 Every strategy runs through the same `speculative_sampling` and is timed by the same function,
-`perf.speedup.measure_speedup` (its `on_run` hands over each run's loops). A strategy may
+`measure.speedup.measure_speedup` (its `on_run` hands over each run's loops). A strategy may
 propose a different number of drafts in each loop (prompt lookup finds 0 to K tokens; adaptive
 K changes K as it goes), so its prediction is Chen et al.'s arithmetic summed over the loops it
 actually ran: the tokens each loop should emit at the measured alpha, over what each loop should
@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import theory
 from ..io.params import expected_shapes
-from ..perf import speedup, timing
+from ..measure import speedup, timing
 from ..sampling import distribution
 
 

@@ -1,6 +1,6 @@
 """Model names and where their checkpoints live.
 
-`picogpt.load(x)` takes a model name ("gpt2", "gpt2-xl", "tiny-draft", ...), a folder holding
+`picogpt.load(x)` (model.py) takes a model name ("gpt2", "gpt2-xl", "tiny-draft", ...), a folder holding
 `model.safetensors` (+ `config.json`), or the path of a `.safetensors` file.
 
 Downloaded checkpoints live in `$PICOGPT_WEIGHTS_DIR/<name>/` when that variable is set, else
@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 
 from ..errors import CheckpointError, PicoGPTError
-from ..model import load_checkpoint
 from .params import PRETRAINED, hf_config  # PRETRAINED: the published GPT-2 shapes
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]  # the repository, when run from a checkout
@@ -97,14 +96,3 @@ def resolve(name_or_path):
         return path
     raise PicoGPTError(f"unknown model '{text}': use one of {', '.join(model_names())}, "
                        "or the path of a folder or .safetensors file")
-
-
-def load(name_or_path, in_memory=False):
-    """Load a GPT-2 by name or path; F32 checkpoints are memory-mapped, so this is fast.
-    in_memory=True copies the weights into this process when the model is first run, for
-    their size in memory: mapped files stream at a speed that varies with the state of the OS
-    page cache (the bench measures both: benchmarks/README.md), and a copy no longer depends on
-    the file. in_memory="background" runs at once on the mapped weights and copies them meanwhile."""
-    path = resolve(name_or_path)
-    name = str(name_or_path) if str(name_or_path) in model_names() else path.parent.name
-    return load_checkpoint(path, name, in_memory)

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PicoGPTError
-from . import openblas
+from ..fast import openblas
+from ..io.memory import meminfo_bytes
 from .timing import median_seconds
 
 BANDWIDTH_SHAPE = (6400, 1600)  # GPT-2 XL's MLP weight (4 n_embd, n_embd): a decoding-sized matrix
@@ -38,7 +39,7 @@ def bandwidth_matrices(n_bytes):
 def gemv_pass(matrices, x):
     """One-row products over every matrix, `W @ x` ([rows, 1600] @ [1600] -> [rows]): each
     weight read once and used for one multiply-add, as in decoding one token. OpenBLAS's GEMV on
-    all its threads, even where picogpt's fast path runs OpenBLAS on one (perf/kernels.py)."""
+    all its threads, even where picogpt's fast path runs OpenBLAS on one (fast/kernels.py)."""
     with openblas.on_all_threads():
         return [matrix @ x for matrix in matrices]
 
@@ -73,20 +74,6 @@ def measure_matmul_gflops(n=1024, repeats=5):
 # bench records the share of huge pages beside each decode speed, and tools/page_sizes.py times
 # the same weights copied into huge, small and scattered pages side by side (their results and
 # what they mean: benchmarks/README.md, "Mapped weights").
-
-def meminfo_bytes():
-    """Linux's /proc/meminfo as {name: bytes} ({} elsewhere)."""
-    try:
-        with open("/proc/meminfo") as lines:
-            return {name: int(value.split()[0]) * 1024 for name, value in (line.split(":") for line in lines)}
-    except (OSError, ValueError, IndexError):
-        return {}
-
-
-def available_memory_bytes():
-    """Memory the OS could give this process now (Linux MemAvailable), or None if unknown."""
-    return meminfo_bytes().get("MemAvailable")
-
 
 HUGE_FIELDS = ("AnonHugePages", "FilePmdMapped", "ShmemPmdMapped")  # kB in 2 MB (PMD) mappings
 

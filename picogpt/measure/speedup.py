@@ -289,3 +289,43 @@ def gap_accounting(m):
         out[K] = {"predicted": at.predicted, "measured": at.speedup, "tokens": tokens, "loop_time": loop_time,
                   "autoregressive": autoregressive, "rest": at.speedup / explained}
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One speedup measurement as text
+# ---------------------------------------------------------------------------------------------
+
+def text_lines(m, label=None):
+    """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
+    label = label or f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}"
+    lines = [f"speculative vs autoregressive sampling, {label}, N={m.N}, {m.repeats} repeats: "
+             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
+             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
+             f"load average {m.load_average_before} -> {m.load_average_after}",
+             f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
+             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
+             "per run: draft + score + decide + other s"]
+    for K in m.Ks:
+        at, b = m.by_K[K], m.by_K[K].breakdown_s
+        lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
+                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
+                     f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
+    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
+
+
+def gap_lines(m):
+    """speedup.gap_accounting as text, one line per K."""
+    lines = ["  K   predicted  measured  measured/predicted = tokens x loop time / autoregressive x rest"]
+    for K, g in gap_accounting(m).items():
+        lines.append(f"  {K:<3d} {g['predicted']:7.2f}x  {g['measured']:7.2f}x  {g['measured'] / g['predicted']:17.2f}"
+                     f"   = {g['tokens']:.2f} x {g['loop_time']:.2f} / {g['autoregressive']:.2f} x {g['rest']:.2f}")
+    return lines
+
+
+def busy_warning(measurement, cores):
+    """A sentence if the machine was busy while measuring (load average above its cores), else ''."""
+    loads = [load[0] for load in (measurement.load_average_before, measurement.load_average_after) if load]
+    if loads and max(loads) > cores:
+        return (f"warning: the machine was busy (load average up to {max(loads):.1f} on {cores} cores): "
+                "other programs shared the CPU, so these timings are noisier and slower than idle")
+    return ""

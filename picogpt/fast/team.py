@@ -1,5 +1,5 @@
 """Helper threads that stay ready for the length of one model call (numba; imported only when
-numba is installed, by perf/compiled.py).
+numba is installed, by fast/compiled.py).
 
 A decode is a few hundred products of a few hundred microseconds each, with a little NumPy
 work between them. threads.parallel's helpers sleep between products, and a sleeping thread

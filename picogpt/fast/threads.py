@@ -1,7 +1,7 @@
 """picogpt's own threads: how many (PICOGPT_THREADS), and `parallel`, which shares one product
 among them.
 
-The fast path runs OpenBLAS on one thread (perf/openblas.py) and splits every big product into
+The fast path runs OpenBLAS on one thread (fast/openblas.py) and splits every big product into
 chunks that the calling thread and n_threads() - 1 helper threads take from a common counter:
 a thread the OS delays (a busy machine) holds nobody up, since whoever is free takes its share.
 """

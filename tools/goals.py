@@ -1,4 +1,5 @@
-"""The goals the bench is run against, scored. The goals themselves are data
+"""The goals of the current work, scored against the bench's results (a development tool: the
+rendered goals table of benchmarks/README.md uses it; run from the repository). The goals themselves are data
 (benchmarks/goals.json: a sentence, a metric, its parameters, a limit, a unit); this module only
 knows how to read each metric off the bench's results, or off the committed results of the tool
 that measures it (`result_file`: a key of a JSON file beside goals.json)."""
@@ -6,10 +7,10 @@ that measures it (`result_file`: a key of a JSON file beside goals.json)."""
 import json
 from pathlib import Path
 
-from ..errors import PicoGPTError
-from ..perf import speedup
+from picogpt.errors import PicoGPTError
+from picogpt.measure import speedup
 
-GOALS_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "goals.json"
+GOALS_JSON = Path(__file__).resolve().parents[1] / "benchmarks" / "goals.json"
 
 
 def load_goals(path=GOALS_JSON):
@@ -117,3 +118,27 @@ def score_goals(results, path=GOALS_JSON):
                        "stretch": g.get("stretch"), "unit": g.get("unit", ""), "met": met,
                        "measured_by": g.get("measured_by")})
     return scored
+
+
+def goal_value(value, unit):
+    """A goal's figure in its unit: '2.21x', '4%', '0 bytes', '0.51 s', '6.23 GB'."""
+    if unit == "%":
+        return f"{value * 100:.0f}%"
+    if unit == "bytes":
+        return f"{int(value):,} bytes"
+    if not unit and abs(value) < 1:
+        return f"{value:.3f}"  # a ratio below 1 (c): a third digit, so 0.085 does not print as 0.09
+    return f"{value:.2f}{unit}"
+
+
+def goal_line(g):
+    """One scored goal in plain words, as the documents print it."""
+    unit = g.get("unit", "")
+    limit = f"{g['direction'].replace('_', ' ')} {goal_value(g['limit'], unit)}"
+    if g["met"] is None:
+        elsewhere = f"; {g['measured_by']} measures it" if g.get("measured_by") else ""
+        return f"goal not measured in this run: {g['goal']} (goal: {limit}{elsewhere})"
+    source = f"; from {g['measured_by']}" if g.get("measured_by") else ""
+    return f"goal {'met' if g['met'] else 'missed'}: {g['goal']}: {goal_value(g['value'], unit)} (goal: {limit}{source})"
+
+

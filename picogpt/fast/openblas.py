@@ -4,7 +4,7 @@ kernel set it picked for this CPU.
 OpenBLAS's own threads spin ~0.1 s after each call and slow whatever runs next (the other
 model's call, in a sampling loop), and fight over the cores when the machine is busy. So the
 fast path runs OpenBLAS on ONE thread (`use_own_threads`) and shares big products among its own
-threads (perf/threads.py); `openblas_on_all_threads` gives OpenBLAS every thread back for a
+threads (fast/threads.py); `openblas_on_all_threads` gives OpenBLAS every thread back for a
 block (the bandwidth ceiling is measured with its threaded GEMV, as NumPy runs outside picogpt).
 """
 

@@ -112,7 +112,7 @@ def head_product(x, E, out, start, stop, lead=0):
 
 @functools.cache
 def compile_kernels():
-    """{"band": band_product, "head": head_product, "team": perf/team.py, "block": perf/block.py}
+    """{"band": band_product, "head": head_product, "team": fast/team.py, "block": fast/block.py}
     compiled by numba, or None, in which case kernels.py runs its NumPy path.
 
     numba keeps the machine code on disk (cache=True), so this compiles once per install (a few
@@ -190,7 +190,7 @@ def compile_head():
 
 @functools.cache
 def team(n_helpers):
-    """perf/team.py's Team of n_helpers helper threads (one per size), or None without the
+    """fast/team.py's Team of n_helpers helper threads (one per size), or None without the
     compiled kernels."""
     functions = compile_kernels()
     return functions and functions["team"].Team(n_helpers)

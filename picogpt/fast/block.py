@@ -1,11 +1,11 @@
 """gpt2.py's forward pass for a few positions with a KV cache, its work between the matrix
-products compiled (numba; imported only when numba is installed, by perf/compiled.py).
+products compiled (numba; imported only when numba is installed, by fast/compiled.py).
 
 Decoding one token of GPT-2 small is 49 products of a few hundred microseconds, and between
 them some 40 NumPy operations per layer on arrays of one row: layer norms, adding biases, the
 heads' split, the cache's write, attention over the cache, GELU, the residual adds. Each NumPy
 operation costs a few microseconds however small its array, so for few rows they add up to a
-share of the call that the products, once on every core (perf/team.py), no longer hide. Here
+share of the call that the products, once on every core (fast/team.py), no longer hide. Here
 each idea between two products is one compiled loop over the rows:
 
     layer_norm  ->  [c_attn product]  ->  attention (bias, cache write, causal softmax, heads)

@@ -11,7 +11,7 @@ not: its GEMM copies ("packs") the weights before multiplying, and its unpacked 
 kernel is off for AVX2 CPUs, so `x @ W` for 2-9 rows runs well below memory speed. Its
 matrix-vector product (GEMV) is the one fast primitive: it streams weights at full bandwidth,
 and re-reads weights already in L2 several times faster. So:
-- a few rows of a linear weight go to the compiled product (perf/compiled.py: loops that numba
+- a few rows of a linear weight go to the compiled product (fast/compiled.py: loops that numba
   compiles, applying each weight to every row once loaded), when numba is installed; without
   it, `tiled` cuts W into tiles of ~80 KB and runs one GEMV per row on each (the first row
   brings a tile into L2, the others re-read it from there);
@@ -23,13 +23,13 @@ and re-reads weights already in L2 several times faster. So:
 - many rows (a prompt) are a GEMM shared among the threads;
 - inside one call of a big model on a few positions (`call`, which model.py wraps around each
   call), a team of helper threads waits in compiled code for the length of the call
-  (perf/team.py): then every few-row product, one row included, is the compiled product on all
+  (fast/team.py): then every few-row product, one row included, is the compiled product on all
   cores (`team_rows`, `team_head`), each starting within a microsecond.
 Every candidate is re-runnable in benchmarks/kernels/candidates.py, which measures them side by
 side (results in benchmarks/kernels/); `matmul` names its choice in `route`.
 
-Threads: big products are shared among picogpt's own threads (perf/threads.py), with OpenBLAS
-on one thread (perf/openblas.py); `prepare` sets that up before a model's first call.
+Threads: big products are shared among picogpt's own threads (fast/threads.py), with OpenBLAS
+on one thread (fast/openblas.py); `prepare` sets that up before a model's first call.
 """
 
 import contextlib
@@ -54,7 +54,7 @@ TEAM_HEAD_BANDS_PER_THREAD = 8  # the LM head's bands: many, each a contiguous r
 
 
 def team():
-    """The compiled kernels' Team (perf/team.py) for n_threads(), or None (one thread, or no numba)."""
+    """The compiled kernels' Team (fast/team.py) for n_threads(), or None (one thread, or no numba)."""
     return compiled.team(n_threads() - 1) if n_threads() > 1 and compiled.enabled() else None
 
 
@@ -71,7 +71,7 @@ def call(bytes_per_token, n_rows=1):
     """One model call on n_rows positions: with a team ready for its length if the model is big
     enough and its products are few-row ones (a prompt's are not: waiting helpers would only take
     turns with the threads that share them), the team is free, and the machine was not found busy
-    a moment ago (perf/team.py)."""
+    a moment ago (fast/team.py)."""
     global _serving
     ready = team() if bytes_per_token >= BIG_MODEL_BYTES and n_rows <= MAX_TILED_ROWS else None
     if ready is None or not ready.start():
@@ -86,7 +86,7 @@ def call(bytes_per_token, n_rows=1):
 
 
 def forward(n_rows, cache, bytes_per_token):
-    """The forward pass for a call on n_rows positions with `cache`: perf/block.py's
+    """The forward pass for a call on n_rows positions with `cache`: fast/block.py's
     gpt2_cached (the work between products compiled) for a few positions with a KV cache of a
     model of at least BIG_MODEL_BYTES per token when the compiled kernels run, else None
     (gpt2.gpt2 as written)."""
@@ -197,7 +197,7 @@ def empty_aligned_with(shape, array):
 
 
 def compiled_rows(x, W):
-    """x @ W with the compiled product (perf/compiled.py) for x [n_rows, n_in] C-contiguous:
+    """x @ W with the compiled product (fast/compiled.py) for x [n_rows, n_in] C-contiguous:
     W's input rows cut into bands of a multiple of 8 rows, a partial sum per band (taken by
     any thread), added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
     kernel = compiled.compile_kernel()
@@ -218,7 +218,7 @@ def compiled_rows(x, W):
 
 def compiled_head(x, W_t):
     """x @ W_t.T for W_t [n_out, n_in] C-contiguous (the LM head: W_t is wte) with the compiled
-    dot products (perf/compiled.py): bands of W_t's rows shared among the threads; x copied to
+    dot products (fast/compiled.py): bands of W_t's rows shared among the threads; x copied to
     cross 32-byte boundaries where W_t's rows do. The order of summation follows that offset, so
     a memory-mapped wte and a copy of it (in_memory) give logits equal to ~1e-7, not bit for bit.
     [n_rows, n_in] -> [n_rows, n_out]."""

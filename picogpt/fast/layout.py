@@ -19,19 +19,9 @@ import numpy as np
 
 from ..errors import PicoGPTError
 from ..io.params import leaves, map_leaves
-from .machine import available_memory_bytes
+from ..io.memory import ensure_fits
 
-MEMORY_MARGIN = 2**30  # bytes left free for everything else when copying the weights in
 ANNOUNCE_BYTES = 256 * 2**20  # copies bigger than this say so (they take seconds)
-
-
-def ensure_fits(n_bytes, what, advice, margin=MEMORY_MARGIN):
-    """Raise a clear error, before allocating, if n_bytes more memory would leave less than
-    `margin` of what the OS could give this process (nothing is checked where that is unknown)."""
-    available = available_memory_bytes()
-    if n_bytes and available is not None and n_bytes + margin > available:
-        raise PicoGPTError(f"{what} needs {n_bytes / 1e9:.1f} GB, and {available / 1e9:.1f} GB is "
-                           f"available: {advice}")
 
 
 def ensure_copy_fits(n_bytes, name):
