@@ -37,9 +37,10 @@ def expected_tokens_per_loop(alpha, K):
     return as_result(np.where(one, K + 1.0, (1 - safe ** (K + 1)) / (1 - safe)))
 
 
-def predicted_speedup_paper(alpha=None, K=None, t_draft_s=None, t_target_s=None, t_score_s=None, *,
-                            tokens_per_loop=None):
-    """Chen et al.'s arithmetic: tokens per loop / loop time, against one token per t_target_s.
+def predicted_speedup(alpha=None, K=None, t_draft_s=None, t_target_s=None, t_score_s=None, *,
+                      tokens_per_loop=None):
+    """Tokens per loop / loop time, against one token per t_target_s: the arithmetic of Jay Mody's
+    post "Speculative Sampling" (Chen et al. write down no speedup formula).
 
         speedup = tokens_per_loop / (K t_draft_s + t_score_s)  /  (1 / t_target_s)
 
@@ -48,16 +49,16 @@ def predicted_speedup_paper(alpha=None, K=None, t_draft_s=None, t_target_s=None,
     price of one). Give either alpha (tokens_per_loop is then expected_tokens_per_loop(alpha, K))
     or the observed tokens_per_loop.
 
-    The paper's worked example (Chinchilla 70B, 4B draft: t_draft 1.8 ms, t_target 14.1 ms,
-    K = 4) with tokens_per_loop = r (K + 1) for r = 0.8 and 0.62:
+    Mody's worked example, on the paper's measured costs (Chinchilla 70B, 4B draft: t_draft
+    1.8 ms, t_target 14.1 ms, K = 4) with tokens_per_loop = r (K + 1) for r = 0.8 and 0.62:
 
-        predicted_speedup_paper(K=4, t_draft_s=1.8e-3, t_target_s=14.1e-3, tokens_per_loop=0.8 * 5)
+        predicted_speedup(K=4, t_draft_s=1.8e-3, t_target_s=14.1e-3, tokens_per_loop=0.8 * 5)
         -> 2.65   (and 2.05 for 0.62 * 5)
     """
     if (alpha is None) == (tokens_per_loop is None):
         raise PicoGPTError("give exactly one of alpha (acceptance rate) or tokens_per_loop")
     if K is None or t_draft_s is None or t_target_s is None:
-        raise PicoGPTError("predicted_speedup_paper needs K, t_draft_s and t_target_s")
+        raise PicoGPTError("predicted_speedup needs K, t_draft_s and t_target_s")
     if tokens_per_loop is None:
         tokens_per_loop = expected_tokens_per_loop(alpha, K)
     t_score_s = t_target_s if t_score_s is None else t_score_s

@@ -106,7 +106,7 @@ def test_alpha_is_pooled_over_every_decision_of_every_run(recorded):
     for K, at in m.by_K.items():
         assert at.n_loops == sum(len(run.loops) for run in recorded[K])
         assert at.tokens_per_loop == sum(len(loop.tokens) for run in recorded[K] for loop in run.loops) / at.n_loops
-        assert at.predicted == pytest.approx(theory.predicted_speedup_paper(
+        assert at.predicted == pytest.approx(theory.predicted_speedup(
             alpha=m.alpha_hat, K=K, t_draft_s=m.t_draft_s, t_target_s=m.t_target_s, t_score_s=at.t_score_s))
 
 
@@ -153,7 +153,7 @@ def test_predictions_follow_the_formulas():
     assert in_loop[1] == pytest.approx(tokens / (4 * 0.002 + 0.020) * 0.010)
     # Leviathan et al.'s formula is the same arithmetic with t_score = t_target: one curve
     assert flat[1] == pytest.approx(tokens / (4 * 0.002 + 0.010) * 0.010)
-    assert flat[1] == pytest.approx(theory.predicted_speedup_paper(alpha=0.8, K=4, t_draft_s=0.002, t_target_s=0.010))
+    assert flat[1] == pytest.approx(theory.predicted_speedup(alpha=0.8, K=4, t_draft_s=0.002, t_target_s=0.010))
     assert in_loop[1] < flat[1]
 
 

@@ -22,7 +22,7 @@ def loop(K, n_accepted, t_score_s, t_draft_s=0.0):
 
 def test_with_one_K_the_loop_prediction_is_notebook_05s_arithmetic():
     loops = [loop(4, 2, 0.012), loop(4, 4, 0.014), loop(4, 0, 0.013)]
-    expected = theory.predicted_speedup_paper(alpha=0.7, K=4, t_draft_s=0.002, t_target_s=0.010, t_score_s=0.013)
+    expected = theory.predicted_speedup(alpha=0.7, K=4, t_draft_s=0.002, t_target_s=0.010, t_score_s=0.013)
     assert strategies.loop_prediction(loops, 0.7, 0.002, 0.010) == pytest.approx(expected)
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from picogpt import PicoGPTError
 from picogpt.theory import (acceptance_rate, best_K, expected_tokens_per_loop, predicted_speedup_leviathan,
-                            predicted_speedup_paper)
+                            predicted_speedup)
 
 
 def test_acceptance_rate_is_the_overlap_of_p_and_q():
@@ -38,23 +38,23 @@ def test_at_alpha_1_every_draft_is_kept_and_each_loop_emits_K_plus_1():
 def test_the_papers_chinchilla_example():
     """Chen et al.: t_draft 1.8 ms, t_target 14.1 ms, K = 4; r = tokens per loop / (K + 1)."""
     timings = dict(K=4, t_draft_s=1.8e-3, t_target_s=14.1e-3)
-    assert predicted_speedup_paper(tokens_per_loop=0.8 * 5, **timings) == pytest.approx(2.65, abs=0.005)
-    assert predicted_speedup_paper(tokens_per_loop=0.62 * 5, **timings) == pytest.approx(2.05, abs=0.005)
+    assert predicted_speedup(tokens_per_loop=0.8 * 5, **timings) == pytest.approx(2.65, abs=0.005)
+    assert predicted_speedup(tokens_per_loop=0.62 * 5, **timings) == pytest.approx(2.05, abs=0.005)
 
 
 def test_paper_and_leviathan_agree_when_scoring_costs_one_target_step():
     alpha, K, t_draft_s, t_target_s = 0.7, 3, 2e-3, 10e-3
-    assert predicted_speedup_paper(alpha, K, t_draft_s, t_target_s) == pytest.approx(
+    assert predicted_speedup(alpha, K, t_draft_s, t_target_s) == pytest.approx(
         predicted_speedup_leviathan(alpha, K, t_draft_s / t_target_s))
-    slower_scoring = predicted_speedup_paper(alpha, K, t_draft_s, t_target_s, t_score_s=2 * t_target_s)
+    slower_scoring = predicted_speedup(alpha, K, t_draft_s, t_target_s, t_score_s=2 * t_target_s)
     assert slower_scoring == pytest.approx(expected_tokens_per_loop(alpha, K) * t_target_s / (K * t_draft_s + 2 * t_target_s))
 
 
-def test_predicted_speedup_paper_needs_exactly_one_of_alpha_and_tokens_per_loop():
+def test_predicted_speedup_needs_exactly_one_of_alpha_and_tokens_per_loop():
     with pytest.raises(PicoGPTError, match="exactly one"):
-        predicted_speedup_paper(0.5, 4, 1e-3, 1e-2, tokens_per_loop=3.0)
+        predicted_speedup(0.5, 4, 1e-3, 1e-2, tokens_per_loop=3.0)
     with pytest.raises(PicoGPTError, match="exactly one"):
-        predicted_speedup_paper(K=4, t_draft_s=1e-3, t_target_s=1e-2)
+        predicted_speedup(K=4, t_draft_s=1e-3, t_target_s=1e-2)
 
 
 def test_leviathan_formula_and_vectorisation():

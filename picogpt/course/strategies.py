@@ -1,11 +1,11 @@
-"""Notebook 06's numbers: other drafts measured the way notebook 05 measures the paper's.
+"""Notebook 06's numbers: other drafts measured the way notebook 05 measures a draft model.
 
 Every strategy runs through the same `speculative_sampling` and is timed by the same function,
 `measure.speedup.measure_speedup` (its `on_run` hands over each run's loops). A strategy may
 propose a different number of drafts in each loop (prompt lookup finds 0 to K tokens; adaptive
-K changes K as it goes), so its prediction is Chen et al.'s arithmetic summed over the loops it
-actually ran: the tokens each loop should emit at the measured alpha, over what each loop should
-cost at the measured in-loop costs.
+K changes K as it goes), so its prediction is Jay Mody's arithmetic (theory.predicted_speedup)
+summed over the loops it actually ran: the tokens each loop should emit at the measured alpha,
+over what each loop should cost at the measured in-loop costs.
 """
 
 from dataclasses import dataclass

@@ -17,9 +17,10 @@ they stay in the wall times and in the breakdown, which adds up to the wall time
 A warm-up run of every variant first pays what a process pays once (first reads of the weights,
 loading the compiled kernels). The timed runs are interleaved (per repeat: each K, then
 autoregressive, all with the same seed), so a busy moment hits every variant alike. Figures are
-medians over the repeats with their interquartile range. The measured speedup is median autoregressive time / median speculative
-time; the predicted one is Chen et al.'s arithmetic (theory.predicted_speedup_paper) fed the
-in-loop costs and alpha_hat, the acceptance rate pooled over every accept/reject decision.
+medians over the repeats with their interquartile range. The measured speedup is median
+autoregressive time / median speculative time; the predicted one is Jay Mody's arithmetic
+(theory.predicted_speedup) fed the in-loop costs and alpha_hat, the acceptance rate pooled over
+every accept/reject decision.
 """
 
 import dataclasses
@@ -53,9 +54,9 @@ class Costs:
         return self.t_draft_s / self.t_target_s
 
 
-def predicted_speedup(costs, alpha, K):
-    """Chen et al.'s arithmetic with the measured scoring cost t_score(K)."""
-    return theory.predicted_speedup_paper(alpha=alpha, K=K, t_draft_s=costs.t_draft_s,
+def predicted_at(costs, alpha, K):
+    """theory.predicted_speedup (Jay Mody's arithmetic) with the measured scoring cost t_score(K)."""
+    return theory.predicted_speedup(alpha=alpha, K=K, t_draft_s=costs.t_draft_s,
                                           t_target_s=costs.t_target_s, t_score_s=costs.t_score_s[K])
 
 
@@ -68,7 +69,7 @@ def predictions(costs, alpha, Ks):
     """
     Ks = list(Ks)
     return {
-        "in-loop t_score(K)": np.array([predicted_speedup(costs, alpha, K) for K in Ks]),
+        "in-loop t_score(K)": np.array([predicted_at(costs, alpha, K) for K in Ks]),
         "t_score = t_target (Leviathan et al.)": np.asarray(
             theory.predicted_speedup_leviathan(alpha, np.array(Ks), costs.c), np.float64),
     }
@@ -85,7 +86,7 @@ class AtK:
     seconds: Spread  # wall time of one run
     speedup: float  # median autoregressive seconds / seconds.median
     speedup_runs: Spread  # of the ratios repeat by repeat (autoregressive / speculative, same seed)
-    predicted: float  # predicted_speedup(costs, alpha_hat, K), from the in-loop costs
+    predicted: float  # predicted_at(costs, alpha_hat, K), from the in-loop costs
     t_score_s: float  # median in-loop scoring call on K + 1 positions (first loops excluded)
     t_decide_s: float  # median in-loop accept/reject + roll-back, per loop (first loops excluded)
     tokens_per_loop: float  # tokens emitted / loops, all runs together
@@ -191,7 +192,7 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
         by_K[K] = AtK(
             K=K, seconds=seconds, speedup=ar_median_s / seconds.median,
             speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, runs)]),
-            predicted=float(predicted_speedup(costs, alpha_hat, K)), t_score_s=t_score_s[K],
+            predicted=float(predicted_at(costs, alpha_hat, K)), t_score_s=t_score_s[K],
             t_decide_s=median_or_nan([loop.t_decide_s for loop in steady[K]]),
             tokens_per_loop=sum(len(loop.tokens) for loop in loops[K]) / len(loops[K]),
             n_accepted=n_accepted[K], n_decisions=n_decisions[K], n_loops=len(loops[K]),
