@@ -183,7 +183,8 @@ def open_url(url, start_byte=0):
     except (urllib.error.URLError, OSError, ValueError) as e:  # ValueError: a URL http.client cannot use
         reason = getattr(e, "reason", e)
         raise DownloadError(f"could not connect to {url} ({reason}): check your network "
-                            "connection (or HF_ENDPOINT) and run the same command again") from None
+                            "connection (or HF_ENDPOINT) and run the same command again; meanwhile the "
+                            "course and every command run on the embedded teaching pair") from None
 
 
 def header_count(response, name, text):
@@ -401,9 +402,16 @@ def download_spec(spec, folder, progress=True, log=print):
     """
     url = spec.url()  # a bad HF_ENDPOINT is refused before anything else
     folder = Path(folder)
+    made_here = not folder.exists()
     make_folder(folder)
-    with download_lock(folder / (spec.filename + ".lock"), spec.name, log):
-        return download_locked(spec, folder, url, progress, log)
+    try:
+        with download_lock(folder / (spec.filename + ".lock"), spec.name, log):
+            return download_locked(spec, folder, url, progress, log)
+    except BaseException:
+        if made_here:  # a first download that failed leaves no empty folder (a kept .part keeps it)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
 
 def download_locked(spec, folder, url, progress, log):
