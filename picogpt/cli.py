@@ -360,7 +360,10 @@ def parse_args(argv=None):
 
 
 def build_parser():
+    from . import __version__
+
     parser = Parser(prog="python -m picogpt", description=DESCRIPTION, epilog=EXAMPLES[None], formatter_class=formatter)
+    parser.add_argument("--version", action="version", version=f"picogpt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     info = add_command(commands, "info", cmd_info, "print a model's config, parameter count and bytes")
