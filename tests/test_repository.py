@@ -4,7 +4,9 @@ and no committed file names a folder of one machine."""
 
 import json
 import re
+import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -85,6 +87,73 @@ def test_constraints_oldest_pins_every_floor_of_pyproject():
     for name, floor in floors.items():
         assert same_version(pins[name], floor), \
             f"{name}: pyproject.toml says >={floor}, constraints-oldest.txt pins {pins[name]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The basics every open-source project ships: a licence in the wheel, a citation, a changelog,
+# one version, and a first command that explains itself even outside the virtual environment
+# ---------------------------------------------------------------------------------------------
+
+def test_the_version_is_written_once_and_every_way_of_asking_says_it():
+    import picogpt
+
+    version = picogpt.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "picogpt.__version__"}
+    done = subprocess.run([sys.executable, "-m", "picogpt", "--version"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"picogpt {version}"
+    assert f"\n## {version}\n" in (REPO / "CHANGELOG.md").read_text()
+
+
+def test_the_licence_is_mit_and_ships_in_the_wheel():
+    licence = (REPO / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "Copyright (c) the picogpt authors" in licence
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+
+
+def test_the_citation_names_picogpt_and_the_papers_it_implements():
+    citation = (REPO / "CITATION.cff").read_text()
+    assert citation.startswith("cff-version: 1.2.0") and 'title: "picogpt' in citation
+    for arxiv in ("2302.01318", "2211.17192"):  # Chen et al. 2023; Leviathan et al. 2023
+        assert f'value: "arXiv:{arxiv}"' in citation and f"doi: 10.48550/arXiv.{arxiv}" in citation
+
+
+def test_python_m_picogpt_without_the_dependencies_says_what_to_run_in_one_line():
+    # -S: no site-packages, so this Python has none of picogpt's dependencies
+    done = subprocess.run([sys.executable, "-S", "-m", "picogpt", "info", "tiny-target"], cwd=REPO,
+                          capture_output=True, text=True)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and done.stdout == "" and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: {sys.executable} (Python ") and "has no module 'numpy'" in lines[0]
+    assert "make install" in lines[0] and ".venv/bin/python -m picogpt" in lines[0]
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("git") is None, reason="needs make and git")
+def test_make_clean_leaves_the_clone_as_cloned_but_for_downloaded_weights(tmp_path):
+    for name in ("Makefile", ".gitignore"):
+        shutil.copy(REPO / name, tmp_path / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "clone"], cwd=tmp_path, check=True)
+    made = [".venv/bin/python", ".venv-oldest/bin/python", "build/bench/bench.json", "browser-test-out/01.png",
+            "classroom/wheelhouse/numpy.whl", "picogpt_speculative.egg-info/PKG-INFO", ".pytest_cache/v/x",
+            "picogpt/__pycache__/model.cpython-311.pyc", "picogpt/fast/__pycache__/compiled.rows-1.nbi",
+            "notebooks/.ipynb_checkpoints/01-checkpoint.ipynb", "weights/random-gpt2/model.safetensors",
+            "weights/random-gpt2-xl/config.json", "weights/kernel-bench/model.safetensors"]
+    kept = ["weights/gpt2/model.safetensors", "weights/gpt2-xl/model.safetensors.part"]
+    for name in made + kept:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    done = subprocess.run(["make", "-s", "clean"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout
+    assert sorted(line[3:] for line in status.splitlines()) == sorted(kept)
+    assert "kept: downloaded GPT-2 weights in weights/gpt2*/" in done.stdout
 
 
 # ---------------------------------------------------------------------------------------------
