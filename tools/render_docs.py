@@ -409,7 +409,8 @@ def quick_start(results, source):
     load = runs[0].get("load_average") or results.get("load_average_before")
     make_test = (f"`make test` took {steps['make_test_s'] / 60:.1f} minutes ({steps['install_s']:.0f} s of it "
                  "installing), " if "make_test_s" in steps else f"installing took {steps['install_s']:.0f} s, ")
-    later = (f" and {max(run['seconds'] for run in runs[1:]):.0f} s after" if len(runs) > 1 else "")
+    later = (f" and {value_range([run['seconds'] for run in runs[1:]], lambda v: f'{v:.0f}')} s after"
+             if len(runs) > 1 else "")
     first = ("it compiled picogpt's fast kernels, once per install, with a progress bar"
              if runs[0]["compiled_here"] else "the kernels were compiled already")
     return ["```text", f"$ {s['command']}", *runs[0]["stdout"].rstrip("\n").splitlines(), "```", "",
@@ -428,8 +429,9 @@ def busy_machine(results, source):
     K = "4" if "4" in K else next(iter(K))
     idle, busy = (speedup.from_dict(results[which]) for which in ("idle", "busy"))
     slower = results["slower_when_busy"]
-    return [f"Beside {results['busy_processes']} busy processes on {results['cores']} cores (a browser and a "
-            f"second notebook kernel load a laptop so), the same pair at N = {idle.N}, K = {K} went from "
+    return [f"Beside {results['busy_processes']} busy processes on {results['cores']} cores (the load a browser "
+            f"and a second notebook kernel put on a laptop), the same pair at N = {idle.N}, K = {K}, measured in one "
+            f"process, went from "
             f"{idle.by_K[int(K)].speedup:.2f}x to {busy.by_K[int(K)].speedup:.2f}x: speculative sampling "
             f"{slower['speculative']:.2f}x slower, autoregressive {slower['autoregressive']:.2f}x "
             "(`tools/busy_machine.py`, `benchmarks/busy.json`)."]
