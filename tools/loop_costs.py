@@ -35,6 +35,7 @@ from picogpt.measure.machine import load_average, machine_info
 from picogpt.measure.results import results_path
 
 PROMPT, N, K = "And God said", 64, 4  # the README's command
+REPEATS = 5  # rounds, seeds 0 .. REPEATS - 1
 
 # (owner, attribute, part): each function is wrapped by a timer that charges its exclusive time to
 # the part, under the parts it runs inside (draft/call/checks: a check inside a draft model call)
@@ -73,7 +74,7 @@ ROWS = [
     ("accept/reject (steps 3-4)", "loop", ["speculative/step", "speculative/step/sample",
                                            "speculative/step/residual"]),
     ("roll-back of both caches", "loop", ["speculative/roll-back"]),
-    ("bookkeeping (the loop's own lines, its trace)", "loop", ["speculative"]),
+    ("bookkeeping (the loop's own lines, its trace, the run's set-up)", "loop", ["speculative"]),
     ("autoregressive: forward pass", "token", ["autoregressive/call"]),
     ("autoregressive: the call's checks", "token", ["autoregressive/call/checks"]),
     ("autoregressive: logits -> q", "token", ["autoregressive/distribution", "autoregressive/distribution/checks"]),
@@ -176,7 +177,7 @@ def measure(repeats):
     runs = [one_round(draft, target, ids, seed, timers) for seed in range(repeats)]
     spec = [run["uninstrumented_s"]["speculative"] for run in runs]
     ar = [run["uninstrumented_s"]["autoregressive"] for run in runs]
-    return {"command": "tools/loop_costs.py" + (f" --repeats {repeats}" if repeats != 3 else ""),
+    return {"command": "tools/loop_costs.py" + (f" --repeats {repeats}" if repeats != REPEATS else ""),
             "setting": {"draft": draft.name, "target": target.name, "prompt": PROMPT, "N": N, "K": K,
                         "temperature": 1.0, "seeds": list(range(repeats))},
             "machine": machine_info(), "cores": os.cpu_count(), "load_average_before": before,
@@ -204,7 +205,7 @@ def text_lines(results):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="rounds, seeds 0 .. repeats - 1 (default 5)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help=f"rounds, seeds 0 .. repeats - 1 (default {REPEATS})")
     parser.add_argument("--save", action="store_true", help="write benchmarks/loop-costs.json (to commit)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -215,6 +216,9 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out, json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")
+    if args.save:
+        from render_docs import render_docs
+        print("rendered from it:", ", ".join(render_docs()) or "(no document changed)")
 
 
 if __name__ == "__main__":
