@@ -156,12 +156,11 @@ def decode_table(results, source):
 def ready_table(results, source):
     """Per model: mapping the file, preparing, the first token, and the in-memory copy."""
     header = ["model", "weights", "load (map the file)", "prepare", "first token", "plain path: first token",
-              "in memory: ready / copy done", "bytes written beside the checkpoint"]
+              "in memory: copy", "bytes written beside the checkpoint"]
     rows = []
     for label, m in results["models"].items():
         r = m["ready"]
-        copy = (f"{r['in_memory_ready_s']:.2f} s / {r['in_memory_copy_s']:.1f} s" if "in_memory_copy_s" in r
-                else "-")
+        copy = f"{r['in_memory_copy_s']:.1f} s" if "in_memory_copy_s" in r else "-"
         rows.append([label, m["source"], f"{r['load_s']:.2f} s", f"{r['prepare_s']:.2f} s",
                      f"{r['first_token_s']:.2f} s", f"{r['plain_first_token_s']:.2f} s", copy,
                      f"{r['bytes_written_beside_checkpoint']:,}"])
