@@ -56,6 +56,11 @@ def test_residual_checker_explains_what_is_wrong(attempt, hint):
     assert not result and hint in str(result), str(result)
 
 
+def test_residual_checker_blames_p_minus_q_only_when_it_is_p_minus_q():
+    squared = ex.check_residual(lambda p, q: np.maximum(0, q - p) ** 2 / (np.maximum(0, q - p) ** 2).sum())
+    assert not squared and "p − q" not in str(squared) and "token" in str(squared), str(squared)
+
+
 def test_residual_checker_accepts_a_right_residual():
     assert ex.check_residual(good_residual)
     assert ex.check_residual(rejection.residual)

@@ -126,9 +126,13 @@ def check_residual(my_residual):
             return Check(False, f"{case} some probabilities are negative: take max(0, q − p), not q − p.")
         if not math.isclose(got.sum(), 1.0, rel_tol=1e-9):
             return Check(False, f"{case} it sums to {got.sum():.6g}: divide by Σ max(0, q − p).")
+        if np.allclose(got, rejection.residual(q, p), atol=1e-12):
+            return Check(False, f"{case} that is max(0, p − q) renormalised: the residual keeps what the target "
+                                "wants more than the draft, max(0, q − p).")
         if not np.allclose(got, expected, atol=1e-12):
-            return Check(False, f"{case} the values differ from max(0, q − p) / Σ max(0, q − p) "
-                                "(q − p, not p − q?).")
+            first = int(np.argmax(np.abs(got - expected)))
+            return Check(False, f"{case} token {first} gets {got[first]:.4g}, (q − p)+ gives it {expected[first]:.4g}: "
+                                "take max(0, q − p) token by token, then divide by its sum.")
     return Check(True, "max(0, q − p), renormalised: where the target wants more than the draft "
                        "offered, in proportion to the shortfall.")
 
