@@ -52,7 +52,8 @@ def check_expected_tokens_per_loop(answer, alpha=0.8, K=4):
     how = ("the loop emits n accepted drafts plus one more token. P(at least the first i drafts "
            "accepted) = alpha^i; add up the chances that token 1, 2, ..., K + 1 comes out.")
     solution = (f"1 + alpha + alpha² + ... + alpha^K = (1 − alpha^(K+1)) / (1 − alpha) = {expected:.4f} "
-                "tokens per target call, where autoregressive sampling gets 1.")
+                "tokens per target call, where autoregressive sampling gets 1 (Leviathan et al.'s Eq. 1, under "
+                "their assumption that the acceptances are independent with the same alpha).")
     mistakes = [(alpha * K, "that counts the accepted drafts only; every loop also emits one more token"),
                 (1 + alpha * K, "acceptance stops at the first rejection: draft 2 counts only if draft 1 was accepted"),
                 (alpha * (K + 1), "acceptance stops at the first rejection, and the last token always comes out")]
@@ -142,8 +143,9 @@ def check_residual(my_residual):
 # ---------------------------------------------------------------------------------------------
 
 def check_paper_speedup(answer, alpha=0.7, K=4, t_draft_ms=1.8, t_target_ms=14.1):
-    """In the paper's setting (t_draft = 1.8 ms, t_target = 14.1 ms, K = 4), what speedup does the
-    paper's arithmetic predict if each draft is accepted independently with alpha = 0.7?"""
+    """With the paper's measured costs (t_draft = 1.8 ms, t_target = 14.1 ms, K = 4), what speedup
+    does Jay Mody's arithmetic (K t_draft + t_target per loop) predict if each draft is accepted
+    independently with alpha = 0.7? (Chen et al. write down no speedup formula.)"""
     tokens = float(theory.expected_tokens_per_loop(alpha, K))
     expected = tokens / (K * t_draft_ms + t_target_ms) * t_target_ms
     how = ("tokens per loop = (1 − alpha^(K+1)) / (1 − alpha); a loop costs K t_draft + t_target; "
@@ -246,8 +248,11 @@ def check_tokens_per_loop_simulation(simulate, cases=((0.8, 4), (0.5, 2), (0.95,
 
 
 def check_residual_at_temperature(residual_at, temperatures=(0.5, 1.0, 2.0), seed=0):
-    """Does residual_at(logits_p, logits_q, temperature) return (q − p)+ of the two distributions
-    at that temperature? Speculative sampling applies the same controls to p and q first."""
+    """Does residual_at(logits_p, logits_q, temperature) return the residual the library's loop
+    uses at that temperature, (q - p)+ of both models' distributions at it? The loop samples its
+    drafts with the same controls as the target, so the p its drafts came from is at the
+    temperature too. (What exactness needs is only that the residual uses the p the drafts were
+    sampled from; the target's controls define the output.)"""
     from ..sampling import distribution
     if not_answered(residual_at) or not callable(residual_at):
         return Check(False, "write residual_at(logits_p, logits_q, temperature), then pass the function itself.")
@@ -261,14 +266,25 @@ def check_residual_at_temperature(residual_at, temperatures=(0.5, 1.0, 2.0), see
             return Check(False, f"at temperature {temperature} residual_at raised {type(e).__name__}: {e}")
         if got.shape == expected.shape and np.allclose(got, expected, atol=1e-9):
             continue
-        mistakes = {"the temperature applied to q only": rejection.residual(distribution(logits_p), distribution(logits_q, temperature)),
-                    "the temperature applied to p only": rejection.residual(distribution(logits_p, temperature), distribution(logits_q)),
-                    "the temperature ignored": rejection.residual(distribution(logits_p), distribution(logits_q))}
-        for name, wrong in mistakes.items():
+        mistakes = {
+            "the temperature applied to q only": (distribution(logits_p), distribution(logits_q, temperature),
+                "that is the residual of a draft sampled at temperature 1 against q at the temperature. A loop that "
+                "drafted at temperature 1 would use exactly that, and still be exact (what exactness needs is a "
+                "residual with the p the drafts were sampled from), only accepted less often; but the library's "
+                "loop drafts at the target's temperature, so its p is at the temperature too"),
+            "the temperature applied to p only": (distribution(logits_p, temperature), distribution(logits_q),
+                "that residual is against q at temperature 1: the target's controls define what the text is "
+                "distributed as, so with q left at temperature 1 the loop would sample from q at temperature 1, "
+                "not at the temperature asked"),
+            "the temperature ignored": (distribution(logits_p), distribution(logits_q),
+                "that is the residual at temperature 1 for both: the loop would sample from q at temperature 1, "
+                "not at the temperature asked")}
+        for name, (p, q, why) in mistakes.items():
+            wrong = rejection.residual(p, q)
             if got.shape == wrong.shape and np.allclose(got, wrong, atol=1e-9):
-                return Check(False, f"at temperature {temperature}: that is {name}; divide both models' logits by "
-                                    "the temperature, softmax each, then take (q − p)+.")
+                return Check(False, f"at temperature {temperature}, {name}: {why}. Divide both models' logits by the "
+                                    "temperature, softmax each, then take (q − p)+.")
         return Check(False, f"at temperature {temperature} the values differ from (q − p)+ of softmax(logits / temperature) "
                             "of each model.")
     return Check(True, "the controls reshape p and q first; the rejection step then works on the reshaped pair, "
-                       "so speculative sampling returns q at that temperature.")
+                       "so the loop returns q at that temperature.")
