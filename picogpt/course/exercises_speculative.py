@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import rejection, theory
-from .exercises import Check, check_number, not_answered
+from .exercises import Check, as_number, check_number, not_answered
 
 # ---------------------------------------------------------------------------------------------
 # Notebook 03: speculative sampling, one loop at a time
@@ -136,6 +136,42 @@ def check_residual(my_residual):
                                 "take max(0, q − p) token by token, then divide by its sum.")
     return Check(True, "max(0, q − p), renormalised: where the target wants more than the draft "
                        "offered, in proportion to the shortfall.")
+
+
+CAPSTONE_K_MAX = 16
+
+
+def check_capstone_prediction(alpha, c, best_K, predicted_speedup, K_max=CAPSTONE_K_MAX):
+    """The capstone's arithmetic (notebook 04): from the alpha and c you measured for your draft,
+    the K in 1..K_max with the highest speedup by Leviathan et al.'s Theorem 3.8,
+    (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1)), and the speedup it predicts there."""
+    if any(not_answered(x) for x in (alpha, c, best_K, predicted_speedup)):
+        return Check(False, "fill in alpha, c, best_K and predicted_speedup (None marks what is left), then run the cell again.")
+    alpha, c = as_number(alpha), as_number(c)
+    if alpha is None or not 0 < alpha < 1:
+        return Check(False, f"alpha = {alpha!r}: the acceptance rate is a probability between 0 and 1 (accepted drafts / "
+                            "drafts judged: result.alpha_hat of a run with your draft).")
+    if c is None or not c > 0:
+        return Check(False, f"c = {c!r}: the cost coefficient is a positive ratio, t_draft / t_target.")
+    if c >= 1:
+        return Check(False, f"c = {c:.3g}: a draft step would cost as much as a target step or more. c is t_draft / "
+                            "t_target (a drafted token's time over an autoregressive token's), not its inverse; a "
+                            "draft that slow never pays (Leviathan et al.'s Corollary 3.9 asks alpha > c).")
+    expected_K = int(theory.best_K(alpha, c, K_max))
+    if as_number(best_K) != expected_K:
+        return Check(False, f"best_K = {best_K!r} is not where the formula peaks for alpha = {alpha:.3g}, c = {c:.3g}: "
+                            f"compute theory.predicted_speedup_leviathan(alpha, K, c) for K = 1 .. {K_max} and take the "
+                            "K with the largest value.")
+    tokens = float(theory.expected_tokens_per_loop(alpha, expected_K))
+    expected = float(theory.predicted_speedup_leviathan(alpha, expected_K, c))
+    how = ("tokens per loop (1 − alpha^(K+1)) / (1 − alpha), divided by what a loop costs in target steps, "
+           "K c + 1.")
+    solution = (f"at K = {expected_K} a loop yields {tokens:.2f} tokens for {expected_K} × {c:.3g} + 1 = "
+                f"{expected_K * c + 1:.2f} target steps: {expected:.2f}x. Now run it and compare: the formula prices "
+                "the scoring call as one target step and leaves out the loop's own work.")
+    mistakes = [(tokens, "that is tokens per loop; a loop also costs K drafts: divide by K c + 1"),
+                (tokens / expected_K / c, "the loop costs K c + 1 target steps (K drafts, then one scoring call), not K c")]
+    return check_number(answer=predicted_speedup, expected=expected, how=how, solution=solution, mistakes=mistakes)
 
 
 # ---------------------------------------------------------------------------------------------

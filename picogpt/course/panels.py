@@ -404,6 +404,41 @@ def pooled_acceptance(alphas, K, n_loops=100_000, seed=0):
 
 
 # ---------------------------------------------------------------------------------------------
+# Where floating point enters (notebook 03): a scoring call's logits against one-row calls'
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rounding:
+    """A scoring call's logits against one-row calls' logits for the same positions."""
+    max_abs_diff: float  # max |logit(scoring call) - logit(one-row calls)|
+    max_relative_diff: float  # the same, over the largest |logit| of its row
+    smallest_gap: float  # the smallest distance between a row's two largest logits (one-row calls)
+    n_positions: int
+
+    @property
+    def could_flip_greedy(self):
+        """A greedy choice can differ only where the two largest logits are nearer than the rounding."""
+        return self.smallest_gap <= 2 * self.max_abs_diff
+
+
+def scoring_rounding(model, ids, n_prompt, K):
+    """Score ids[n_prompt:] the two ways a sampler does: in chunks of K + 1 positions per call after
+    the prompt is cached (the speculative loop's scoring call), and one position per call
+    (autoregressive sampling). The same sums, added in another order: how far apart they land."""
+    def logits_of(chunk):
+        cache = model.new_cache()
+        model(ids[:n_prompt], cache)
+        rows = [model(ids[start: start + chunk], cache) for start in range(n_prompt, len(ids), chunk)]
+        return np.concatenate(rows).astype(np.float64)  # [len(ids) - n_prompt, n_vocab]
+    scored, one_row = logits_of(K + 1), logits_of(1)
+    diff = np.abs(scored - one_row)  # [n_positions, n_vocab]
+    top_two = np.sort(one_row, axis=-1)[:, -2:]  # [n_positions, 2]
+    return Rounding(max_abs_diff=float(diff.max()),
+                    max_relative_diff=float((diff.max(axis=-1) / np.abs(one_row).max(axis=-1)).max()),
+                    smallest_gap=float((top_two[:, 1] - top_two[:, 0]).min()), n_positions=len(one_row))
+
+
+# ---------------------------------------------------------------------------------------------
 # Whole sequences (notebook 04): the joint distribution of the first tokens, speculative vs exact
 # ---------------------------------------------------------------------------------------------
 
