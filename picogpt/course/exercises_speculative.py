@@ -148,7 +148,7 @@ def check_capstone_prediction(alpha, c, best_K, predicted_speedup, K_max=CAPSTON
     if any(not_answered(x) for x in (alpha, c, best_K, predicted_speedup)):
         return Check(False, "fill in alpha, c, best_K and predicted_speedup (None marks what is left), then run the cell again.")
     alpha, c = as_number(alpha), as_number(c)
-    if alpha is None or not 0 < alpha < 1:
+    if alpha is None or not 0 < alpha <= 1:
         return Check(False, f"alpha = {alpha!r}: the acceptance rate is a probability between 0 and 1 (accepted drafts / "
                             "drafts judged: result.alpha_hat of a run with your draft).")
     if c is None or not c > 0:
