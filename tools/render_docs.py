@@ -420,6 +420,19 @@ def quick_start(results, source):
             "(`benchmarks/first-hour.json`)."]
 
 
+def teaching_payoff(results, source):
+    """tools/first_hour.py: how long the README's command took in fresh processes and the speedups
+    it printed, for the instructors' guide (notebooks/TEACHING.md)."""
+    runs = results["speculate"]["runs"]
+    seconds = value_range([run["seconds"] for run in runs], lambda s: f"{s:.1f}")
+    speedups = value_range([run["speedup"] for run in runs], lambda x: f"{x:.2f}")
+    first = ("the first of them compiling picogpt's kernels" if runs[0]["compiled_here"]
+             else "with the kernels compiled already")
+    return [f"On a {results['cores']}-core machine (load average {results['load_average_before'][0]:.1f} before), "
+            f"the command took {seconds} s in each of {len(runs)} fresh processes ({first}), and printed speedups "
+            f"of {speedups}x (`tools/first_hour.py`, `benchmarks/first-hour.json`)."]
+
+
 def teaching_pair_card(report, source):
     """tools/measure_teaching_pair.py: acceptance along sampled text, in-loop costs, the speedup per K."""
     m = speedup.from_dict(report["speedup"])
@@ -480,6 +493,7 @@ def files_table(report, source):
 
 BENCH = "benchmarks/bench.json"
 BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
+    "notebooks/TEACHING.md": {"payoff": ("benchmarks/first-hour.json", teaching_payoff)},
     "README.md": {"quick-start": ("benchmarks/first-hour.json", quick_start),
                   "speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end)},
     "benchmarks/README.md": {"run": (BENCH, run_summary), "decode": (BENCH, decode_table),
