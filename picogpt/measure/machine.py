@@ -15,9 +15,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_info
 
 from ..errors import PicoGPTError
-from ..fast import openblas
+from ..fast.threads import blas_on_every_thread
 from ..io.memory import meminfo_bytes
 from .timing import median_seconds
 
@@ -38,9 +39,9 @@ def bandwidth_matrices(n_bytes):
 
 def gemv_pass(matrices, x):
     """One-row products over every matrix, `W @ x` ([rows, 1600] @ [1600] -> [rows]): each
-    weight read once and used for one multiply-add, as in decoding one token. OpenBLAS's GEMV on
-    all its threads, even where picogpt's fast path runs OpenBLAS on one (fast/kernels.py)."""
-    with openblas.on_all_threads():
+    weight read once and used for one multiply-add, as in decoding one token. NumPy's BLAS GEMV
+    on all its threads, even where picogpt's fast path runs it on one (fast/threads.py)."""
+    with blas_on_every_thread():
         return [matrix @ x for matrix in matrices]
 
 
@@ -144,12 +145,11 @@ def cpu_model():
 
 
 def blas_info():
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-    except Exception:  # older NumPy: no dicts mode
-        return {"name": "unknown"}
-    return {key: blas.get(key) for key in ("name", "version", "openblas configuration")} | {
-        "runtime core": openblas.core_name()}
+    """NumPy's BLAS as threadpoolctl finds it loaded: its name, version and the kernels it picked
+    for this CPU ('runtime core', e.g. 'Haswell')."""
+    found = next((info for info in threadpool_info() if info.get("user_api") == "blas"), {})
+    return {"name": found.get("internal_api", "unknown"), "version": found.get("version"),
+            "runtime core": found.get("architecture")}
 
 
 def memory_total_gb():
