@@ -96,11 +96,6 @@ def load_gpt2_vocab_model(name_or_path, in_memory=False):
     return model
 
 
-def warm_up(model, ids):
-    """One forward pass before timing: memory-mapped weights are read from disk on first use."""
-    model(ids[:1])
-
-
 def sampling_controls(args):
     """temperature, top_k and top_p: applied alike to every model and algorithm."""
     return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
@@ -139,7 +134,7 @@ def cmd_generate(args):
     ids = parse_request(args)
     model = load_gpt2_vocab_model(args.model or course_pair_names()[1], args.in_memory)
     validate_request(args, ids, (model,))
-    warm_up(model, ids)
+    model(ids[:1])  # before the timing: memory-mapped weights are read from disk on first use
     text = IncrementalText(tokenizer())
     print(args.prompt, end="", flush=True)
     result = autoregressive_sampling(model, ids, args.N, **sampling_options(args),
