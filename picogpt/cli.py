@@ -248,7 +248,7 @@ def cmd_bench(args):
 
     if args.save and args.quick:
         raise PicoGPTError("--quick is a first look, not results to commit: drop --quick to --save")
-    overrides = {"with_torch": not args.no_torch}
+    overrides = {}
     if args.runs is not None and args.runs < 1:
         raise PicoGPTError(f"--runs {args.runs}: the number of timed runs per figure must be at least 1")
     if args.runs is not None:
@@ -297,9 +297,9 @@ examples:
   python -m picogpt speculate --prompt "In the beginning" --json""",
     "bench": """\
 examples:
-  python -m picogpt bench --quick --models tiny-draft tiny-target --no-torch   (a first look, under a minute)
-  python -m picogpt bench --no-torch           (everything; GPT-2 small and XL on random weights if not downloaded)
-  python -m picogpt bench --no-torch --save    (the same, into benchmarks/; then python tools/render_docs.py)""",
+  python -m picogpt bench --quick --models tiny-draft tiny-target   (a first look, under a minute)
+  python -m picogpt bench              (everything; GPT-2 small and XL on random weights if not downloaded)
+  python -m picogpt bench --save       (the same, into benchmarks/; then python tools/render_docs.py)""",
 }
 
 
@@ -382,7 +382,6 @@ def build_parser():
                        "tiny-target; GPT-2s not downloaded are measured on random weights of their shapes)")
     bench.add_argument("--quick", action="store_true", help="fewer runs, one context: a first look")
     bench.add_argument("--runs", type=int, default=None, help="timed runs per figure (default 5)")
-    bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     bench.add_argument("--out", default=None, help="folder for bench.json and bench.png (default: build/bench/, "
                        "which git ignores; with --save: benchmarks/)")
     bench.add_argument("--save", action="store_true", help="write the results to benchmarks/ to commit them "
