@@ -16,10 +16,11 @@ __version__ = "0.1.0"  # the one place the version is written (pyproject.toml re
 
 import sys
 
-try:  # the dependencies (pyproject.toml)
-    import numpy  # noqa: F401
-    import tiktoken  # noqa: F401
-    import tqdm  # noqa: F401
+DEPENDENCIES = ("numpy", "threadpoolctl", "tiktoken", "tqdm")  # pyproject.toml's, as Python imports them
+
+try:
+    for _module in DEPENDENCIES:
+        __import__(_module)
 except ModuleNotFoundError as missing:
     if sys.argv[:1] == ["-m"]:  # `python -m picogpt`: Python imports this package first, argv[0] still "-m"
         print(f"error: {sys.executable} (Python {sys.version.split()[0]}) has no module {missing.name!r}, which "
@@ -28,6 +29,7 @@ except ModuleNotFoundError as missing:
               "this Python", file=sys.stderr)
         raise SystemExit(2) from None
     raise
+del _module
 
 from .course import course_models, course_pair_names
 from .errors import CheckpointError, DownloadError, PicoGPTError

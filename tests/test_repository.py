@@ -149,6 +149,13 @@ def test_the_citation_names_picogpt_and_the_papers_it_implements():
         assert f'value: "arXiv:{arxiv}"' in citation and f"doi: 10.48550/arXiv.{arxiv}" in citation
 
 
+def test_the_package_checks_for_every_dependency_pyproject_declares():
+    import picogpt
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert sorted(re.match(r"[\w-]+", requirement).group() for requirement in declared) == sorted(picogpt.DEPENDENCIES)
+
+
 def test_python_m_picogpt_without_the_dependencies_says_what_to_run_in_one_line():
     # -S: no site-packages, so this Python has none of picogpt's dependencies
     done = subprocess.run([sys.executable, "-S", "-m", "picogpt", "info", "tiny-target"], cwd=REPO,
