@@ -10,12 +10,12 @@ import hashlib
 import http.server
 import json
 import os
-import pathlib
 import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import namedtuple
@@ -321,7 +321,7 @@ def test_download_spec_raises_download_error(monkeypatch, tmp_path):
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EFBIG])
 def test_disk_filling_during_the_download_deletes_the_part_and_says_what_to_do(server, monkeypatch, capsys, error):
     files = register(monkeypatch)
-    monkeypatch.setattr(dl, "open", lambda path, mode="r": FillingFile(builtins.open(path, mode), 50_000, error),
+    monkeypatch.setattr(dl, "open", lambda path, mode="r", **kw: FillingFile(builtins.open(path, mode, **kw), 50_000, error),
                         raising=False)
     status, _, err = run_cli(capsys, "toy")
     line = error_line(err)
@@ -344,13 +344,14 @@ def test_weights_folder_that_cannot_be_written(server, monkeypatch, capsys):
     files = register(monkeypatch)
     files.final.parent.mkdir(parents=True)
 
-    def refuse(self, *args, **kwargs):
-        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(pathlib.Path, "touch", refuse)
-    monkeypatch.setattr(dl, "open", lambda path, mode="r": refuse(path), raising=False)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
     status, _, err = run_cli(capsys, "toy")
-    assert status == 2 and "Permission denied" in error_line(err) and "PICOGPT_WEIGHTS_DIR" in err
+    line = error_line(err)
+    assert status == 2 and "cannot write to the weights folder" in line and "Permission denied" in line
+    assert "PICOGPT_WEIGHTS_DIR" in line and server.requests == []
 
 
 def test_invalid_content_length_is_one_line(server, monkeypatch, capsys):
@@ -470,7 +471,7 @@ def test_a_body_longer_than_the_pinned_size_is_cut_off(server, monkeypatch, caps
     files = register(monkeypatch)
     server.mode = "long"
     # a write past the file's size would fail as on a full disk, with another message
-    monkeypatch.setattr(dl, "open", lambda path, mode="r": FillingFile(builtins.open(path, mode), len(PAYLOAD),
+    monkeypatch.setattr(dl, "open", lambda path, mode="r", **kw: FillingFile(builtins.open(path, mode, **kw), len(PAYLOAD),
                                                                         errno.ENOSPC), raising=False)
     status, _, err = run_cli(capsys, "toy")
     line = error_line(err)
