@@ -89,7 +89,7 @@ def strip_names(tensors, path="checkpoint"):
         if bare.endswith((".attn.bias", ".attn.masked_bias")) or bare == "lm_head.weight":
             continue
         if bare in out:
-            raise CheckpointError(f"{path}: holds both '{bare}' and 'transformer.{bare}', the same tensor "
+            raise CheckpointError(f"{path}: holds both '{shown(bare, 80)}' and 'transformer.{shown(bare, 80)}', the same tensor "
                                   "under two names (perhaps with different values): keep one of them")
         out[bare] = array
     return out
