@@ -132,12 +132,12 @@ def test_the_default_sigterm_action_is_restored_after_a_write(tmp_path):
 # ---- temporary files left by processes killed outright ----------------------------------------------
 
 def start_slow_writer(folder):
-    """A process writing a random checkpoint slowly into folder; returns it once its temporary
-    file exists."""
+    """A process writing a random checkpoint slowly into folder; returns it once bytes reach its
+    temporary file (by then it holds the file's lock)."""
     process = subprocess.Popen([sys.executable, "-c", SLOW_RANDOM_CHECKPOINT, str(folder)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
-    while not list(folder.glob("model.safetensors.*.tmp")):
+    while not [t for t in folder.glob("model.safetensors.*.tmp") if t.stat().st_size]:
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.02)
     return process
