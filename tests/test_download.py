@@ -607,6 +607,9 @@ def test_a_final_path_that_is_a_fifo_or_a_device_is_refused_not_hashed_forever(s
                                                                      "config.json")))
     plant(tmp_path, files, "final", kind)
     process = start_download_process(n_bytes=None)  # no size pinned: nothing tells it is the wrong file
-    out, err = process.communicate(timeout=60)
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
     assert process.returncode == 2 and "not a regular file" in error_line(err), err
     assert server.requests == []
