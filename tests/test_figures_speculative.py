@@ -98,3 +98,14 @@ def test_speedup_plots_are_labelled():
     Ks = list(range(1, 9))
     ax = figures.plot_speedup(Ks, np.linspace(1, 2, 8), speedup.predictions(costs, 0.8, Ks), ax=Figure().subplots())
     assert labelled(ax) and len(ax.get_legend().get_texts()) == 3  # two predictions and the measurement
+
+
+def test_a_scoring_call_and_one_row_calls_agree_up_to_rounding():
+    """Notebook 03's measurement of where floating point enters: the same logits, summed in
+    another order, differ by float32 rounding, far below the gaps that decide a greedy choice."""
+    model = random_gpt2(2)
+    ids = list(np.random.default_rng(0).integers(0, model.config.n_vocab, 20))
+    rounding = panels.scoring_rounding(model, ids, n_prompt=5, K=4)
+    print(rounding)
+    assert rounding.n_positions == 15 and rounding.max_abs_diff < 1e-4 and rounding.max_relative_diff < 1e-5
+    assert rounding.smallest_gap > 0 and rounding.could_flip_greedy == (rounding.smallest_gap <= 2 * rounding.max_abs_diff)

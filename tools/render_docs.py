@@ -156,12 +156,11 @@ def decode_table(results, source):
 def ready_table(results, source):
     """Per model: mapping the file, preparing, the first token, and the in-memory copy."""
     header = ["model", "weights", "load (map the file)", "prepare", "first token", "plain path: first token",
-              "in memory: ready / copy done", "bytes written beside the checkpoint"]
+              "in memory: copy", "bytes written beside the checkpoint"]
     rows = []
     for label, m in results["models"].items():
         r = m["ready"]
-        copy = (f"{r['in_memory_ready_s']:.2f} s / {r['in_memory_copy_s']:.1f} s" if "in_memory_copy_s" in r
-                else "-")
+        copy = f"{r['in_memory_copy_s']:.1f} s" if "in_memory_copy_s" in r else "-"
         rows.append([label, m["source"], f"{r['load_s']:.2f} s", f"{r['prepare_s']:.2f} s",
                      f"{r['first_token_s']:.2f} s", f"{r['plain_first_token_s']:.2f} s", copy,
                      f"{r['bytes_written_beside_checkpoint']:,}"])
@@ -421,6 +420,19 @@ def quick_start(results, source):
             "(`benchmarks/first-hour.json`)."]
 
 
+def teaching_payoff(results, source):
+    """tools/first_hour.py: how long the README's command took in fresh processes and the speedups
+    it printed, for the instructors' guide (notebooks/TEACHING.md)."""
+    runs = results["speculate"]["runs"]
+    seconds = value_range([run["seconds"] for run in runs], lambda s: f"{s:.1f}")
+    speedups = value_range([run["speedup"] for run in runs], lambda x: f"{x:.2f}")
+    first = ("the first of them compiling picogpt's kernels" if runs[0]["compiled_here"]
+             else "with the kernels compiled already")
+    return [f"On a {results['cores']}-core machine (load average {results['load_average_before'][0]:.1f} before), "
+            f"the command took {seconds} s in each of {len(runs)} fresh processes ({first}), and printed speedups "
+            f"of {speedups}x (`tools/first_hour.py`, `benchmarks/first-hour.json`)."]
+
+
 def teaching_pair_card(report, source):
     """tools/measure_teaching_pair.py: acceptance along sampled text, in-loop costs, the speedup per K."""
     m = speedup.from_dict(report["speedup"])
@@ -481,6 +493,7 @@ def files_table(report, source):
 
 BENCH = "benchmarks/bench.json"
 BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
+    "notebooks/TEACHING.md": {"payoff": ("benchmarks/first-hour.json", teaching_payoff)},
     "README.md": {"quick-start": ("benchmarks/first-hour.json", quick_start),
                   "speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end)},
     "benchmarks/README.md": {"run": (BENCH, run_summary), "decode": (BENCH, decode_table),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model import GPT2, load_checkpoint
-from ..fast import layout
+from ..errors import PicoGPTError
+from ..model import ANNOUNCE_BYTES, GPT2, load_checkpoint
 from ..measure import machine
 from .checkpoints import shown_path
 from .engines import NumpyEngine, make_engines
@@ -91,24 +91,22 @@ def describe_engine(per_context, bytes_per_token, ceiling_gb_per_s):
 
 
 def in_memory_copy(model, s, files):
-    """The model again, loaded with in_memory="background", and {seconds to ready, seconds
-    until its copy was done}; (None, None) if the model's weights are not mapped, and (None,
-    why) if the copy would not leave the mapped files room in the page cache (the other
-    engines read them)."""
+    """The model again, loaded with in_memory=True and prepared (its weights copied in), and
+    {seconds to copy}; (None, None) if the model's weights are not mapped, and (None, why) if the
+    copy would not leave the mapped files room in the page cache (the other engines read them)."""
     n_bytes = model.nbytes
-    if not (s["with_in_memory"] and model.checkpoint and n_bytes >= layout.ANNOUNCE_BYTES):
+    if not (s["with_in_memory"] and model.checkpoint and n_bytes >= ANNOUNCE_BYTES):
         return None, None
     total_gb = machine.memory_total_gb()
     needed = n_bytes + sum(Path(f).stat().st_size for f in files) + s["ceiling_bytes"] + 2 * 2**30
     if total_gb is None or needed > total_gb * 2**30:
         return None, f"{model.name}: in-memory engine skipped, it needs {needed / 2**30:.1f} GiB of memory"
-    start = time.perf_counter()
-    copy = GPT2(model.params, model.config, model.name, model.checkpoint, in_memory="background")
-    ready_s, _ = timed(copy.prepare)
-    if copy.copying is None:
-        return None, f"{model.name}: in-memory engine skipped, too little memory available for the copy"
-    copy.copying.join()
-    return copy, {"in_memory_ready_s": ready_s, "in_memory_copy_s": time.perf_counter() - start}
+    copy = GPT2(model.params, model.config, model.name, model.checkpoint, in_memory=True)
+    try:
+        copy_s, _ = timed(copy.prepare)
+    except PicoGPTError as e:
+        return None, f"{model.name}: in-memory engine skipped ({e})"
+    return copy, {"in_memory_copy_s": copy_s}
 
 
 def memory_while_timing(before, after):

@@ -123,8 +123,7 @@ def table(results):
         r = m["ready"]
         made = f"; {r['bytes_written_beside_checkpoint']:,} bytes written beside the checkpoint"
         if "in_memory_copy_s" in r:
-            made += (f"; in_memory='background': ready {r['in_memory_ready_s']:.2f} s, "
-                     f"copy done {r['in_memory_copy_s']:.1f} s")
+            made += f"; in_memory=True: copied in {r['in_memory_copy_s']:.1f} s"
         lines += [f"{label} ({m['source']}): {m['weight_bytes_per_token'] / 1e9:.2f} GB read per token; "
                   f"ceiling beside it {ceiling_text(m['ceiling'])}; floor {m['floor_s'] * 1e3:.1f} ms",
                   f"  ready: load {r['load_s']:.2f} s + prepare {r['prepare_s']:.2f} s = {r['ready_s']:.2f} s{made}; "

@@ -25,7 +25,7 @@ import time
 
 from ..errors import PicoGPTError
 from ..io.registry import EMBEDDED
-from ..fast import compiled, kernels, threads
+from ..fast import compiled, threads
 from ..measure import machine
 from .checkpoints import resolve_models
 from .decode import bench_model
@@ -69,7 +69,6 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
                "command": "python -m picogpt bench" + (" --quick" if quick else ""),
                "machine": {**machine.machine_info(), "threads_used": threads.n_threads(),
                            "kernel": compiled.name(),
-                           "team_helpers": threads.n_threads() - 1 if kernels.team() else 0,
                            "torch_env": {key: os.environ.get(key) for key in TORCH_ENV}},
                "load_average_before": machine.load_average(),
                "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()},

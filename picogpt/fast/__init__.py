@@ -1,3 +1,4 @@
-"""What makes the model fast: the matrix product model.py hands gpt2.py (kernels.py, with its
-compiled loops in compiled.py and its threads in threads.py) and where the weights live
-(layout.py). Imports the teaching core's data only; the teaching core never imports from here."""
+"""What makes the model fast: the matrix product model.py chooses once when a model is prepared
+and hands gpt2.py (kernels.py), its loops compiled by numba (compiled.py), picogpt's threads that
+share a product (threads.py) and the OpenBLAS NumPy ships, put on one thread (openblas.py).
+The teaching core never imports from here."""
