@@ -414,6 +414,9 @@ def tolerant_stdout():
         sys.stdout.reconfigure(errors="backslashreplace")
 
 
+RUN_A_MODEL = ("generate", "speculate", "bench")
+
+
 def check_environment(command):
     """Parse the environment variables `command` reads now, so that a bad value is one line
     before the command prints anything, not an error in the middle of its output: every
@@ -433,9 +436,6 @@ def check_environment(command):
         endpoint()
     if command in RUN_A_MODEL:
         compiled.enabled()
-
-
-RUN_A_MODEL = ("generate", "speculate", "bench")
 
 
 def usable_std_streams():

@@ -30,7 +30,7 @@ import threading
 from pathlib import Path
 
 from ..errors import PicoGPTError
-from .files import is_same_file, open_regular, try_lock
+from .files import is_same_file, regular_opener, try_lock
 
 LOCKS = os.name != "nt"  # Windows renames only a closed file, so its temporary files are not locked
 CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -56,7 +56,7 @@ def is_stale(temporary, path):
     if not LOCKS or pid is None or pid == os.getpid():
         return False
     try:
-        with open(temporary, "rb", opener=lambda name, flags: open_regular(name, flags, follow=False)) as f:
+        with open(temporary, "rb", opener=regular_opener(follow=False)) as f:
             return try_lock(f)  # released when f closes: its writer is gone either way
     except (OSError, PicoGPTError):  # gone already, not a regular file, or a file system without locks
         return False

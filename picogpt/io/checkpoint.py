@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import CheckpointError, shown
 from .atomic import atomic_write
-from .files import reading_opener
+from .files import regular_opener
 
 DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
@@ -41,7 +41,7 @@ def open_checkpoint(path):
     """Open a checkpoint for reading, or say why it cannot be read (permissions, a folder, a
     FIFO or a device: io/files.py)."""
     try:
-        return open(path, "rb", opener=reading_opener)
+        return open(path, "rb", opener=regular_opener())
     except FileNotFoundError:
         raise CheckpointError(f"{path} not found") from None
     except OSError as e:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from ..errors import DownloadError, shown
 from .atomic import write_text_atomically
-from .files import ensure_writable_folder, is_same_file, kind_of, open_regular, refuse, try_lock, writing_opener
+from .files import ensure_writable_folder, is_same_file, kind_of, refuse, regular_opener, try_lock
 from .params import hf_config
 from .registry import EMBEDDED, PRETRAINED, weights_dir
 
@@ -146,9 +146,7 @@ def open_in_folder(path, mode="rb"):
     """Open a file of the weights folder: never through a link, and only a regular file (a FIFO
     or a device there would make a hash run forever); "ab" and "a+" also refuse a file that is not
     this user's own with one name (io/files.py)."""
-    opener = (writing_opener(ADVICE) if mode != "rb"
-              else lambda path, flags: open_regular(path, flags, follow=False, advice=ADVICE))
-    return open(path, mode, opener=opener)
+    return open(path, mode, opener=regular_opener(follow=False, own=mode != "rb", advice=ADVICE))
 
 
 def file_in_folder(path):

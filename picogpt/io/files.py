@@ -43,11 +43,11 @@ def kind_of(mode):
 
 
 def refuse(path, kind, advice):
-    raise NotARegularFile(f"{shown(path)} is {kind}, not a regular file: picogpt reads and writes only regular "
-                          f"files there; {advice}")
+    raise NotARegularFile(f"{shown(path)} is {kind}: picogpt reads only regular files, and writes only its user's "
+                          f"own, never through a link; {advice}")
 
 
-def open_regular(path, flags=os.O_RDONLY, mode=0o666, *, follow=True, own=False, advice="check that path"):
+def open_regular(path, flags=os.O_RDONLY, *, follow=True, own=False, advice="check that path"):
     """os.open(path, flags) that refuses anything but a regular file, without waiting on a FIFO.
     follow=False refuses a symbolic link at `path` instead of following it; own=True, for a file
     picogpt writes into, also refuses a link, a file with a second name (a hard link would write
@@ -55,7 +55,7 @@ def open_regular(path, flags=os.O_RDONLY, mode=0o666, *, follow=True, own=False,
     if own or not follow:
         flags |= NO_FOLLOW
     try:
-        fd = os.open(path, flags | NO_WAIT, mode)
+        fd = os.open(path, flags | NO_WAIT, 0o666)
     except OSError:
         if flags & NO_FOLLOW and os.path.islink(path):  # O_NOFOLLOW's refusal (ELOOP; EMLINK on BSD)
             refuse(path, "a symbolic link", advice)
@@ -69,25 +69,21 @@ def open_regular(path, flags=os.O_RDONLY, mode=0o666, *, follow=True, own=False,
     if problem:
         os.close(fd)
         refuse(path, problem, advice)
-    os.set_blocking(fd, True)
+    if NO_WAIT:
+        os.set_blocking(fd, True)
     return fd
 
 
-def writing_opener(advice):
-    """An `opener` for open() (open(path, "ab", opener=...)) that creates or writes only a
-    regular file of this user's own, never through a link."""
-    return lambda path, flags: open_regular(path, flags, own=True, advice=advice)
-
-
-def reading_opener(path, flags):
-    """An `opener` for open() that reads only a regular file (a link to one is fine)."""
-    return open_regular(path, flags)
+def regular_opener(follow=True, own=False, advice="check that path"):
+    """An `opener` for open(), as in open(path, "rb", opener=regular_opener()), that opens what
+    open_regular(path, ..., follow, own, advice) accepts and nothing else."""
+    return lambda path, flags: open_regular(path, flags, follow=follow, own=own, advice=advice)
 
 
 def read_small_text(path, max_bytes):
     """The text of a small regular file (UTF-8), refusing a longer one: a config.json that is a
     link to /dev/zero or to a huge file is an error, not an endless read."""
-    with open(path, "rb", opener=reading_opener) as f:
+    with open(path, "rb", opener=regular_opener()) as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise PicoGPTError(f"{shown(path)} is longer than {max_bytes:,} bytes, far more than a config.json "
