@@ -585,7 +585,7 @@ def test_a_link_planted_in_the_weights_folder_is_refused_and_its_target_untouche
     victim = plant(tmp_path, files, name, kind)
     status, out, err = run_cli(capsys, "toy")
     line = error_line(err)
-    assert status == 2 and "picogpt reads only regular files" in line and "delete it and run the same command again" in line
+    assert status == 2 and "not a file picogpt may use" in line and "delete it and run the same command again" in line
     assert victim.read_bytes() == PAYLOAD[:1000]
     assert not files.final.exists() or name == "final"
     assert not os.path.islink(files.final) or name == "final"
@@ -611,5 +611,5 @@ def test_a_final_path_that_is_a_fifo_or_a_device_is_refused_not_hashed_forever(s
         out, err = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 2 and "picogpt reads only regular files" in error_line(err), err
+    assert process.returncode == 2 and "not a file picogpt may use" in error_line(err), err
     assert server.requests == []

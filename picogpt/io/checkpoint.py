@@ -41,7 +41,7 @@ def open_checkpoint(path):
     """Open a checkpoint for reading, or say why it cannot be read (permissions, a folder, a
     FIFO or a device: io/files.py)."""
     try:
-        return open(path, "rb", opener=regular_opener())
+        return open(path, "rb", opener=regular_opener(advice="give the path of a model.safetensors file"))
     except FileNotFoundError:
         raise CheckpointError(f"{path} not found") from None
     except OSError as e:

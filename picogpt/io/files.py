@@ -43,8 +43,7 @@ def kind_of(mode):
 
 
 def refuse(path, kind, advice):
-    raise NotARegularFile(f"{shown(path)} is {kind}: picogpt reads only regular files, and writes only its user's "
-                          f"own, never through a link; {advice}")
+    raise NotARegularFile(f"{shown(path)} is {kind}, not a file picogpt may use: {advice}")
 
 
 def open_regular(path, flags=os.O_RDONLY, *, follow=True, own=False, advice="check that path"):
