@@ -613,3 +613,22 @@ def test_a_final_path_that_is_a_fifo_or_a_device_is_refused_not_hashed_forever(s
         process.kill()
     assert process.returncode == 2 and "not a file picogpt may use" in error_line(err), err
     assert server.requests == []
+
+
+def test_a_part_swapped_for_another_file_while_it_is_hashed_is_not_installed(server, monkeypatch, capsys):
+    """What lands at the final path must be the file that was hashed: a swapped one (here with
+    the genuine bytes, but another's, to change at will) used to be renamed into place."""
+    files = register(monkeypatch)
+    hash_it = dl.sha256_of
+
+    def hash_then_swap(f, label=None):
+        digest = hash_it(f, label)
+        swapped = files.part.with_name("swapped")
+        swapped.write_bytes(PAYLOAD)
+        os.replace(swapped, files.part)
+        return digest
+
+    monkeypatch.setattr(dl, "sha256_of", hash_then_swap)
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "was replaced while it was being verified" in error_line(err)
+    assert not files.final.exists()

@@ -303,24 +303,22 @@ def delete_part(part):
 def install_verified(part, final, spec, n_expected, progress):
     """Rename the .part into place only if the file *on disk* has the expected size and the
     pinned sha256 (not the bytes this process meant to write: another writer, or a disk, could
-    have changed them); otherwise delete it and say so. What is renamed is the file that was
-    hashed, still open: a link or another file put at the .part's name meanwhile is refused."""
-    with open_in_folder(part, "a+b") as f:
+    have changed them); otherwise delete it and say so. The file hashed must be the file that
+    lands at the final path: if another was put at the .part's name meanwhile, it is removed."""
+    with open_in_folder(part, "a+b") as f:  # a regular file of this user's own, with one name
         f.seek(0)
-        n_on_disk = os.fstat(f.fileno()).st_size
+        hashed = os.fstat(f.fileno())
         digest = sha256_of(f, f"{spec.name} sha256" if progress else None)
-        if n_on_disk != n_expected or digest != spec.sha256:
-            delete_part(part)
-            raise DownloadError(f"{spec.url()} gave {n_on_disk:,} bytes with sha256 {digest}, but "
-                                f"{spec.name} must be {n_expected:,} bytes with sha256 {spec.sha256}; "
-                                f"the partial file {part} was deleted — run the same command again "
-                                "(if it keeps failing, check HF_ENDPOINT)")
-        if not is_same_file(f, part):
-            raise DownloadError(f"{part} was replaced while it was being verified: {ADVICE}")
-        os.replace(part, final)
-        if not is_same_file(f, final):
-            final.unlink()
-            raise DownloadError(f"{final} was replaced while it was being put in place: {ADVICE}")
+    if hashed.st_size != n_expected or digest != spec.sha256:
+        delete_part(part)
+        raise DownloadError(f"{spec.url()} gave {hashed.st_size:,} bytes with sha256 {digest}, but "
+                            f"{spec.name} must be {n_expected:,} bytes with sha256 {spec.sha256}; "
+                            f"the partial file {part} was deleted — run the same command again "
+                            "(if it keeps failing, check HF_ENDPOINT)")
+    os.replace(part, final)
+    if not os.path.samestat(hashed, os.lstat(final)):
+        final.unlink()
+        raise DownloadError(f"{part} was replaced while it was being verified: run the same command again")
 
 
 def write_config(folder, spec):
@@ -360,8 +358,7 @@ def download_lock(lock, name, log):
             time.sleep(LOCK_POLL_S)
         if is_same_file(f, lock):
             break
-        f.close()  # its holder deleted it while we waited (a lock holder deletes its lock file when
-        # done): take the lock file now in place
+        f.close()  # its holder deleted it while we waited: take the lock file now in place
     try:
         f.seek(0)
         f.truncate()
@@ -413,9 +410,9 @@ def expected_bytes(spec, response, n_have, url, log):
 def download_spec(spec, folder, progress=True, log=print):
     """Fetch spec's file into folder/<spec.filename>, verified, resuming a .part if there is one.
 
-    Returns the final path. Raises a PicoGPTError (one readable message) on any failure: a
-    DownloadError for the server's faults and the disk's, io/files.py's NotARegularFile for a
-    link or special file in the weights folder. Never leaves an unverified file at the final path.
+    Returns the final path. Raises a PicoGPTError (one readable message) on any failure (a
+    DownloadError for what the server sent and a full disk), and never leaves an unverified
+    file at the final path.
     """
     url = spec.url()  # a bad HF_ENDPOINT is refused before anything else
     folder = Path(folder)
