@@ -27,7 +27,7 @@ def cmd_info(args):
 
     model = load(args.model)
     c = model.config
-    print(f"model       {shown(model.name)}  ({shown(resolve(args.model))})")
+    print(f"model       {model.name}  ({shown(resolve(args.model))})")
     print(f"n_layer     {c.n_layer}\nn_head      {c.n_head}\nn_embd      {c.n_embd}")
     print(f"n_ctx       {c.n_ctx}\nn_vocab     {c.n_vocab}\nln epsilon  {c.layer_norm_epsilon:g}")
     print(f"parameters  {model.n_params:,}")

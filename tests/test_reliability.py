@@ -506,6 +506,13 @@ def test_escape_sequences_in_a_header_are_printed_escaped(tmp_path, capsys, head
     assert code == 2 and "\\x1b]0;pwned\\x07" in one_error_line(err) and "\x1b" not in err + out
 
 
+def test_a_folder_s_name_is_printed_escaped(tmp_path, capsys, checkpoint):
+    folder = shutil.copytree(checkpoint, tmp_path / ("model" + ESCAPES))
+    assert load_checkpoint(folder).name == "model\\x1b]0;pwned\\x07\\x1b[31m"  # what every message says
+    code, out, err = run_main(capsys, "info", str(folder))
+    assert code == 0 and "\x1b" not in out + err and out.count("model\\x1b]0;pwned\\x07") == 2
+
+
 def test_text_a_model_writes_is_shown_not_obeyed_by_the_terminal(tmp_path, capsys, checkpoint):
     """GPT-2 has a token for the byte ESC (215): a model that writes it used to send it to the
     terminal raw."""
