@@ -194,3 +194,24 @@ def test_bench_says_how_many_gb_it_writes_where_and_shows_progress(tmp_path, cap
     assert f"writing random-weight toy (0.00 GB) to {tmp_path / 'random-toy'}" in err
     assert "model.safetensors: 100%" in err  # the progress bar, in bytes
     assert sorted(p.name for p in path.parent.iterdir()) == ["config.json", "model.safetensors"] and n_bytes > 0
+
+
+WRITE_MANY_TIMES = """
+import sys
+from picogpt.io.atomic import write_text_atomically
+
+for i in range(200):
+    write_text_atomically(sys.argv[1], sys.argv[2] * 1000)
+"""
+
+
+def test_writers_of_one_file_at_once_never_delete_each_other_s_temporary_files(tmp_path):
+    """Each write first cleans up stale temporary files: one being written by a live process
+    (even one just created, not locked yet) must never be taken for stale."""
+    path = tmp_path / "results.json"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITE_MANY_TIMES, str(path), letter], stderr=subprocess.PIPE,
+                                text=True) for letter in "abcd"]
+    errors = [writer.communicate(timeout=120)[1] for writer in writers]
+    assert [writer.returncode for writer in writers] == [0] * 4, errors
+    assert path.read_text() in {letter * 1000 for letter in "abcd"}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]

@@ -49,26 +49,27 @@ def writer_pid(temporary, path):
     return int(match[1]) if match else None
 
 
-def is_stale(temporary, path):
-    """A temporary file of `path` written by another process that has ended: nobody holds its
-    lock. (A link, a FIFO or anything else that is not a regular file is left alone.)"""
+def remove_if_stale(temporary, path):
+    """Delete `temporary`, a temporary file of `path`, if another process wrote it and has ended:
+    nobody holds its lock. It is deleted while this process holds the lock, so that a writer
+    locking its new file just after us finds it gone (create_temporary). A link, a FIFO or
+    anything else that is not a regular file is left alone. Returns whether it was deleted."""
     pid = writer_pid(temporary, path)
     if not LOCKS or pid is None or pid == os.getpid():
         return False
     try:
         with open(temporary, "rb", opener=regular_opener(follow=False)) as f:
-            return try_lock(f)  # released when f closes: its writer is gone either way
+            if try_lock(f) and is_same_file(f, temporary):
+                temporary.unlink()
+                return True
     except (OSError, PicoGPTError):  # gone already, not a regular file, or a file system without locks
-        return False
+        pass
+    return False
 
 
 def remove_stale_temporaries(path):
     """Delete the temporary files of `path` whose writers have ended; returns them."""
-    stale = [t for t in map(Path, glob.glob(glob.escape(str(path)) + ".*.tmp")) if is_stale(t, path)]
-    for temporary in stale:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-    return stale
+    return [t for t in map(Path, glob.glob(glob.escape(str(path)) + ".*.tmp")) if remove_if_stale(t, path)]
 
 
 def create_temporary(path, text):
