@@ -78,8 +78,8 @@ def create_temporary(path, text):
     deleted it: then try again under a new name."""
     while True:
         temporary = temporary_path(path)
-        _being_written.add(temporary)
         f = open(temporary, "x" if text else "xb", encoding="utf-8" if text else None)
+        _being_written.add(temporary)
         try:
             mine = not LOCKS or try_lock(f) and is_same_file(f, temporary)
         except OSError:  # a file system without locks: written unlocked
