@@ -34,7 +34,7 @@ PAYLOAD = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tob
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 PATH = f"/test-org/toy/resolve/{REVISION}/model.safetensors"
-SLOW_PIECES, SLOW_PAUSE_S = 10, 0.15  # the "slow" server sends the file in 1.5 s
+SLOW_PIECES, SLOW_PAUSE_S = 10, 0.15  # the "slow" server sends the file in 1.5 s, once released
 
 
 BAD_LENGTHS = {"bad-length": "abc", "superscript-length": "\u00b2", "huge-length": "9" * 5000}
@@ -46,12 +46,14 @@ class Server:
     """A tiny file server. `mode`: "ok" (honours Range), "cut" (the first response stops
     halfway and closes the connection), "ignore-range" (always 200 with the whole file),
     BAD_LENGTHS (a Content-Length that is no number of bytes), REDIRECTS (to itself, or to a
-    file:// address), "slow" (the body in SLOW_PIECES pieces, SLOW_PAUSE_S apart), "long" (no
+    file:// address), "slow" (the body in SLOW_PIECES pieces, SLOW_PAUSE_S apart, the rest
+    after the first only once the test sets `release`, or after 30 s), "long" (no
     Content-Length, and the file followed by as many bytes again), "stall" (half the body, then
     nothing for STALL_S), "escape-reason" (HTTP 503 with terminal escapes in its reason phrase)."""
 
     def __init__(self):
         self.mode, self.requests, self.n_served = "ok", [], 0
+        self.release = threading.Event()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -102,6 +104,8 @@ class Server:
                         self.wfile.write(body[i * len(body) // pieces:(i + 1) * len(body) // pieces])
                         self.wfile.flush()
                         time.sleep(SLOW_PAUSE_S if server.mode == "slow" else 0)
+                        if server.mode == "slow" and i == 0:
+                            server.release.wait(30)
                 except (BrokenPipeError, ConnectionResetError):  # the client went away (a killed download)
                     self.close_connection = True
 
@@ -456,7 +460,8 @@ def start_download_process(n_bytes=len(PAYLOAD)):
     """`python -m picogpt download toy` in its own process (HF_ENDPOINT and PICOGPT_WEIGHTS_DIR
     from the test's environment); n_bytes=None: no size pinned."""
     return subprocess.Popen([sys.executable, "-c", DOWNLOAD_TOY, REVISION, SHA256, str(n_bytes).lower()],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ | {"PYTHONUNBUFFERED": "1"})
 
 
 def wait_for(condition, timeout_s=30):
@@ -473,7 +478,10 @@ def test_two_downloads_of_one_model_at_once_install_one_verified_file(server, mo
     first = start_download_process()
     wait_for(lambda: server.requests)  # the first is streaming: the second must wait for it
     second = start_download_process()
+    waiting = second.stdout.readline()  # the second says it waits (however long it took to start) ...
+    server.release.set()  # ... then the first may finish
     outputs = [process.communicate(timeout=60) for process in (first, second)]
+    outputs[1] = (waiting + outputs[1][0], outputs[1][1])
     assert [first.returncode, second.returncode] == [0, 0], outputs
     assert "downloaded and verified" in outputs[0][0]
     assert "another download (process" in outputs[1][0] and "waiting" in outputs[1][0]
