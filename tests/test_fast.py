@@ -15,7 +15,7 @@ from helpers import random_gpt2, random_tensors
 from picogpt.errors import PicoGPTError
 from picogpt.io.checkpoint import read_safetensors, write_safetensors
 from picogpt.model import load_checkpoint
-from picogpt.fast import compiled, kernels, openblas, threads
+from picogpt.fast import compiled, kernels, threads
 from picogpt.fast.kernels import BIG_MATRIX, FEW_ROWS
 from picogpt.io import memory
 from picogpt.io.params import leaves
@@ -298,14 +298,20 @@ def test_the_products_keep_nan_and_inf(matmul):
         assert np.all(out[0] == 1024) and np.all(np.isnan(out[1])) and np.all(out[2] == np.inf)
 
 
-def test_the_fast_path_runs_openblas_on_one_thread(model):
-    if openblas.library() is None:
-        pytest.skip("NumPy here does not use the OpenBLAS it ships: nothing to pin")
+def blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+
+
+def test_the_fast_path_runs_numpys_blas_on_one_thread(model):
+    if not blas_threads():
+        pytest.skip("threadpoolctl finds no BLAS loaded by NumPy here: nothing to pin")
     model.prepare()
-    assert openblas.thread_count() == 1
-    with openblas.on_all_threads():  # the bandwidth ceiling's products, as NumPy runs outside picogpt
-        assert openblas.thread_count() == threads.n_threads()
-    assert openblas.thread_count() == 1
+    assert set(blas_threads()) == {1}
+    with threads.blas_on_every_thread():  # the bandwidth ceiling's products, as NumPy runs outside picogpt
+        assert set(blas_threads()) == {threads.n_threads()}
+    assert set(blas_threads()) == {1}
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,9 @@ from pathlib import Path
 import numpy as np
 
 import former
-from picogpt.fast import compiled, kernels, openblas, threads
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from picogpt.fast import compiled, kernels, threads
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "weights" / "kernel-bench"  # git-ignored
@@ -95,18 +97,20 @@ def random_rows(weights, n_rows, seed=1):
 # ---- NumPy's OpenBLAS -------------------------------------------------------------------------
 
 def set_blas_threads(n):
-    """OpenBLAS's thread count (fast/openblas.py finds the library); no-op if absent."""
-    setter = openblas.thread_setter()
-    if setter is not None:
-        setter(n)
+    """NumPy's BLAS on n threads from now on (threadpoolctl)."""
+    threadpool_limits(limits=n, user_api="blas")
 
 
 def find_sgemm():
-    """cblas_sgemm from the OpenBLAS that NumPy ships (found by fast/openblas.py), as a
+    """cblas_sgemm from the OpenBLAS that NumPy ships (threadpoolctl finds its file), as a
     ctypes function, or None. Symbols with the `64_` suffix take 64-bit integers, others C ints."""
-    name, sgemm = openblas.symbol("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
-    if sgemm is None:
+    found = [info["filepath"] for info in threadpool_info() if info.get("internal_api") == "openblas"]
+    blas = ctypes.CDLL(found[0]) if found else None
+    name = next((name for name in ("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
+                 if blas is not None and hasattr(blas, name)), None)
+    if name is None:
         return None
+    sgemm = getattr(blas, name)
     integer = ctypes.c_int64 if name.endswith("64_") else ctypes.c_int
     sgemm.argtypes = [ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, ctypes.c_void_p, integer,
                                                           ctypes.c_void_p, integer, ctypes.c_float,

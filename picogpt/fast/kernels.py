@@ -23,16 +23,16 @@ Small or unusual matrices go to np.matmul as they are. The candidates that did n
 place (L2 tiles of GEMVs, a thread team waiting in compiled code for the length of a call, the
 work between products compiled) are measured beside these in benchmarks/kernels/.
 
-Threads: big products are shared among picogpt's own threads (threads.py), with OpenBLAS on one
-thread (openblas.py); `choose` sets that up before a model's first call.
+Threads: big products are shared among picogpt's own threads (threads.py), with NumPy's BLAS on
+one thread; `choose` sets that up before a model's first call.
 """
 
 import math
 
 import numpy as np
 
-from . import compiled, openblas
-from .threads import CHUNKS_PER_THREAD, bands, n_threads, parallel
+from . import compiled
+from .threads import CHUNKS_PER_THREAD, bands, blas_on_one_thread, n_threads, parallel
 
 FEW_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
 BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
@@ -43,9 +43,9 @@ VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads o
 
 def choose():
     """The matmul for this process, decided once when a model is prepared: `compiled_matmul`
-    when numba's loops run here (and PICOGPT_KERNEL allows them), else `numpy_matmul`. OpenBLAS
-    goes on one thread first (openblas.use_own_threads): picogpt's threads share its products."""
-    openblas.use_own_threads()
+    when numba's loops run here (and PICOGPT_KERNEL allows them), else `numpy_matmul`. NumPy's
+    BLAS goes on one thread first (threads.blas_on_one_thread): picogpt's threads share its products."""
+    blas_on_one_thread()
     return compiled_matmul if compiled.enabled() else numpy_matmul
 
 

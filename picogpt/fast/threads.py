@@ -1,9 +1,11 @@
 """picogpt's own threads: how many (PICOGPT_THREADS), and `parallel`, which shares one product
 among them.
 
-The fast path runs OpenBLAS on one thread (openblas.py) and splits every big product into
-chunks that the calling thread and n_threads() - 1 helper threads take in turn: a thread the OS
-delays (a busy machine) holds nobody up, since whoever is free takes the next chunk.
+The fast path runs NumPy's BLAS (the OpenBLAS NumPy ships) on one thread (`blas_on_one_thread`):
+its own threads spin ~0.1 s after each call and slow whatever runs next (the other model's call,
+in a sampling loop), and fight over the cores when the machine is busy. Instead every big product
+is split into chunks that the calling thread and n_threads() - 1 helper threads take in turn: a
+thread the OS delays (a busy machine) holds nobody up, since whoever is free takes the next chunk.
 
 An exception may be raised in the calling thread at any moment (Ctrl-C, or any signal handler
 that raises), so a helper never waits on anything the calling thread could be holding: chunks
@@ -18,6 +20,8 @@ import itertools
 import os
 import queue
 import threading
+
+from threadpoolctl import threadpool_limits
 
 from ..errors import PicoGPTError
 
@@ -51,6 +55,22 @@ def usable_cores():
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+_blas_limit = None
+
+
+def blas_on_one_thread():
+    """Run NumPy's BLAS on one thread from now on, in this whole process (threadpoolctl)."""
+    global _blas_limit
+    if _blas_limit is None:
+        _blas_limit = threadpool_limits(limits=1, user_api="blas")
+
+
+def blas_on_every_thread():
+    """Within the block, NumPy's BLAS runs on n_threads() threads of its own, as NumPy runs
+    outside picogpt (the bandwidth ceiling is measured with its threaded GEMV)."""
+    return threadpool_limits(limits=n_threads(), user_api="blas")
 
 
 IDLE_S = 1.0  # a helper with no work for this long leaves; the next product starts another
