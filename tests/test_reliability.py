@@ -334,7 +334,7 @@ COMMANDS = {  # each command, as a user runs it
     "download": ["download", "gpt2"],
     "generate": ["generate", "-n", "3", "--seed", "1"],
     "speculate": ["speculate", "-n", "3", "--seed", "1"],
-    "bench": ["bench", "--quick", "--models", "tiny-draft", "--no-torch"],
+    "bench": ["bench", "--quick", "--models", "tiny-draft"],
 }
 # variable: (bad values, words of its error, the commands that read it)
 BAD_ENVIRONMENT = {
@@ -549,7 +549,7 @@ def test_bench_with_an_out_folder_it_cannot_write_is_refused_before_measuring(ca
 
     monkeypatch.setattr(picogpt.bench, "run_bench", lambda *a, **k: pytest.fail("bench measured first"))
     (tmp_path / "a-file").write_text("not a folder")
-    code, out, err = run_main(capsys, "bench", "--quick", "--models", "tiny-draft", "--no-torch",
+    code, out, err = run_main(capsys, "bench", "--quick", "--models", "tiny-draft",
                               "--out", str(tmp_path / "a-file" / "results"))
     line = one_error_line(err)
     assert code == 2 and out == "" and "cannot write to the bench's results folder" in line and "--out" in line
