@@ -336,6 +336,29 @@ def kernel_rows_table(results, source):
             *table_lines(["candidate", *(f"{b['model']} R={b['n_rows']}" for b in blocks)], rows)]
 
 
+def kernel_paths_table(results, source):
+    """candidates.py paths: each way of computing the products, end to end, GPT-2 small drafting
+    for XL: ms per token of both algorithms and the speedup repeat by repeat, beside the path
+    the package takes now."""
+    times = results["times_s_per_token"]
+    now = next(iter(times))  # the first path is the package's
+    rows = []
+    for path, t in times.items():
+        ratios = [a / s for a, s in zip(t["autoregressive"], t["speculative"])]
+        versus = [b / a for a, b in zip(times[now]["autoregressive"], t["autoregressive"])]
+        rows.append([f"**{path}**" if path == now else path, with_spread(t["autoregressive"]),
+                     with_spread(t["speculative"]), value_range(ratios, lambda v: f"{v:.2f}x"),
+                     "-" if path == now else value_range(versus, lambda v: f"{v:.2f}")])
+    machine, runs = results["machine"], len(times[now]["autoregressive"])
+    return [f"`{results['command']}` on {machine['cpu']} ({machine['cores']} cores, {machine['threads']} threads), "
+            f"numpy {machine['numpy']}; N = {results['tokens']} tokens, K = {results['K']}, temperature "
+            f"{results['temperature']:g}; medians of {runs} interleaved repeats, interquartile range in brackets, "
+            f"load average at the end {results['load']}:", "",
+            *table_lines(["path", "autoregressive, per token", "speculative, per token",
+                          "speedup, repeat by repeat", "autoregressive time / the package's, repeat by repeat"],
+                         rows)]
+
+
 def kernel_compute_table(results, source):
     """candidates.py compute: the compiled loop's arithmetic on a W held in cache, beside memory."""
     blocked = all("register_blocked" in r for r in results["compute"])
@@ -528,7 +551,8 @@ BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
                              "ready": (BENCH, ready_table), "end-to-end": (BENCH, end_to_end_table),
                              "prediction": (BENCH, prediction_table), "goals": (BENCH, goals_table),
                              "page-sizes": ("benchmarks/page-sizes.json", page_sizes_table)},
-    "benchmarks/kernels/README.md": {"rows": ("benchmarks/kernels/results-rows.json", kernel_rows_table),
+    "benchmarks/kernels/README.md": {"paths": ("benchmarks/kernels/results-paths.json", kernel_paths_table),
+                                     "rows": ("benchmarks/kernels/results-rows.json", kernel_rows_table),
                                      "compute": ("benchmarks/kernels/results-compute.json", kernel_compute_table),
                                      "one-row": ("benchmarks/kernels/results-one-row.json", kernel_one_row_table),
                                      "between": ("benchmarks/kernels/results-between.json", kernel_between_table)},
