@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..measure import speedup
 from ..measure.results import BENCH_JSON, bench_measurements
 
 
@@ -134,7 +135,7 @@ def others_lines(m=None, label="picogpt"):
     at = m.by_K.get(mody["K"])
     source = bench_source(read_bench(), m.target) if label == "the bench" else "the weights loaded here"
     lines.append(f"{label}: {m.draft} -> {m.target}, K = {mody['K']}: "
-                 + (f"{at.speedup:.2f}x" if at else "K = 4 not measured"))
+                 + (speedup.speedup_text(at) if at else "K = 4 not measured"))
     lines.append(f"  setup: {source}, temperature {m.controls.get('temperature', 1.0):g} (sampling: alpha_hat "
                  f"{m.alpha_hat:.2f} is set by how much the two models agree at that temperature), a KV cache, "
                  f"N = {m.N}, median of {m.repeats} repeats, {label}'s machine")
