@@ -34,6 +34,8 @@ def test_any_choice_made_from_measured_speedups_says_whether_it_is_resolved():
             "the formula's K = 5": Spread(1.82, 1.75, 1.90)}
     line = results.resolution_line(runs, "strategy", repeats=3, N=64)
     assert line.startswith("not resolved: strategy in [fixed K = 4, adaptive K, the formula's K = 5]")
+    named = {"draft, K = 4": Spread(1.7, 1.6, 1.8), "draft, K = 5": Spread(1.75, 1.65, 1.85)}
+    assert "[draft, K = 4; draft, K = 5]" in results.resolution_line(named, "strategy", 3, 64)
     apart = {1: Spread(1.1, 1.05, 1.12), 2: Spread(1.4, 1.35, 1.45)}
     assert results.resolution_line(apart, "L", 5, 64).startswith("resolved: every other L's")
 

@@ -292,7 +292,7 @@ def plot_strategies(found, ax=None, title="Every draft, predicted and measured")
     ax.bar(x - 0.2, [found[name].predicted for name in names], 0.4, color="lightgray", label="predicted from in-loop costs")
     bars = ax.bar(x + 0.2, [r.median for r in runs], 0.4, color=COLOURS["q"], yerr=quartile_whiskers(runs), capsize=4,
                   label="measured: median of the per-repeat ratios, whiskers at their quartiles")
-    ax.bar_label(bars, [f"{r.median:.2f}" for r in runs], fontsize=8, padding=2)
+    ax.bar_label(bars, [f"{r.median:.2f}" for r in runs], fontsize=8, label_type="center")  # clear of the whiskers
     ax.axhline(1, color="grey", ls=":", label="autoregressive sampling (1x)")
     ax.set_xticks(x, [textwrap.fill(name, 20) for name in names], fontsize=8)
     ax.set(xlabel="draft strategy", ylabel="speedup over autoregressive (×)", title=title)

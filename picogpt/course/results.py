@@ -34,7 +34,9 @@ def resolution_line(runs, what, repeats, N, name=str):
     if tied == [best]:
         return (f"resolved: every other {what}'s repeat-by-repeat speedups stay below {what} = {name(best)}'s "
                 f"(interquartile ranges over {size})")
-    return (f"not resolved: {what} in [{', '.join(name(choice) for choice in tied)}] cannot be told apart by "
+    names = [name(choice) for choice in tied]
+    separator = "; " if any("," in n for n in names) else ", "  # names with commas of their own
+    return (f"not resolved: {what} in [{separator.join(names)}] cannot be told apart by "
             f"{size} (their repeat-by-repeat interquartile ranges overlap the best's)")
 
 
