@@ -98,6 +98,11 @@ def test_speedup_plots_are_labelled():
     costs = speedup.Costs(t_draft_s=0.002, t_target_s=0.010, t_score_s={K: 0.010 + 0.001 * K for K in range(1, 9)})
     ax = figures.plot_loop_cost(costs, ax=Figure().subplots())
     assert labelled(ax) and "ms" in ax.get_ylabel()
+    calls = {K: Spread(t, t - 0.001, t + 0.002) for K, t in costs.t_score_s.items()}
+    ax = figures.plot_loop_cost(costs, calls, ax=Figure().subplots())
+    (_, _, (whiskers,)), = ax.containers  # the scoring calls' quartiles, in ms
+    assert np.allclose([segment[:, 1] for segment in whiskers.get_segments()],
+                       [(1e3 * (t - 0.001), 1e3 * (t + 0.002)) for t in costs.t_score_s.values()])
     Ks = list(range(1, 9))
     measured = [Spread(x, x - 0.1, x + 0.2) for x in np.linspace(1, 2, 8)]
     ax = figures.plot_speedup(Ks, measured, speedup.predictions(costs, 0.8, Ks), ax=Figure().subplots())

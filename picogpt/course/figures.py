@@ -244,13 +244,16 @@ def plot_tokens_per_loop(loops, K, alpha=None, ax=None):
     return ax
 
 
-def plot_loop_cost(costs, ax=None):
+def plot_loop_cost(costs, t_score_spread=None, ax=None):
     """What one loop costs against what its best case replaces, in milliseconds, for each K:
-    K t_draft + t_score(K) (one loop) vs (K + 1) t_target (K + 1 autoregressive steps)."""
+    K t_draft + t_score(K) (one loop) vs (K + 1) t_target (K + 1 autoregressive steps).
+    t_score_spread {K: Spread of the scoring calls loop by loop} adds whiskers at their quartiles."""
     ax = new_ax(ax, (6, 3.6))
     Ks = np.array(sorted(costs.t_score_s))
     t_score = np.array([costs.t_score_s[K] for K in Ks])
-    ax.plot(Ks, 1e3 * t_score, "o-", label="t_score(K): one target call on K + 1 positions")
+    whiskers = None if t_score_spread is None else 1e3 * np.array(quartile_whiskers([t_score_spread[K] for K in Ks]))
+    ax.errorbar(Ks, 1e3 * t_score, yerr=whiskers, fmt="o-", capsize=3, label="t_score(K): one target call on K + 1 positions"
+                + (" (whiskers: quartiles of the calls)" if whiskers is not None else ""))
     ax.plot(Ks, 1e3 * (Ks * costs.t_draft_s + t_score), "s-", label="one loop: K t_draft + t_score(K)")
     ax.plot(Ks, 1e3 * (Ks + 1) * costs.t_target_s, "--", color="grey", label="(K + 1) t_target: K + 1 target steps")
     ax.axhline(1e3 * costs.t_target_s, color="black", lw=0.8, label=f"t_target = {1e3 * costs.t_target_s:.1f} ms")

@@ -107,6 +107,7 @@ class AtK:
     n_decisions: int  # accept/reject decisions made, all runs
     n_loops: int
     breakdown_s: dict  # mean seconds per run: draft_s + score_s + decide_s + other_s = mean wall time
+    t_score_spread: Spread = None  # the in-loop scoring calls loop by loop: median (t_score_s) and IQR
 
     @property
     def speedup(self):
@@ -168,7 +169,8 @@ def from_dict(data):
     spreads = lambda d, keys: {k: Spread(**d[k]) if k in keys else v for k, v in d.items()}  # noqa: E731
     # "speedup" is derived from speedup_runs; a stored one (a ratio of medians, in files written
     # when that was the statistic) is not read
-    by_K = {int(K): AtK(**spreads({k: v for k, v in at.items() if k != "speedup"}, ("seconds", "speedup_runs")))
+    by_K = {int(K): AtK(**spreads({k: v for k, v in at.items() if k != "speedup" and v is not None},
+                                  ("seconds", "speedup_runs", "t_score_spread")))
             for K, at in data["by_K"].items()}
     return SpeedupMeasurement(**{**spreads(data, ("autoregressive_s",)), "by_K": by_K})
 
@@ -209,7 +211,8 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
     n_accepted = {K: sum(loop.n_accepted for loop in all_loops) for K, all_loops in loops.items()}
     n_decisions = {K: sum(loop.decisions for loop in all_loops) for K, all_loops in loops.items()}
     alpha_hat = ratio_or_nan(sum(n_accepted.values()), sum(n_decisions.values()))
-    t_score_s = {K: median_or_nan([loop.t_score_s for loop in steady[K] if loop.K == K]) for K in spec_runs}
+    t_score_loops = {K: spread([loop.t_score_s for loop in steady[K] if loop.K == K]) for K in spec_runs}
+    t_score_s = {K: t_score_loops[K].median for K in spec_runs}
     costs = Costs(t_draft_s, t_target_s, t_score_s)
     by_K = {}
     for K, runs in spec_runs.items():
@@ -220,7 +223,7 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
             t_decide_s=median_or_nan([loop.t_decide_s for loop in steady[K]]),
             tokens_per_loop=sum(len(loop.tokens) for loop in loops[K]) / len(loops[K]),
             n_accepted=n_accepted[K], n_decisions=n_decisions[K], n_loops=len(loops[K]),
-            breakdown_s=mean_breakdown([speculative_breakdown(run) for run in runs]))
+            breakdown_s=mean_breakdown([speculative_breakdown(run) for run in runs]), t_score_spread=t_score_loops[K])
     ar_breakdown = mean_breakdown([{"target_s": sum(run.token_times_s),
                                     "other_s": run.seconds - sum(run.token_times_s)} for run in ar_runs])
     return SpeedupMeasurement(
