@@ -1,5 +1,6 @@
 """Speculative against autoregressive sampling on this machine: the one measurement of the
-costs and the speedup (used by `python -m picogpt bench`, notebook 05 and the model card's tool).
+costs and the speedup (used by `python -m picogpt bench`, `speculate --compare`, notebooks 05 and 06
+and the model card's tool).
 
 Every cost is timed where a user pays it, inside the sampling loops:
 - t_target_s: one token of autoregressive sampling (Algorithm 1): a cached target call on one
@@ -16,8 +17,9 @@ they stay in the wall times and in the breakdown, which adds up to the wall time
 
 A warm-up run of every variant first pays what a process pays once (first reads of the weights,
 loading the compiled kernels). The timed runs are interleaved (per repeat: each K, then
-autoregressive, all with the same seed), so a busy moment hits every variant alike. Times and
-costs are medians over the repeats with their interquartile range.
+autoregressive, all with the same seed), so a busy moment hits every variant alike. Run times
+are medians over the repeats with their interquartile range; the costs are medians over the
+steps and loops after the first (the scoring calls' interquartile range is kept too).
 
 The measured speedup, everywhere picogpt prints one (this module's text, the command line's
 --compare, the bench, notebooks 05 and 06, the rendered results documents), is one statistic:
