@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -c "from picogpt.fast import compiled; compiled.compile_kernels()"
+	$(BIN)/python -c "from picogpt.fast import compiled; compiled.loops()"
 	touch $(STAMP)
 
 ## make test: create .venv, install, run the unit tests, then execute every notebook

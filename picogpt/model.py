@@ -1,38 +1,39 @@
 """The GPT2 object: a config, its parameters, and the forward pass of picogpt/gpt2.py.
 
-`model(ids)` runs `gpt2.gpt2` on the fast path (picogpt/fast/: the same products, computed
-from weights laid out for decoding); `model.plain(ids)` runs it with np.matmul on the
-checkpoint's own arrays, exactly as gpt2.py reads. `load_checkpoint` reads a safetensors file;
+`model(ids)` runs `gpt2.gpt2` with the fast matrix product chosen when the model is prepared
+(picogpt/fast/kernels.py: the same products, each reading a weight once for all rows);
+`model.plain(ids)` runs it with np.matmul, exactly as gpt2.py reads. `load_checkpoint` reads a safetensors file;
 `load` a model by name or path (io/registry.py says where each name lives).
 """
 
 import contextlib
 import functools
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from .errors import CheckpointError, PicoGPTError
+from .fast import kernels
 from .gpt2 import gpt2
 from .io.checkpoint import identity_now, map_checkpoint, tensors_of
 from .io.memory import ensure_fits
-from .io.params import (check_config_fits, config_from_json, infer_config, leaves, params_from_tensors,
-                        strip_names, validate_config)
+from .io.params import (check_config_fits, config_from_json, infer_config, leaves, map_leaves,
+                        params_from_tensors, strip_names, validate_config)
 from .io.registry import model_names, resolve
 from .kv_cache import KVCache
-from .fast import kernels, layout
 
-
-IN_MEMORY = (False, True, "background")
+ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they take seconds)
 
 
 class GPT2:
     """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes.
 
-    Both run `gpt2` with fast/kernels.py's `matmul` (the fast path), which reads the same
-    weights once for all rows on all cores; `model.plain(...)` runs `gpt2` as written, with
-    np.matmul (the reference path). Both read the checkpoint's own arrays (memory-mapped, or
-    copied into memory with in_memory: fast/layout.py). Treat `params` as read-only.
+    Both run `gpt2` with `self.matmul`, the product fast/kernels.py chose when the model was
+    prepared (the fast path), which reads the same weights once for all rows on all cores;
+    `model.plain(...)` runs `gpt2` as written, with np.matmul (the reference path). Both read
+    the checkpoint's own arrays, memory-mapped, or copied into memory with in_memory=True
+    (`copied_into_memory`). Treat `params` as read-only.
 
     A model loaded from a file checks before each call that the file is still the one it
     mapped (`ensure_checkpoint_unchanged`): a checkpoint rewritten in place would silently give
@@ -40,16 +41,16 @@ class GPT2:
     """
 
     def __init__(self, params, config, name="gpt2", checkpoint=None, in_memory=False, checkpoint_identity=None):
-        if in_memory not in IN_MEMORY:
-            raise PicoGPTError(f"in_memory={in_memory!r}: expected False (memory-mapped weights), True (copied "
-                               "into memory when the model is first run) or 'background' (copied while it runs)")
+        if not isinstance(in_memory, bool):
+            raise PicoGPTError(f"in_memory={in_memory!r}: expected False (memory-mapped weights) or True "
+                               "(copied into memory when the model is first run)")
         self.params, self.config, self.name = params, validate_config(config, name), name
         self.checkpoint = checkpoint  # the file params were read from, if any
         # what that file was when it was read (io/checkpoint.py's file_identity)
         self.checkpoint_identity = checkpoint_identity or (identity_now(checkpoint) if checkpoint else None)
         self.in_memory = in_memory  # copy the fast path's weights out of the mapped file
-        self.fast_params = None
-        self.copying = None  # the background copy's thread, with in_memory="background"
+        self.fast_params = None  # the weights the fast path reads, once prepared
+        self.matmul = None  # the fast path's product, chosen once prepared (fast/kernels.py)
 
     def __repr__(self):
         c = self.config
@@ -133,33 +134,25 @@ class GPT2:
         return not (self.in_memory is True and self.fast_params is not None)
 
     def prepare(self):
-        """Get ready for the fast path: OpenBLAS on one thread, our threads sharing the work, the
-        compiled products loaded (kernels.prepare), and the weights: the mapped arrays as they are,
-        or with in_memory=True copied into this process now (the file checked again after the
-        copy, which must not mix two versions of it), or with in_memory="background" copied while
-        the model already runs (self.copying.join() waits for the copy)."""
+        """Get ready for the fast path, once: choose its product (kernels.choose: the compiled
+        loops loaded or compiled, OpenBLAS on one thread, picogpt's threads sharing the work) and
+        its weights: the mapped arrays as they are, or with in_memory=True copied into this
+        process now (the file checked again after the copy, which must not mix two versions)."""
         if self.fast_params is None:
-            kernels.prepare()
-            fast_params = self.params
-            if self.in_memory == "background":
-                fast_params, self.copying = layout.in_memory_in_background(fast_params, self.name)
-            elif self.in_memory:
-                fast_params = layout.in_memory(fast_params, self.name)
+            matmul = kernels.choose()
+            fast_params = copied_into_memory(self.params, self.name) if self.in_memory else self.params
+            if self.in_memory:
                 self.ensure_checkpoint_unchanged()
-            self.fast_params = fast_params
+            self.matmul, self.fast_params = matmul, fast_params
         return self
 
     def __call__(self, ids, cache=None):
         ids = self.validate_inputs(ids, cache)
         if self.reads_checkpoint():
             self.ensure_checkpoint_unchanged()
-        fast_params = self.prepare().fast_params
-        # the fast path: the same forward pass and weights, a faster matmul (with helper threads
-        # ready for the length of the call), and for a few positions with a cache the work
-        # between the products compiled (fast/block.py): those two for big models only
-        forward = kernels.forward(len(ids), cache, self.bytes_per_token) or gpt2
-        with unchanged_on_error(cache), kernels.call(self.bytes_per_token, len(ids)):
-            return self.ensure_finite(forward(ids, fast_params, self.config, cache, matmul=kernels.matmul))
+        self.prepare()
+        with unchanged_on_error(cache):
+            return self.ensure_finite(gpt2(ids, self.fast_params, self.config, cache, matmul=self.matmul))
 
     def plain(self, ids, cache=None):
         """The same logits from the checkpoint's arrays as they are, by gpt2.py with np.matmul:
@@ -168,6 +161,42 @@ class GPT2:
         self.ensure_checkpoint_unchanged()
         with unchanged_on_error(cache):
             return self.ensure_finite(gpt2(ids, self.params, self.config, cache))
+
+
+class ModelView:
+    """A model seen through another object that records, times or memoises its calls: the same
+    config, name, caches and input checks; a subclass changes `__call__`. speculative_sampling and
+    autoregressive_sampling take it wherever they take a model."""
+
+    def __init__(self, model):
+        self.model, self.config, self.name = model, model.config, model.name
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def validate_ids(self, ids, n_past=0):
+        return self.model.validate_ids(ids, n_past)
+
+    def __call__(self, ids, cache=None):
+        return self.model(ids, cache)
+
+
+def copied_into_memory(params, name):
+    """params copied out of the mapped file, after checking that they fit.
+
+    Memory-mapped weights (the default) are ready at once, nothing is written anywhere, and every
+    process (each notebook kernel) shares the same pages of the OS page cache; they are the file,
+    so the model checks before each call that it has not changed. A copy (in_memory=True) costs
+    seconds and the weights' size in every process, and no longer depends on the file; the page
+    cache holds a file in pieces as big as free memory allowed when it was read, so mapped weights
+    can stream slower than a fresh copy laid out in 2 MB pages (the bench measures both:
+    benchmarks/README.md, "Mapped weights"; llama.cpp's --no-mmap makes the same trade)."""
+    n_bytes = sum(a.nbytes for a in leaves(params))
+    ensure_fits(n_bytes, f"copying {name}'s weights into memory", "load it without in_memory "
+                "(memory-mapped), or close other programs or notebook kernels")
+    if n_bytes >= ANNOUNCE_BYTES:
+        print(f"picogpt: copying {name}'s weights into memory ({n_bytes / 1e9:.1f} GB)", file=sys.stderr)
+    return map_leaves(np.array, params)
 
 
 def unchanged_on_error(cache):
@@ -201,7 +230,7 @@ def load(name_or_path, in_memory=False):
     in_memory=True copies the weights into this process when the model is first run, for
     their size in memory: mapped files stream at a speed that varies with the state of the OS
     page cache (the bench measures both: benchmarks/README.md), and a copy no longer depends on
-    the file. in_memory="background" runs at once on the mapped weights and copies them meanwhile."""
+    the file."""
     path = resolve(name_or_path)
     name = str(name_or_path) if str(name_or_path) in model_names() else path.parent.name
     return load_checkpoint(path, name, in_memory)

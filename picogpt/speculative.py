@@ -23,6 +23,7 @@ from functools import partial
 import numpy as np
 
 from . import rejection
+from .errors import PicoGPTError
 from .sampling import distribution, random_generator, sample, validate_sampling_args
 
 
@@ -79,6 +80,51 @@ def speculative_step(drafted, p, q, rng, r_drawn=None):
     return emitted
 
 
+def token_ids(output):
+    """A step's output as a tuple of Python ints, or None when it is not a list, tuple or 1-D
+    integer array of token ids."""
+    if isinstance(output, np.ndarray):
+        output = output.tolist() if output.ndim == 1 and np.issubdtype(output.dtype, np.integer) else None
+    if not isinstance(output, (list, tuple)) or not all(
+            isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in output):
+        return None
+    return tuple(int(x) for x in output)
+
+
+def step_problem(output, drafted, n_vocab):
+    """Why `output` cannot be what one loop emits for these drafts (a sentence), or None. A loop
+    emits the accepted drafts x~_1 .. x~_j (a prefix of `drafted`), then exactly one token."""
+    K, tokens = len(drafted), token_ids(output)
+    if tokens is None:
+        return "it must return a list of token ids (Python ints)"
+    if not 1 <= len(tokens) <= K + 1:
+        return f"a loop emits 1 to K + 1 = {K + 1} tokens, not {len(tokens)}"
+    outside = [x for x in tokens if not 0 <= x < n_vocab]
+    if outside:
+        return f"token id {outside[0]} is outside the vocabulary (ids 0..{n_vocab - 1})"
+    if list(tokens[:-1]) != list(drafted[: len(tokens) - 1]):
+        j = next(i for i, (a, b) in enumerate(zip(tokens, drafted)) if a != b)  # the first token that is not a draft
+        return (f"after the accepted drafts {list(tokens[:j])} comes {tokens[j]}, which is not x~_{j + 1} = {drafted[j]}, "
+                f"then {list(tokens[j + 1:])} more: the loop ends with the first token that is not a draft")
+    return None
+
+
+def checked_step(step, n_vocab):
+    """A step other than the library's, as the loop runs it: on copies of drafted, p and q (a step
+    that changes them in place cannot corrupt the loop or its trace), its output checked on every
+    loop (the accepted drafts, then exactly one token, ids in the vocabulary) and handed back as a
+    list of Python ints. A wrong output stops the loop with one PicoGPTError naming it."""
+    def run(drafted, p, q, rng):
+        output = step(list(drafted), p.copy(), q.copy(), rng)
+        problem = step_problem(output, drafted, n_vocab)
+        if problem:
+            raise PicoGPTError(f"step={getattr(step, '__name__', 'step')} returned {output!r} for the drafts "
+                               f"{list(drafted)}: {problem}. Grade it with "
+                               "picogpt.course.step_exercise.check_speculative_step")
+        return list(token_ids(output))
+    return run
+
+
 # ---------------------------------------------------------------------------------------------
 # The draft: the paper's is a smaller model
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +176,8 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
     `keep_distributions=True` keeps p and q of every loop in the trace (for plots). `on_loop(trace)`
     is called after each loop (its time is not counted). `step` replaces Steps 3-4 with your own
     `step(drafted, p, q, rng) -> list[int]` (the shape of `speculative_step`; notebook 03's exercise
-    plugs the learner's function in here).
+    plugs the learner's function in here): it gets copies of its inputs, and what it returns is
+    checked every loop (checked_step).
 
     Near the end of the context the lookahead shrinks so that the K drafts fit (it never falls
     below 1, since the prompt + N must fit).
@@ -145,7 +192,7 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
     target_cache = target.new_cache()
     sequence = list(prompt)  # x_1 .. x_n: the prompt and every token emitted so far
     record = LoopRecorder(keep_distributions, on_loop)  # the clock starts; traces and timings go here
-    step = record.with_r_draws(step)
+    step = record.with_r_draws(step, target.config.n_vocab)
 
     while len(sequence) - len(prompt) < N:  # "while n < T"
         n = len(sequence)
@@ -256,12 +303,12 @@ class LoopRecorder:
         self.callback_s = 0.0
         self.started = self.lap_started = time.perf_counter()
 
-    def with_r_draws(self, step):
+    def with_r_draws(self, step, n_vocab):
         """The library's step (also for step=None), made to hand its uniform draws r to the trace;
-        any other step as it is (its trace has no r)."""
+        any other step checked on every loop (checked_step; its trace has no r)."""
         if step is None or step is speculative_step:
             return partial(speculative_step, r_drawn=self.r)
-        return step
+        return checked_step(step, n_vocab)
 
     def start_loop(self):
         self.r.clear()

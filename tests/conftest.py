@@ -15,4 +15,4 @@ def pytest_configure(config):
         return
     from picogpt.fast import compiled
 
-    compiled.compile_kernels()
+    compiled.loops()

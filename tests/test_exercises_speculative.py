@@ -56,6 +56,11 @@ def test_residual_checker_explains_what_is_wrong(attempt, hint):
     assert not result and hint in str(result), str(result)
 
 
+def test_residual_checker_blames_p_minus_q_only_when_it_is_p_minus_q():
+    squared = ex.check_residual(lambda p, q: np.maximum(0, q - p) ** 2 / (np.maximum(0, q - p) ** 2).sum())
+    assert not squared and "p − q" not in str(squared) and "token" in str(squared), str(squared)
+
+
 def test_residual_checker_accepts_a_right_residual():
     assert ex.check_residual(good_residual)
     assert ex.check_residual(rejection.residual)
@@ -88,3 +93,18 @@ def test_residual_at_temperature_checker():
     assert not check and "applied to q only" in str(check)
     check = ex.check_residual_at_temperature(lambda lp, lq, t: residual(distribution(lp), distribution(lq)))
     assert not check and "temperature ignored" in str(check)
+
+
+def test_the_capstone_checker_checks_the_arithmetic_from_the_learners_own_measurements():
+    from picogpt import theory
+    alpha, c = 0.85, 0.2
+    K = int(theory.best_K(alpha, c, 16))
+    right = float(theory.predicted_speedup_leviathan(alpha, K, c))
+    ok = ex.check_capstone_prediction(alpha, c, K, right)
+    assert ok and f"K = {K}" in str(ok)
+    assert "None marks" in str(ex.check_capstone_prediction(alpha, c, None, None))
+    assert "not its inverse" in str(ex.check_capstone_prediction(alpha, 1 / c, K, right))
+    assert "between 0 and 1" in str(ex.check_capstone_prediction(85, c, K, right))
+    assert "peaks" in str(ex.check_capstone_prediction(alpha, c, K + 1, right))
+    tokens_only = ex.check_capstone_prediction(alpha, c, K, float(theory.expected_tokens_per_loop(alpha, K)))
+    assert not tokens_only and "K c + 1" in str(tokens_only)

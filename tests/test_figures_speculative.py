@@ -122,3 +122,14 @@ def test_the_strategies_figure_draws_each_measured_speedup_with_its_whiskers():
     assert [bar.get_height() for bar in measured] == pytest.approx([0.8, 1.7])
     (whiskers,) = measured.errorbar.lines[2]
     assert np.allclose([segment[:, 1] for segment in whiskers.get_segments()], [(0.7, 0.9), (1.6, 1.8)])
+
+
+def test_a_scoring_call_and_one_row_calls_agree_up_to_rounding():
+    """Notebook 03's measurement of where floating point enters: the same logits, summed in
+    another order, differ by float32 rounding, far below the gaps that decide a greedy choice."""
+    model = random_gpt2(2)
+    ids = list(np.random.default_rng(0).integers(0, model.config.n_vocab, 20))
+    rounding = panels.scoring_rounding(model, ids, n_prompt=5, K=4)
+    print(rounding)
+    assert rounding.n_positions == 15 and rounding.max_abs_diff < 1e-4 and rounding.max_relative_diff < 1e-5
+    assert rounding.smallest_gap > 0 and rounding.could_flip_greedy == (rounding.smallest_gap <= 2 * rounding.max_abs_diff)

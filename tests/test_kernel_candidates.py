@@ -1,17 +1,21 @@
 """benchmarks/kernels/candidates.py still runs: every candidate it measures computes x @ W (to
-1e-5 relative, against float64) on tiny shapes, and the script's own modes run end to end. No
-timing is checked: the machine's speed is not a property of the code."""
+1e-5 relative, against float64) on tiny shapes, the former fast path (former.py: a thread team
+for each call, the compiled block) gives the plain path's logits, and the script's own modes run
+end to end. No timing is checked: the machine's speed is not a property of the code."""
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from picogpt.fast import compiled, kernels, threads
+from helpers import random_gpt2
+from picogpt.fast import compiled, threads
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels" / "candidates.py"
+sys.path.insert(0, str(SCRIPT.parent))  # its modules import one another, as when it runs as a script
 RELATIVE = 1e-5
 
 
@@ -28,8 +32,8 @@ def candidates_script():
 def tiny_weights(candidates_script, tmp_path_factory):
     folder = tmp_path_factory.mktemp("kernel-bench")
     weights = candidates_script.make_weights(folder, "tiny", 64, 1)
-    # above kernels.BIG_MATRIX, so kernels.matmul takes its tiled, threaded path; and a shape
-    # that the tiles do not divide
+    # above kernels.BIG_MATRIX, so the products take their threaded paths; and a shape that the
+    # tiles do not divide
     rng = np.random.default_rng(0)
     return weights + [rng.standard_normal((1024, 1024), dtype=np.float32),
                       rng.standard_normal((1000, 1030), dtype=np.float32)]
@@ -113,7 +117,7 @@ def test_one_row_mode_rates_each_shape_for_every_way_of_threading_one_row(candid
 
 
 def test_between_mode_times_the_work_between_products_both_ways(candidates_script, tmp_path, monkeypatch):
-    if compiled.compile_kernels() is None:
+    if compiled.loops() is None:
         pytest.skip("numba is not installed")
     monkeypatch.setattr(candidates_script, "MODELS", {"tiny": 64})
     out = tmp_path / "results.json"
@@ -121,5 +125,24 @@ def test_between_mode_times_the_work_between_products_both_ways(candidates_scrip
     record = json.loads(out.read_text())
     assert [row["n_rows"] for row in record["models"]] == [1, 5, 9]
     for row in record["models"]:
-        assert set(row["times_s"]) == {"gpt2.py (NumPy)", "fast/block.py (compiled)"}
+        assert set(row["times_s"]) == {"gpt2.py (NumPy)", "block.py (compiled, candidate)"}
         assert all(len(times) == 1 and times[0] > 0 for times in row["times_s"].values())
+
+
+def test_the_former_path_gives_the_plain_paths_logits(candidates_script, monkeypatch):
+    """former.FormerPath, the fast path before it was simplified (a team ready for each call,
+    the work between products compiled), on a model it takes as big: the plain path's logits
+    for a prompt, decode steps and scoring calls."""
+    import former
+
+    if former.team() is None:
+        pytest.skip("the former path needs numba and two threads")
+    monkeypatch.setattr(former, "BIG_MODEL_BYTES", 0)
+    monkeypatch.setattr(former, "TEAM_MATRIX", 0)
+    model = former.FormerPath.of(random_gpt2(3, n_layer=2, n_head=4, n_embd=64, n_ctx=64, n_vocab=300, peaked=False))
+    ids = np.random.default_rng(5).integers(0, 300, size=40)
+    cache, plain_cache, start = model.new_cache(), model.new_cache(), 0
+    for n_new in (20, 1, 5, 9, 1):
+        got, expected = model(ids[start:start + n_new], cache), model.plain(ids[start:start + n_new], plain_cache)
+        assert float(np.abs(got - expected).max() / np.abs(expected).max()) < RELATIVE, (start, n_new)
+        start += n_new

@@ -1,5 +1,5 @@
-"""Reading /proc: free memory, reclaim counters, and which share of the model's memory sits in
-2 MB pages (/proc/self/smaps)."""
+"""Reading /proc: free memory (picogpt/io/memory.py), reclaim counters and which share of the
+model's memory sits in 2 MB pages (/proc/self/smaps: tools/pages.py, for the measuring tools)."""
 
 import io
 import mmap
@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from picogpt.measure import machine
+import pages
+from pages import RECLAIM_COUNTERS, huge_page_fraction, memory_counters, parse_smaps
 from picogpt.io import memory
 from picogpt.io.memory import available_memory_bytes, meminfo_bytes
-from picogpt.measure.machine import RECLAIM_COUNTERS, huge_page_fraction, memory_counters, parse_smaps
 
 MEMINFO = """\
 MemTotal:       16000000 kB
@@ -72,12 +72,12 @@ def test_huge_page_fraction_counts_each_mapping_once():
 
 
 def fake_proc(monkeypatch, files):
-    """Make machine.py's open() read `files` ({path: text}); any other path is missing."""
+    """Make the modules' open() read `files` ({path: text}); any other path is missing."""
     def fake_open(path, *args, **kwargs):
         if path not in files:
             raise FileNotFoundError(path)
         return io.StringIO(files[path])
-    monkeypatch.setattr(machine, "open", fake_open, raising=False)
+    monkeypatch.setattr(pages, "open", fake_open, raising=False)
     monkeypatch.setattr(memory, "open", fake_open, raising=False)
 
 
@@ -101,15 +101,21 @@ def test_memory_counters_keep_the_reclaim_counters_and_free_memory(monkeypatch):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 def test_live_figures_for_this_process(tmp_path):
-    weights = np.full(8 * 2**20, 1.0, np.float32)  # 32 MB: its own mapping (or two)
+    weights = np.full(8 * 2**20, 1.0, np.float32)  # 32 MB, written: its own mapping (or two), resident
     fraction = huge_page_fraction([weights])
-    assert fraction is not None and 0.0 <= fraction <= 1.0
+    first = weights.ctypes.data
+    found = [fields for start, end, fields in parse_smaps(open("/proc/self/smaps").read())
+             if start < first + weights.nbytes and first < end]
+    resident_kb = sum(fields.get("Rss", 0) for fields in found)
+    assert resident_kb * 1024 >= weights.nbytes  # the mappings found do hold the written array
+    huge_kb = sum(fields.get(name, 0) for fields in found for name in ("AnonHugePages", "FilePmdMapped", "ShmemPmdMapped"))
+    assert fraction == pytest.approx(huge_kb / resident_kb, abs=0.01)  # (the counts may move between two reads)
     path = tmp_path / "weights.bin"
     weights.tofile(path)
     with open(path, "rb") as f:
         mapped = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.float32)
     assert float(mapped.sum()) == mapped.size  # touch it: resident
-    assert 0.0 <= huge_page_fraction([mapped]) <= 1.0
+    assert huge_page_fraction([mapped]) is not None  # its mapping is found
     assert 0 < available_memory_bytes() <= meminfo_bytes()["MemTotal"]
 
 

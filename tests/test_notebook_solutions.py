@@ -59,6 +59,21 @@ def test_notebook_04_solutions_pass():
     assert ex.check_residual_at_temperature(namespace["residual_at"])
 
 
+def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
+    """The capstone's solution, on small random models and 12 tokens instead of 64 (their context
+    is 64): it measures alpha and c, predicts with theory, and runs the measurement."""
+    from picogpt import theory
+    block = next(b for b in solutions("04-theorem-1.ipynb") if "check_capstone_prediction" in b)
+    target = random_gpt2(2, n_layer=24, n_ctx=64)
+    namespace = {"np": np, "theory": theory, "check_capstone_prediction": ex.check_capstone_prediction,
+                 "draft": random_gpt2(1, n_ctx=64), "target": target, "ids": [3, 1, 4]}
+    exec(block.replace("64", "12"), namespace)
+    alpha, c, best_K = namespace["alpha"], namespace["c"], namespace["best_K"]
+    assert 0 < alpha <= 1 and c > 0 and best_K == theory.best_K(alpha, c, 16)
+    assert sorted(namespace["measurement"].by_K) == sorted({1, best_K})
+    assert "✔ right" in capsys.readouterr().out or c >= 1  # a 1-layer draft as slow as a 24-layer step: never seen
+
+
 def test_notebook_02_top_k_solution_passes():
     from picogpt.course.exercises import check_top_k
     assert check_top_k(run(solutions("02-autoregressive-sampling.ipynb"), {"np": np})["my_top_k"])

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from helpers import random_gpt2
-from picogpt import speculative_sampling
+from picogpt import rejection, speculative_sampling
 from picogpt.course import step_exercise
-from picogpt.course.step_exercise import check_speculative_step, checked
+from picogpt.course.step_exercise import check_speculative_step
 from picogpt.errors import PicoGPTError
 from picogpt.speculative import speculative_step
 
@@ -19,6 +19,13 @@ def positive_part(f, normalise=True):
     if not normalise:
         return f
     return f / f.sum() if f.sum() > 0 else None
+
+
+def normalised_blindly(f):
+    """max(0, f) / its sum, with no thought for a sum of 0 (NaN then, which rng.choice refuses)."""
+    f = np.maximum(f, 0.0)
+    with np.errstate(invalid="ignore"):
+        return f / f.sum()
 
 
 def draw(probs, rng, sampler):
@@ -34,35 +41,59 @@ def draw(probs, rng, sampler):
 
 
 def learner_step(drafted, p, q, rng, *, ratio="q/p", residual="q-p", normalise=True, sampler="choice",
-                 bonus_row=-1, bonus=True, stop_at_rejection=True, one_r=False, draw_r=True,
-                 bonus_after_rejection=False, uniforms_first=False, compare="<", returns=list):
+                 bonus_row=-1, bonus=True, bonus_from="q", stop_at_rejection=True, one_r=False, draw_r=True,
+                 bonus_after_rejection=False, uniforms_first=False, compare="<", returns=list, q_offset=0,
+                 in_place=None):
     """A correct step by default (rng.choice, a different order of draws from the library's);
     each keyword makes one classic mistake, or one harmless change."""
     K, out, rejected = len(drafted), [], False
     uniforms = rng.random(K) if uniforms_first else None
     shared_r = rng.uniform() if one_r else None
     for t, x in enumerate(drafted):
-        accept = {"q/p": min(1, q[t][x] / p[t][x]), "q": q[t][x], "p/q": min(1, p[t][x] / q[t][x]) if q[t][x] else 1.0,
-                  "always": 1.0}[ratio]
-        if draw_r:
+        qt = q[t + q_offset]  # q_offset = 1: "the logits at i predict i + 1", applied once too often
+        accept = {"q/p": min(1, qt[x] / p[t][x]), "q": qt[x], "p/q": min(1, p[t][x] / qt[x]) if qt[x] else 1.0,
+                  "always": 1.0, "deterministic": float(qt[x] >= p[t][x])}[ratio]
+        if ratio == "deterministic":
+            accepted = accept == 1.0  # keep iff q >= p, no r at all
+        elif draw_r:
             r = uniforms[t] if uniforms_first else shared_r if one_r else rng.uniform()
-            accepted = r <= accept if compare == "<=" else r < accept
+            accepted = {"<": r < accept, "<=": r <= accept, ">": r > accept}[compare]
         else:
             accepted = True  # no test at all
         if accepted:
             out.append(x)
             continue
         rejected = True
-        rest = {"q-p": positive_part(q[t] - p[t], normalise), "p-q": positive_part(p[t] - q[t]), "q": q[t], "p": p[t],
-                "q-p raw": q[t] - p[t]}[residual]
-        out.append(draw(q[t] if rest is None else rest, rng, sampler))
+        if in_place == "q":  # a correct residual, computed in q's own memory
+            rest = qt
+            rest -= p[t]
+            np.maximum(rest, 0, out=rest)
+            rest /= rest.sum()
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):  # every option is computed; one is used
+                rest = residual_options(qt, p, q, t, x, normalise)[residual]
+        out.append(draw(qt if rest is None else rest, rng, sampler))
         if stop_at_rejection:
             break
+    if in_place == "drafted":
+        drafted.append(-1)  # e.g. using the argument as scratch space
     if rejected:
         if bonus_after_rejection:
             out.append(draw(q[len(out)], rng, sampler))  # the "extra" token, wrongly, after a rejection
         return returns(out)
-    return returns(out + ([draw(q[bonus_row], rng, sampler)] if bonus else []))
+    extra = {"q": lambda: q[bonus_row], "p": lambda: p[-1], "paper": lambda: q[K + 1]}[bonus_from]()
+    return returns(out + ([draw(extra, rng, sampler)] if bonus else []))
+
+
+def residual_options(qt, p, q, t, x, normalise):
+    """What a learner resamples from after rejecting x = drafted[t], the right way and the wrong ones."""
+    without_x = qt.copy()
+    without_x[x] = 0
+    row0 = positive_part(q[0] - p[0])
+    return {"q-p": positive_part(qt - p[t], normalise), "q-p naive": normalised_blindly(qt - p[t]), "p-q": positive_part(p[t] - qt),
+            "q": qt, "p": p[t], "q-p raw": qt - p[t], "q without x": without_x / without_x.sum(),
+            "|q-p|": np.abs(qt - p[t]) / np.abs(qt - p[t]).sum(), "row 0": q[0] if row0 is None else row0,
+            "library": rejection.residual(p[t], qt)}
 
 
 MISTAKES = {  # the grader's name -> how the learner made it
@@ -71,13 +102,21 @@ MISTAKES = {  # the grader's name -> how the learner made it
     "the residual reversed, (p − q)+": dict(residual="p-q"),
     "the residual not normalised (its missing mass on the first token)": dict(normalise=False, sampler="first"),
     "the residual not normalised (its missing mass on the last token)": dict(normalise=False, sampler="last"),
+    "the residual as q without the rejected token": dict(residual="q without x"),
+    "the residual |q − p|": dict(residual="|q-p|"),
+    "the residual always from row 0": dict(residual="row 0"),
     "no bonus token": dict(bonus=False),
     "the bonus token from the wrong row": dict(bonus_row=-2),
+    "the bonus token from p's last row": dict(bonus_from="p"),
+    "the bonus token from q's first row": dict(bonus_row=0),
     "accepting with probability q(x̃)": dict(ratio="q"),
     "accepting with probability min(1, p/q)": dict(ratio="p/q"),
     "accepting every draft": dict(ratio="always"),
     "accepting every draft ": dict(draw_r=False),  # without even drawing r (the space keeps the key apart)
+    "a deterministic test, keep x̃ if q(x̃) ≥ p(x̃)": dict(ratio="deterministic"),
+    "the comparison inverted, r > min(1, q/p)": dict(compare=">", residual="library"),  # a residual that copes with p = q
     "one r for the whole loop": dict(one_r=True),
+    "judging x̃_t with q[t + 1]": dict(q_offset=1, bonus_row=-1),
 }
 
 NAMED_AT_ONCE = {  # mistakes named from one output or one exception: the words the message must hold
@@ -87,6 +126,10 @@ NAMED_AT_ONCE = {  # mistakes named from one output or one exception: the words 
     "q − p without max(0, ·)": (dict(residual="q-p raw"), "max(0, q − p)"),
     "an extra token after a rejection": (dict(bonus_after_rejection=True), "after a rejection the loop emits the resampled token and stops"),
     "judging drafts after the first rejection": (dict(stop_at_rejection=False), "went on judging the later drafts"),
+    "the comparison inverted, own residual": (dict(compare=">", residual="q-p naive"), "the comparison inverted, r > min(1, q/p)"),
+    "the paper's q_{K+1} as q[K + 1]": (dict(bonus_from="paper"), "extra row q_{K+1} is q[K]"),
+    "changing q in place": (dict(in_place="q"), "changed its argument q in place"),
+    "changing drafted in place": (dict(in_place="drafted"), "changed its argument drafted in place"),
 }
 
 HARMLESS = {  # correct steps written differently: all must pass
@@ -95,8 +138,10 @@ HARMLESS = {  # correct steps written differently: all must pass
     "inverse-CDF sampling": dict(sampler="cdf"),
     "a tuple": dict(returns=tuple),
     "NumPy ints": dict(returns=lambda out: [np.int64(x) for x in out]),
+    "a NumPy array": dict(returns=np.array),
+    "the library's residual": dict(residual="library"),
     "all of these at once": dict(uniforms_first=True, compare="<=", sampler="cdf",
-                                 returns=lambda out: tuple(np.int32(x) for x in out)),
+                                 returns=lambda out: np.array(out, dtype=np.int32)),
 }
 
 
@@ -114,6 +159,26 @@ def test_a_correct_step_written_differently_is_accepted(capsys):
 def test_harmless_variants_of_a_correct_step_pass(name, capsys):
     ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, **HARMLESS[name]), capsys)
     assert ok is True, message
+
+
+def test_a_right_step_is_sent_into_the_loop_under_its_own_name(capsys):
+    def my_speculative_step(drafted, p, q, rng):
+        return learner_step(drafted, p, q, rng)
+
+    ok, message = graded(my_speculative_step, capsys)
+    assert ok and "speculative_sampling(..., step=my_speculative_step)" in message, message
+
+
+def test_every_two_mistakes_are_told_apart_on_some_case():
+    """The grader names the mistake whose exact distribution fits best: any two must differ."""
+    cases = step_exercise.grading_cases()
+    joints = {v.name: [step_exercise.exact_joint(v, case) for case in cases] for v in step_exercise.VARIANTS}
+    names = list(joints)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            distance = max(0.5 * sum(abs(ja.get(k, 0) - jb.get(k, 0)) for k in set(ja) | set(jb))
+                           for ja, jb in zip(joints[a], joints[b]))
+            assert distance >= 0.05, (a, b, distance)
 
 
 def test_the_librarys_step_is_accepted(capsys):
@@ -137,7 +202,7 @@ def test_mistakes_that_show_in_one_output_are_named(name, capsys):
 
 def test_the_grader_names_what_it_cannot_use(capsys):
     assert graded(None, capsys)[1].startswith("✘ not yet: write your step function")
-    ok, message = graded(lambda d, p, q, rng: np.array(d), capsys)
+    ok, message = graded(lambda d, p, q, rng: np.array(d, np.float64), capsys)
     assert not ok and "list of token ids" in message
     ok, message = graded(lambda d, p, q, rng: 1 / 0, capsys)
     assert not ok and "ZeroDivisionError" in message
@@ -209,10 +274,50 @@ def test_the_learners_step_runs_inside_the_real_loop():
     assert same.tokens == speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0).tokens
     mistake = step_exercise.MISTAKES["no bonus token"].step
     assert len(speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, step=mistake).tokens) == 12
-    with pytest.raises(PicoGPTError, match="prefix of drafted"):
-        speculative_sampling(draft, target, [3, 1], 5, K=3, seed=0, step=checked(lambda d, p, q, rng: d[::-1] + [0]))
-    numpy_ints = checked(lambda d, p, q, rng: [np.int64(x) for x in learner_step(d, p, q, rng)])
-    assert all(type(t) is int for t in speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, step=numpy_ints).tokens)
+
+
+def test_the_loop_runs_right_steps_that_change_their_inputs_or_return_arrays():
+    """The loop hands a step copies and extends the text with Python ints: a right step that uses
+    its arguments as scratch space, or returns an array, writes what the plain right step writes."""
+    draft, target = random_gpt2(1), random_gpt2(2)
+    plain = speculative_sampling(draft, target, [3, 1], 16, K=3, seed=0, step=learner_step, keep_distributions=True)
+    for kwargs in (dict(in_place="q"), dict(in_place="drafted"), dict(returns=np.array),
+                   dict(returns=lambda out: [np.int64(x) for x in out])):
+        run = speculative_sampling(draft, target, [3, 1], 16, K=3, seed=0, keep_distributions=True,
+                                   step=lambda d, p, q, rng: learner_step(d, p, q, rng, **kwargs))
+        assert run.tokens == plain.tokens and all(type(t) is int for t in run.tokens), kwargs
+        assert [loop.n_accepted for loop in run.loops] == [loop.n_accepted for loop in plain.loops]
+        for mine, theirs in zip(run.loops, plain.loops):  # the trace keeps the q the target computed
+            np.testing.assert_array_equal(mine.q, theirs.q)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda d, p, q, rng: d[:1] + [d[0]] + d[1:], "which is not x~_2"),  # a token after the resampled one
+    (lambda d, p, q, rng: d[::-1] + [0], "not x~_1"),
+    (lambda d, p, q, rng: d + [0, 0], "1 to K + 1 = 4 tokens, not 5"),
+    (lambda d, p, q, rng: [], "1 to K + 1 = 4 tokens, not 0"),
+    (lambda d, p, q, rng: [10**6], "outside the vocabulary"),
+    (lambda d, p, q, rng: None, "list of token ids"),
+    (lambda d, p, q, rng: np.array(d, np.float64), "list of token ids"),
+])
+def test_the_loop_refuses_a_step_that_returns_anything_but_accepted_drafts_then_one_token(wrong, says):
+    draft, target = random_gpt2(1), random_gpt2(2)
+    with pytest.raises(PicoGPTError, match="returned") as error:
+        speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, step=wrong)
+    assert says in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_a_step_that_emits_after_a_rejection_is_stopped_before_it_inflates_alpha_hat():
+    """Emitting the resampled token and then more would count the resampled token as accepted."""
+    draft, target = random_gpt2(1), random_gpt2(2)
+
+    def keeps_going(d, p, q, rng):
+        out = learner_step(d, p, q, rng)
+        rejected = len(out) <= len(d)
+        return out + [int(rng.choice(q.shape[1], p=q[len(out)]))] if rejected else out
+
+    with pytest.raises(PicoGPTError, match="keeps_going returned"):
+        speculative_sampling(draft, target, [3, 1], 24, K=3, seed=0, step=keeps_going)
 
 
 # ---- exercise 2: the loop ---------------------------------------------------------------------
@@ -229,11 +334,13 @@ def score_per_position(target, cache, new, drafted, controls):
 
 
 def learner_loop(draft, target, ids, N, K, rng, step, roll_back_target=True, roll_back_draft=True, cut=True,
-                 stop_after_one=False, one_call=True):
+                 stop_after_one=False, one_call=True, fresh_target_cache=False):
     draft_cache, target_cache = draft.new_cache(), target.new_cache()
     sequence = list(ids)
     while len(sequence) - len(ids) < N:
         n = len(sequence)
+        if fresh_target_cache:  # right tokens, but the whole text is read again every loop
+            target_cache = target.new_cache()
         drafted, p = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K, {}, rng)
         q = (score if one_call else score_per_position)(target, target_cache, sequence[len(target_cache):], drafted, {})
         emitted = step(drafted, p, q, rng)
@@ -277,12 +384,13 @@ def test_a_correct_loop_is_accepted(models, capsys):
     (dict(stop_after_one=True), "stopped early"),
     (dict(one_call=False), "target calls for"),
     (dict(one_call=False, roll_back_target=False), "target calls for"),
+    (dict(fresh_target_cache=True, roll_back_target=False), "re-reads the whole text"),
 ])
 def test_loop_mistakes_are_named(models, capsys, mistake, says):
     ok = check_speculative_loop(lambda *a: learner_loop(*a, **mistake), *models, [3, 1, 4])
     message = capsys.readouterr().out
     assert ok is False and says in message, message
-    assert "roll" not in message or "cache held" in says, message  # counts are judged before the roll-back
+    assert "roll" not in message or "cache held" in says or "whole text" in says, message  # counts come first
 
 
 def test_the_scaffold_as_given_is_told_what_is_missing(models, capsys):

@@ -275,7 +275,7 @@ def test_model_explorer_runs_the_models_once_and_moves_between_positions():
     assert f"= {panels.theorem1_panel(p, q).p_accept:.3f}" in readout.value and readout.value != before
     assert draft.calls == target.calls == 2  # once to build, once here: sliders ran no forward pass
     find(box, "Button")[0].click()
-    assert "over the 6 tokens shown plus one bucket" in find(box, "Output")[1].outputs[0]["text"]
+    assert "over the 6 tokens shown + the rest lumped" in find(box, "Output")[1].outputs[0]["text"]
 
 
 def test_legends_sit_clear_of_the_bars():
@@ -296,3 +296,92 @@ def test_the_residual_panel_shows_what_a_wrong_step_draws_from():
     np.testing.assert_allclose([bar.get_height() for bar in ax.patches[2 * len(p):]], p)
     ax = figures.plot_residual(panels.theorem1_panel(p, q), panels.TOY_VOCAB, ax=Figure().subplots())
     assert ax.get_title() == "Reject: resample from (q − p)+" and len(ax.patches) == 2 * len(p)
+
+
+# ---- p = q, and wrong residuals that happen to give q -------------------------------------------
+
+def test_a_wrong_residual_that_happens_to_give_q_is_said_to_and_never_called_wrong_at_tv_0():
+    p = q = panels.toy_distributions(centre_p=3.0, width_p=1.0)[0]
+    disjoint_p, disjoint_q = np.array([0.5, 0.5, 0.0, 0.0]), np.array([0.0, 0.0, 0.3, 0.7])
+    cases = [((p, q, "q"), "nothing is rejected"), ((p, q, "p"), "nothing is rejected"),
+             ((p, q, "none"), "keeping every draft gives q"), ((disjoint_p, disjoint_q, "q"), "share no token")]
+    for (p_, q_, choice), why in cases:
+        panel = panels.theorem1_panel(p_, q_, choice)
+        text = panels.readout(panel)
+        assert "happens to give q" in text and why in text and "the output is not q" not in text, text
+        outputs, _ = widgets.monte_carlo_update(p_, q_, 500, 0, [str(i) for i in range(len(p_))], choice=choice)
+        assert "however large n is" not in outputs[0]["text"] and why in outputs[0]["text"], outputs[0]["text"]
+    wrong = panels.theorem1_panel(*panels.toy_distributions(), "q")
+    assert f"the output is not q, TV(output, q) = {wrong.output_tv:.3f}" in panels.readout(wrong)
+    assert panels.lucky(wrong) is None and wrong.output_tv > 0.1
+    outputs, _ = widgets.monte_carlo_update(*panels.toy_distributions(), 500, 0, panels.TOY_VOCAB, choice="q")
+    assert "however large n is" in outputs[0]["text"]
+
+
+def test_with_p_equal_to_q_the_residual_is_drawn_empty_and_said_to_be_unused():
+    p = q = panels.toy_distributions()[1]
+    panel = panels.theorem1_panel(p, q)
+    assert panel.never_rejects and panels.NOTHING_REJECTED in panels.readout(panel)
+    ax = figures.plot_residual(panel, panels.TOY_VOCAB, ax=Figure().subplots())
+    assert all(bar.get_height() == 0 for bar in ax.patches)  # neither max(0, q − p) nor (q − p)+ has any mass
+    assert any(panels.NOTHING_REJECTED in t.get_text() for t in ax.get_legend().get_texts())
+    assert not panels.theorem1_panel(*panels.toy_distributions()).never_rejects
+
+
+def test_a_histogram_of_some_tokens_is_titled_with_the_tv_it_can_show():
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(5000)), rng.dirichlet(np.ones(5000))
+    mc = panels.monte_carlo(p, q, 2000, seed=0)
+    shown = panels.shown_tokens(p, q, 10)
+    lumped, over = panels.shown_tv(mc, q, shown)
+    assert lumped < mc.tv and "10 tokens shown" in over  # over 5,000 tokens, 2,000 trials are mostly noise
+    ax = figures.plot_histogram(mc, q, [str(t) for t in shown], shown, ax=Figure().subplots())
+    assert f"{lumped:.4f}" in ax.get_title() and f"{mc.tv:.4f}" not in ax.get_title()
+    outputs, _ = widgets.monte_carlo_update(p, q, 2000, 0, [str(t) for t in shown], shown)
+    assert outputs[0]["text"].startswith(f"n = 2,000 trials") and f"= {lumped:.4f} over the 10" in outputs[0]["text"]
+
+
+# ---- no exact rule accepts more ---------------------------------------------------------------------
+
+def test_the_rejection_step_attains_the_coupling_bound_and_the_exact_match_test_never_exceeds_it():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        p, q = rng.dirichlet(np.ones(40) * 0.3), rng.dirichlet(np.ones(40) * 0.3)
+        a = panels.acceptance(p, q)
+        assert a.rejection == pytest.approx(a.bound, abs=1e-12) and a.exact_match <= a.bound + 1e-15
+        assert a.exact_match < a.bound - 1e-3  # far below for two spread-out distributions
+    point_mass = np.eye(40)[3]  # a deterministic draft: the two tests keep x̃ alike
+    a = panels.acceptance(point_mass, q)
+    assert a.exact_match == pytest.approx(a.bound) == pytest.approx(q[3])
+
+
+def test_acceptance_curves_move_one_temperature_at_a_time():
+    logits_p, logits_q = np.random.default_rng(1).standard_normal((2, 30)) * 2
+    curves = panels.acceptance_curves(logits_p, logits_q, temperature_p=0.5, temperature_q=1.5)
+    assert set(curves) == {"draft", "target"} and all(len(v) == len(panels.TEMPERATURES) for v in curves.values())
+    i = list(panels.TEMPERATURES).index(0.5)
+    j = list(panels.TEMPERATURES).index(1.5)
+    assert curves["draft"][i] == curves["target"][j]  # both are the current setting
+    greedy_target = curves["target"][0]  # q at temperature 0 is a point mass: exact match is as good
+    assert greedy_target.exact_match == pytest.approx(greedy_target.bound)
+    axes = figures.plot_acceptance(curves, 0.5, 1.5)
+    assert all(ax.get_xlabel() and ax.get_ylabel() and ax.get_title() for ax in axes)
+    assert len(axes[0].figure.legends) == 1
+    plt.close(axes[0].figure)
+
+
+def test_the_acceptance_explorer_is_wired_to_its_pure_update():
+    tok = picogpt.tokenizer()
+    draft, target = FixedLogitsModel(0, n_vocab=500), FixedLogitsModel(1, n_vocab=500)
+    ids = tok.encode("And God said")
+    box = widgets.acceptance_explorer(draft, target, ids, tok)
+    assert draft.calls == target.calls == 1  # the logits, once
+    temperature_p, temperature_q = find(box, "FloatSlider")
+    (readout,), (figure_out,) = find(box, "HTML"), find(box, "Output")
+    assert not temperature_p.continuous_update and "rejection step" in readout.value
+    temperature_q.value = 0.0
+    assert draft.calls == target.calls == 1  # the sliders run no forward pass
+    logits_p, logits_q = panels.prompt_logits(draft, ids)[-1], panels.prompt_logits(target, ids)[-1]
+    text, outputs, now = widgets.acceptance_update(logits_p, logits_q, 1.0, 0.0)
+    assert readout.value == text and f"bound 1 − TV(p, q) = {now.bound:.4f}" in text
+    assert base64.b64decode(figure_out.outputs[0]["data"]["image/png"]).startswith(b"\x89PNG")

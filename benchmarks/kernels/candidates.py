@@ -6,7 +6,7 @@ few rows, x [n_rows, n_in] @ W -> [n_rows, n_out]. On a CPU that product waits o
 should cost about one decode (one row) if it reads W once for all rows. This script measures
 how close each candidate built from NumPy and its OpenBLAS gets: time over all of a model's
 linear weights, as a multiple of one row's product `x[:1] @ W`. README.md beside it has the
-tables and what they mean; picogpt.fast.kernels.matmul is the winner (the compiled product
+tables and what they mean; picogpt.fast.kernels.compiled_matmul is the winner (the compiled product
 with numba installed, the L2 tiles without).
 
     python benchmarks/kernels/candidates.py rows --layers 4 --runs 5   # every candidate, n_rows 1..9
@@ -42,7 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
-from picogpt.fast import compiled, kernels, openblas, threads
+import former
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from picogpt.fast import compiled, kernels, threads
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "weights" / "kernel-bench"  # git-ignored
@@ -94,18 +97,20 @@ def random_rows(weights, n_rows, seed=1):
 # ---- NumPy's OpenBLAS -------------------------------------------------------------------------
 
 def set_blas_threads(n):
-    """OpenBLAS's thread count (fast/openblas.py finds the library); no-op if absent."""
-    setter = openblas.thread_setter()
-    if setter is not None:
-        setter(n)
+    """NumPy's BLAS on n threads from now on (threadpoolctl)."""
+    threadpool_limits(limits=n, user_api="blas")
 
 
 def find_sgemm():
-    """cblas_sgemm from the OpenBLAS that NumPy ships (found by fast/openblas.py), as a
+    """cblas_sgemm from the OpenBLAS that NumPy ships (threadpoolctl finds its file), as a
     ctypes function, or None. Symbols with the `64_` suffix take 64-bit integers, others C ints."""
-    name, sgemm = openblas.symbol("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
-    if sgemm is None:
+    found = [info["filepath"] for info in threadpool_info() if info.get("internal_api") == "openblas"]
+    blas = ctypes.CDLL(found[0]) if found else None
+    name = next((name for name in ("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
+                 if blas is not None and hasattr(blas, name)), None)
+    if name is None:
         return None
+    sgemm = getattr(blas, name)
     integer = ctypes.c_int64 if name.endswith("64_") else ctypes.c_int
     sgemm.argtypes = [ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, ctypes.c_void_p, integer,
                                                           ctypes.c_void_p, integer, ctypes.c_float,
@@ -197,10 +202,10 @@ def row_panels_gemv(b):
 
 def column_blocks(x, W):
     """Column blocks W[:, j:j+c] (strided: c floats of every input row), x @ block each, c as
-    in kernels.tile_shape; shared among own threads. [n_rows, n_in] -> [n_rows, n_out]."""
+    in former.tile_shape; shared among own threads. [n_rows, n_in] -> [n_rows, n_out]."""
     n_rows, n_in = x.shape
     n_out = W.shape[1]
-    c = kernels.tile_shape(n_in, n_out)[1]
+    c = former.tile_shape(n_in, n_out)[1]
     n_blocks = n_out // c
     blocks = W[:, :n_blocks * c].reshape(n_in, n_blocks, c).transpose(1, 0, 2)  # [n_blocks, n_in, c]
     out = np.empty((n_rows, n_out), np.float32)
@@ -222,11 +227,11 @@ def tile_view(W, b, c):
 
 
 def tiles_sgemm(x, W):
-    """L2-sized tiles (kernels.tile_shape, ~80 KB), ONE GEMM per tile for all rows, partial
+    """L2-sized tiles (former.tile_shape, ~80 KB), ONE GEMM per tile for all rows, partial
     sums per band of input rows added at the end. [n_rows, n_in] -> [n_rows, n_out]."""
     n_rows, n_in = x.shape
     n_out = W.shape[1]
-    b, c = kernels.tile_shape(n_in, n_out)
+    b, c = former.tile_shape(n_in, n_out)
     tiles = tile_view(W, b, c)  # [n_bands, n_cols, b, c]
     n_bands, n_cols = tiles.shape[:2]
     x_bands = x[:, :n_bands * b].reshape(n_rows, n_bands, b).transpose(1, 0, 2)[:, None]  # [n_bands, 1, n_rows, b]
@@ -246,13 +251,13 @@ def tiles_sgemm(x, W):
 
 
 def tiles_gemv(b_target, c_target):
-    """kernels.matmul's scheme (one GEMV per row on each L2-sized tile) with another tile shape:
+    """former.tiled's scheme (one GEMV per row on each L2-sized tile) with another tile shape:
     b ~ b_target input rows x c ~ c_target outputs, dividing W (else None: not applicable)."""
     def multiply(x, W):
         n_rows, n_in = x.shape
         n_out = W.shape[1]
-        b = kernels.divisor_near(n_in, b_target, b_target // 2, 2 * b_target)
-        c = kernels.divisor_near(n_out, c_target, c_target // 2, 2 * c_target)
+        b = former.divisor_near(n_in, b_target, b_target // 2, 2 * b_target)
+        c = former.divisor_near(n_out, c_target, c_target // 2, 2 * c_target)
         if b is None or c is None:
             return None
         tiles = tile_view(W, b, c)[:, :, None]  # [n_bands, n_cols, 1, b, c]
@@ -318,7 +323,7 @@ def transposed_blocks(copies, block=64):
 
 def tiles_per_row_gemv(x, W):
     """NumPy's best (picogpt's product without numba): L2 tiles, one GEMV per row per tile."""
-    return kernels.tiled(np.ascontiguousarray(x), W)
+    return former.tiled(x, W)
 
 
 def compiled_product(x, W):
@@ -334,15 +339,17 @@ class Candidate:
 
 
 def on_a_team(x, W):
-    """picogpt's product on a team ready for the pass (fast/team.py), as inside a model call."""
-    return kernels.team_rows(np.ascontiguousarray(x), W)
+    """The compiled product on a team ready for the pass (team.py, former.py), as inside a
+    model call of the former fast path."""
+    return former.team_matmul(x, W)
 
 
 def a_team_call():
-    """A model call of a big model: its team ready until the pass ends (kernels.call), even if
-    an earlier call found the machine busy (then the team would rest: not what is measured)."""
-    kernels.team().cool_until = 0.0
-    return kernels.call(kernels.BIG_MODEL_BYTES)
+    """A model call of a big model on the former path: its team ready until the pass ends
+    (former.team_call), even if an earlier call found the machine busy (then the team would
+    rest: not what is measured)."""
+    former.team().cool_until = 0.0
+    return former.team_call()
 
 
 def candidates(sgemm, copies=None):
@@ -362,12 +369,12 @@ def candidates(sgemm, copies=None):
         "L2 tiles, one GEMM per tile": Candidate(tiles_sgemm, 1),
         "L2 tiles ~32x800, per-row GEMV": Candidate(tiles_gemv(32, 800), 1),
         "L2 tiles ~100x160, per-row GEMV": Candidate(tiles_gemv(100, 160), 1),
-        "L2 tiles, per-row GEMV (kernels.tiled, without numba)": Candidate(tiles_per_row_gemv, 1),
+        "L2 tiles, per-row GEMV (former.tiled, without numba)": Candidate(tiles_per_row_gemv, 1),
     }
-    if compiled.compile_kernel() is not None:
+    if compiled.loops() is not None:
         found["compiled, each weight to all rows (fast/compiled.py)"] = Candidate(compiled_product, 1)
-        if kernels.team() is not None:
-            found["compiled, on a team ready for the call (fast/team.py) = kernels.matmul in a call"] = \
+        if former.team() is not None:
+            found["compiled, on a team ready for the call (team.py, the former path)"] = \
                 Candidate(on_a_team, 1, a_team_call)
     if sgemm is not None:
         for b in (32, 96, 200, 400):
@@ -488,10 +495,10 @@ def loop_mode(args, sgemm, n_loops=12, k_draft=4, n_score_rows=5):
     many = threads.n_threads()
     schemes = {  # (draft, target score, target decode)
         "A: OpenBLAS threads throughout": (Candidate(one_row, many), Candidate(plain, many), Candidate(one_row, many)),
-        "B: draft on OpenBLAS threads, target kernels.matmul (OpenBLAS 1 thread)":
-            (Candidate(one_row, many), Candidate(kernels.matmul, 1), Candidate(kernels.matmul, 1)),
-        "C: own threads throughout, OpenBLAS 1 thread (kernels.matmul)":
-            (Candidate(kernels.matmul, 1), Candidate(kernels.matmul, 1), Candidate(kernels.matmul, 1)),
+        "B: draft on OpenBLAS threads, target kernels.compiled_matmul (OpenBLAS 1 thread)":
+            (Candidate(one_row, many), Candidate(kernels.compiled_matmul, 1), Candidate(kernels.compiled_matmul, 1)),
+        "C: own threads throughout, OpenBLAS 1 thread (kernels.compiled_matmul)":
+            (Candidate(kernels.compiled_matmul, 1), Candidate(kernels.compiled_matmul, 1), Candidate(kernels.compiled_matmul, 1)),
     }
     results = {}
     for label, (draft_call, score_call, decode_call) in schemes.items():
@@ -540,12 +547,12 @@ def one_row_mode(args, sgemm, between=6400):
     forward pass. Per shape, every matrix of that shape in --layers layers, interleaved passes.
     kernels.ONE_CORE_BYTES is where the first stops winning."""
     work = np.ones(between, np.float32)
-    found = {"OpenBLAS GEMV, calling thread (kernels.matmul below ONE_CORE_BYTES)": Candidate(one_row, 1),
+    found = {"OpenBLAS GEMV, calling thread (picogpt below ONE_CORE_BYTES)": Candidate(one_row, 1),
              "GEMV split, own threads": Candidate(one_row_split, 1)}
-    if compiled.compile_kernel() is not None:
+    if compiled.loops() is not None:
         found["compiled product, own threads"] = Candidate(compiled_product, 1)
-        if kernels.team() is not None:
-            found["compiled product, a team ready for the call (kernels.matmul in a big model's call)"] = \
+        if former.team() is not None:
+            found["compiled product, a team ready for the call (the former path, in a big model's call)"] = \
                 Candidate(on_a_team, 1, a_team_call)
 
     def with_work_between(candidate):
@@ -587,8 +594,8 @@ def busy_mode(args, sgemm, busy_s=60):
     many = threads.n_threads()
     calls = {"x @ W, OpenBLAS threads, 5 rows": (Candidate(plain, many), five),
              "x[:1] @ W, OpenBLAS threads, 1 row": (Candidate(one_row, many), one),
-             "kernels.matmul, 5 rows": (Candidate(kernels.matmul, 1), five),
-             "kernels.matmul, 1 row": (Candidate(kernels.matmul, 1), one),
+             "kernels.compiled_matmul, 5 rows": (Candidate(kernels.compiled_matmul, 1), five),
+             "kernels.compiled_matmul, 1 row": (Candidate(kernels.compiled_matmul, 1), one),
              "x @ W, OpenBLAS 1 thread, 5 rows": (Candidate(plain, 1), five),
              "x[:1] @ W, OpenBLAS 1 thread, 1 row": (Candidate(one_row, 1), one)}
 
@@ -702,11 +709,11 @@ def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2
     `offset` bytes past a 32-byte boundary as in the checkpoint, multiplied n_repeats times on
     one thread and on every thread at once (each its own W), in GB/s of W; twice: with the
     vector loop starting on the boundary (kernels.lead, as compiled_rows runs it) and from
-    column 0 (half the 32-byte loads straddle two cache lines). Memory: passes of kernels.matmul
+    column 0 (half the 32-byte loads straddle two cache lines). Memory: passes of kernels.compiled_matmul
     over GPT-2 XL's linear weights (args.layers layers) with one row, in the same GB/s. If the
     arithmetic for R rows is not well above the memory rate, the product of R rows cannot hide
     under the stream of weights from memory: it costs more than one row."""
-    kernel = compiled.compile_kernel()
+    kernel = compiled.loops().band
     if kernel is None:
         print("numba is not installed: nothing to measure (pip install 'picogpt[fast]')")
         return {"compute": [], "memory_gbs": None}
@@ -743,7 +750,7 @@ def compute_mode(args, sgemm, n_repeats=2000, shape=(64, 1280), row_counts=(1, 2
 
     weights = make_weights(args.data, "xl", MODELS["xl"], args.layers)
     x = random_rows(weights, 1)
-    memory = Candidate(lambda rows, W: kernels.matmul(rows, W), 1)
+    memory = Candidate(lambda rows, W: kernels.compiled_matmul(rows, W), 1)
     memory_s = median_iqr(interleaved({"memory": memory}, x, weights, args.runs)["memory"])[0]
     memory_gbs = sum(W.nbytes for W in weights) / memory_s / 1e9
     print(f"memory: one row over {len(weights)} matrices of GPT-2 XL, {n_threads} threads: {memory_gbs:.1f} GB/s")
@@ -777,11 +784,10 @@ def between_mode(args, sgemm, n_past=32, row_counts=(1, 5, 9)):
     from picogpt.gpt2 import GPT2Config
     from picogpt.kv_cache import KVCache
 
-    functions = compiled.compile_kernels()
-    if functions is None:
-        print("numba is not installed: nothing to measure (pip install 'picogpt[fast]')")
+    if compiled.loops() is None:
+        print("numba is not installed: nothing to measure (pip install 'picogpt-speculative[fast]')")
         return {"models": []}
-    block = functions["block"]
+    import block  # numba-compiled on first use
     rng = np.random.default_rng(0)
 
     def zeros_product(x, W):
@@ -803,7 +809,7 @@ def between_mode(args, sgemm, n_past=32, row_counts=(1, 5, 9)):
                                  "c_proj": {"weight": matrix(4 * e, e), "bias": vector(e)}}} for _ in range(n_layer)]}
         cache = KVCache(n_layer, config.n_head, 64, config.n_ctx)
         reference.gpt2(rng.integers(0, 50257, n_past), params, config, cache, matmul=zeros_product)
-        ways = {"gpt2.py (NumPy)": reference.gpt2, "fast/block.py (compiled)": block.gpt2_cached}
+        ways = {"gpt2.py (NumPy)": reference.gpt2, "block.py (compiled, candidate)": block.gpt2_cached}
         for n_rows in row_counts:
             ids = rng.integers(0, 50257, n_rows)
             times = {way: [] for way in ways}
@@ -824,6 +830,67 @@ def between_mode(args, sgemm, n_past=32, row_counts=(1, 5, 9)):
     return {"models": results}
 
 
+def paths_mode(args, sgemm):
+    """The whole fast path, end to end: GPT-2 small drafting for GPT-2 XL (random weights of the
+    published shapes under --weights, written once by `python -m picogpt bench`; real ones if
+    there), speculative and autoregressive sampling of --tokens tokens at temperature
+    --temperature, K = --k, with each way of computing the products in turn, interleaved (per
+    repeat: every path once, the same seed), after one warm-up run of each. ms per token."""
+    from picogpt.model import GPT2, load_checkpoint
+    from picogpt.sampling import autoregressive_sampling
+    from picogpt.speculative import speculative_sampling
+
+    def model(name):
+        real = args.weights / name / "model.safetensors"
+        return load_checkpoint(real if real.exists() else args.weights / f"random-{name}" / "model.safetensors", name)
+
+    draft, target = model("gpt2"), model("gpt2-xl")
+    draft.prepare(), target.prepare()
+    paths = {"picogpt.fast: compiled few rows, OpenBLAS one row": (kernels.compiled_matmul, False),
+             "former: team + compiled block + compiled products": (former.team_matmul, True),
+             "compiled products for every row count up to 16, no team": (compiled_every_row, False),
+             "NumPy only: picogpt.fast without numba (GEMM for a few rows)": (kernels.numpy_matmul, False),
+             "NumPy only, L2 tiles for a few rows (former, without numba)": (former.tiled_matmul, False)}
+    if compiled.loops() is None:
+        paths = {name: path for name, path in paths.items() if name.startswith("NumPy")}
+    ids = np.random.default_rng(0).integers(0, target.config.n_vocab, 32)
+    controls = dict(temperature=args.temperature)
+
+    def run(path, kind, seed):
+        matmul, is_former = paths[path]
+        for m in (draft, target):
+            m.__class__, m.matmul = former.FormerPath if is_former else GPT2, matmul
+        start = time.perf_counter()
+        if kind == "speculative":
+            result = speculative_sampling(draft, target, ids, args.tokens, K=args.k, seed=seed, **controls)
+        else:
+            result = autoregressive_sampling(target, ids, args.tokens, seed=seed, **controls)
+        return (time.perf_counter() - start) / args.tokens, len(result.tokens)
+
+    times = {path: {"autoregressive": [], "speculative": []} for path in paths}
+    for repeat in range(args.runs + 1):  # the first round warms up
+        for path in paths:
+            for kind in ("autoregressive", "speculative"):
+                seconds, _ = run(path, kind, seed=repeat)
+                if repeat:
+                    times[path][kind].append(seconds)
+        if repeat:
+            print(f"repeat {repeat}: " + "; ".join(
+                f"{path[:24]}: {1e3 * t['autoregressive'][-1]:.0f} / {1e3 * t['speculative'][-1]:.0f} ms"
+                for path, t in times.items()), flush=True)
+    return {"tokens": args.tokens, "K": args.k, "temperature": args.temperature, "load": load_average(),
+            "times_s_per_token": times}
+
+
+def compiled_every_row(x, W):
+    """kernels.compiled_matmul with one row on the compiled loops too (the former path's choice
+    outside a team's call, for big weights)."""
+    if x.shape[0] == 1 and kernels.route(x, W) == "split_inputs":
+        return kernels.PRODUCTS["compiled_head" if W.flags.f_contiguous and not W.flags.c_contiguous
+                                else "compiled_rows"](x, W)
+    return kernels.compiled_matmul(x, W)
+
+
 def machine():
     """What the numbers were measured on."""
     cpu = platform.processor() or ""
@@ -838,7 +905,7 @@ def machine():
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache", "compute", "one-row", "between"])
+    parser.add_argument("mode", choices=["rows", "loop", "busy", "cache", "compute", "one-row", "between", "paths"])
     parser.add_argument("--layers", type=int, default=12, help="layers of each model (GPT-2 small and XL: 12 and 48)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved passes per candidate")
     parser.add_argument("--models", default="xl,small", help="rows, one-row: comma-separated, of " + ",".join(MODELS))
@@ -847,6 +914,11 @@ def parse_args(argv=None):
                         help=f"rows: no {SETTLE_S} s pause after a pass on OpenBLAS's threads")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder for the random weights")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default results-<mode>.json here)")
+    parser.add_argument("--weights", type=Path, default=HERE.parent.parent / "weights",
+                        help="paths: the folder holding gpt2/ and gpt2-xl/ (or random-gpt2/ and random-gpt2-xl/)")
+    parser.add_argument("--tokens", type=int, default=64, help="paths: tokens per run")
+    parser.add_argument("--k", type=int, default=4, help="paths: drafted tokens per loop")
+    parser.add_argument("--temperature", type=float, default=3.0, help="paths: the sampling temperature")
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     if any(m not in MODELS for m in args.models):
@@ -866,7 +938,7 @@ def main(argv=None):
         print("note: cblas_sgemm not found in NumPy's OpenBLAS: the ctypes candidates are left out")
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     modes = {"rows": rows_mode, "loop": loop_mode, "busy": busy_mode, "cache": cache_mode, "compute": compute_mode,
-             "one-row": one_row_mode, "between": between_mode}
+             "one-row": one_row_mode, "between": between_mode, "paths": paths_mode}
     results = modes[args.mode](args, sgemm)
     set_blas_threads(1)
     record = {"mode": args.mode, "started": started, "machine": machine(), "sgemm_found": sgemm is not None,

@@ -57,8 +57,9 @@ def ceiling_tasks(matrices, x):
     """One-row products over every matrix of machine.bandwidth_matrices, two ways: the ceiling
     itself (machine.gemv_pass, OpenBLAS's threaded GEMV, what machine.measure_bandwidth_gbs
     times) and, beside it, picogpt's one-row product (fast/kernels.py) on the same bytes."""
+    matmul = kernels.choose()
     return {"openblas_gemv": (lambda: machine.gemv_pass(matrices, x), lambda: None),
-            "picogpt_one_row": (lambda: [kernels.matmul(x[None], m.T) for m in matrices], lambda: None)}
+            "picogpt_one_row": (lambda: [matmul(x[None], m.T) for m in matrices], lambda: None)}
 
 
 def describe_ceiling(times, matrices):

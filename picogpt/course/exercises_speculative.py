@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import rejection, theory
-from .exercises import Check, check_number, not_answered
+from .exercises import Check, as_number, check_number, not_answered
 
 # ---------------------------------------------------------------------------------------------
 # Notebook 03: speculative sampling, one loop at a time
@@ -52,7 +52,8 @@ def check_expected_tokens_per_loop(answer, alpha=0.8, K=4):
     how = ("the loop emits n accepted drafts plus one more token. P(at least the first i drafts "
            "accepted) = alpha^i; add up the chances that token 1, 2, ..., K + 1 comes out.")
     solution = (f"1 + alpha + alpha² + ... + alpha^K = (1 − alpha^(K+1)) / (1 − alpha) = {expected:.4f} "
-                "tokens per target call, where autoregressive sampling gets 1.")
+                "tokens per target call, where autoregressive sampling gets 1 (Leviathan et al.'s Eq. 1, under "
+                "their assumption that the acceptances are independent with the same alpha).")
     mistakes = [(alpha * K, "that counts the accepted drafts only; every loop also emits one more token"),
                 (1 + alpha * K, "acceptance stops at the first rejection: draft 2 counts only if draft 1 was accepted"),
                 (alpha * (K + 1), "acceptance stops at the first rejection, and the last token always comes out")]
@@ -126,11 +127,51 @@ def check_residual(my_residual):
             return Check(False, f"{case} some probabilities are negative: take max(0, q − p), not q − p.")
         if not math.isclose(got.sum(), 1.0, rel_tol=1e-9):
             return Check(False, f"{case} it sums to {got.sum():.6g}: divide by Σ max(0, q − p).")
+        if np.allclose(got, rejection.residual(q, p), atol=1e-12):
+            return Check(False, f"{case} that is max(0, p − q) renormalised: the residual keeps what the target "
+                                "wants more than the draft, max(0, q − p).")
         if not np.allclose(got, expected, atol=1e-12):
-            return Check(False, f"{case} the values differ from max(0, q − p) / Σ max(0, q − p) "
-                                "(q − p, not p − q?).")
+            first = int(np.argmax(np.abs(got - expected)))
+            return Check(False, f"{case} token {first} gets {got[first]:.4g}, (q − p)+ gives it {expected[first]:.4g}: "
+                                "take max(0, q − p) token by token, then divide by its sum.")
     return Check(True, "max(0, q − p), renormalised: where the target wants more than the draft "
                        "offered, in proportion to the shortfall.")
+
+
+CAPSTONE_K_MAX = 16
+
+
+def check_capstone_prediction(alpha, c, best_K, predicted_speedup, K_max=CAPSTONE_K_MAX):
+    """The capstone's arithmetic (notebook 04): from the alpha and c you measured for your draft,
+    the K in 1..K_max with the highest speedup by Leviathan et al.'s Theorem 3.8,
+    (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1)), and the speedup it predicts there."""
+    if any(not_answered(x) for x in (alpha, c, best_K, predicted_speedup)):
+        return Check(False, "fill in alpha, c, best_K and predicted_speedup (None marks what is left), then run the cell again.")
+    alpha, c = as_number(alpha), as_number(c)
+    if alpha is None or not 0 < alpha <= 1:
+        return Check(False, f"alpha = {alpha!r}: the acceptance rate is a probability between 0 and 1 (accepted drafts / "
+                            "drafts judged: result.alpha_hat of a run with your draft).")
+    if c is None or not c > 0:
+        return Check(False, f"c = {c!r}: the cost coefficient is a positive ratio, t_draft / t_target.")
+    if c >= 1:
+        return Check(False, f"c = {c:.3g}: a draft step would cost as much as a target step or more. c is t_draft / "
+                            "t_target (a drafted token's time over an autoregressive token's), not its inverse; a "
+                            "draft that slow never pays (Leviathan et al.'s Corollary 3.9 asks alpha > c).")
+    expected_K = int(theory.best_K(alpha, c, K_max))
+    if as_number(best_K) != expected_K:
+        return Check(False, f"best_K = {best_K!r} is not where the formula peaks for alpha = {alpha:.3g}, c = {c:.3g}: "
+                            f"compute theory.predicted_speedup_leviathan(alpha, K, c) for K = 1 .. {K_max} and take the "
+                            "K with the largest value.")
+    tokens = float(theory.expected_tokens_per_loop(alpha, expected_K))
+    expected = float(theory.predicted_speedup_leviathan(alpha, expected_K, c))
+    how = ("tokens per loop (1 − alpha^(K+1)) / (1 − alpha), divided by what a loop costs in target steps, "
+           "K c + 1.")
+    solution = (f"at K = {expected_K} a loop yields {tokens:.2f} tokens for {expected_K} × {c:.3g} + 1 = "
+                f"{expected_K * c + 1:.2f} target steps: {expected:.2f}x. Now run it and compare: the formula prices "
+                "the scoring call as one target step and leaves out the loop's own work.")
+    mistakes = [(tokens, "that is tokens per loop; a loop also costs K drafts: divide by K c + 1"),
+                (tokens / expected_K / c, "the loop costs K c + 1 target steps (K drafts, then one scoring call), not K c")]
+    return check_number(answer=predicted_speedup, expected=expected, how=how, solution=solution, mistakes=mistakes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +179,9 @@ def check_residual(my_residual):
 # ---------------------------------------------------------------------------------------------
 
 def check_paper_speedup(answer, alpha=0.7, K=4, t_draft_ms=1.8, t_target_ms=14.1):
-    """In the paper's setting (t_draft = 1.8 ms, t_target = 14.1 ms, K = 4), what speedup does the
-    paper's arithmetic predict if each draft is accepted independently with alpha = 0.7?"""
+    """With the paper's measured costs (t_draft = 1.8 ms, t_target = 14.1 ms, K = 4), what speedup
+    does Jay Mody's arithmetic (K t_draft + t_target per loop) predict if each draft is accepted
+    independently with alpha = 0.7? (Chen et al. write down no speedup formula.)"""
     tokens = float(theory.expected_tokens_per_loop(alpha, K))
     expected = tokens / (K * t_draft_ms + t_target_ms) * t_target_ms
     how = ("tokens per loop = (1 − alpha^(K+1)) / (1 − alpha); a loop costs K t_draft + t_target; "
@@ -242,8 +284,11 @@ def check_tokens_per_loop_simulation(simulate, cases=((0.8, 4), (0.5, 2), (0.95,
 
 
 def check_residual_at_temperature(residual_at, temperatures=(0.5, 1.0, 2.0), seed=0):
-    """Does residual_at(logits_p, logits_q, temperature) return (q − p)+ of the two distributions
-    at that temperature? Speculative sampling applies the same controls to p and q first."""
+    """Does residual_at(logits_p, logits_q, temperature) return the residual the library's loop
+    uses at that temperature, (q - p)+ of both models' distributions at it? The loop samples its
+    drafts with the same controls as the target, so the p its drafts came from is at the
+    temperature too. (What exactness needs is only that the residual uses the p the drafts were
+    sampled from; the target's controls define the output.)"""
     from ..sampling import distribution
     if not_answered(residual_at) or not callable(residual_at):
         return Check(False, "write residual_at(logits_p, logits_q, temperature), then pass the function itself.")
@@ -257,14 +302,25 @@ def check_residual_at_temperature(residual_at, temperatures=(0.5, 1.0, 2.0), see
             return Check(False, f"at temperature {temperature} residual_at raised {type(e).__name__}: {e}")
         if got.shape == expected.shape and np.allclose(got, expected, atol=1e-9):
             continue
-        mistakes = {"the temperature applied to q only": rejection.residual(distribution(logits_p), distribution(logits_q, temperature)),
-                    "the temperature applied to p only": rejection.residual(distribution(logits_p, temperature), distribution(logits_q)),
-                    "the temperature ignored": rejection.residual(distribution(logits_p), distribution(logits_q))}
-        for name, wrong in mistakes.items():
+        mistakes = {
+            "the temperature applied to q only": (distribution(logits_p), distribution(logits_q, temperature),
+                "that is the residual of a draft sampled at temperature 1 against q at the temperature. A loop that "
+                "drafted at temperature 1 would use exactly that, and still be exact (what exactness needs is a "
+                "residual with the p the drafts were sampled from), only accepted less often; but the library's "
+                "loop drafts at the target's temperature, so its p is at the temperature too"),
+            "the temperature applied to p only": (distribution(logits_p, temperature), distribution(logits_q),
+                "that residual is against q at temperature 1: the target's controls define what the text is "
+                "distributed as, so with q left at temperature 1 the loop would sample from q at temperature 1, "
+                "not at the temperature asked"),
+            "the temperature ignored": (distribution(logits_p), distribution(logits_q),
+                "that is the residual at temperature 1 for both: the loop would sample from q at temperature 1, "
+                "not at the temperature asked")}
+        for name, (p, q, why) in mistakes.items():
+            wrong = rejection.residual(p, q)
             if got.shape == wrong.shape and np.allclose(got, wrong, atol=1e-9):
-                return Check(False, f"at temperature {temperature}: that is {name}; divide both models' logits by "
-                                    "the temperature, softmax each, then take (q − p)+.")
+                return Check(False, f"at temperature {temperature}, {name}: {why}. Divide both models' logits by the "
+                                    "temperature, softmax each, then take (q − p)+.")
         return Check(False, f"at temperature {temperature} the values differ from (q − p)+ of softmax(logits / temperature) "
                             "of each model.")
     return Check(True, "the controls reshape p and q first; the rejection step then works on the reshaped pair, "
-                       "so speculative sampling returns q at that temperature.")
+                       "so the loop returns q at that temperature.")

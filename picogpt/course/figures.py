@@ -13,7 +13,8 @@ import textwrap
 import numpy as np
 
 from ..errors import PicoGPTError
-from .panels import token_label, top_tokens, tokens_per_loop_counts, tokens_per_loop_pmf
+from .panels import (NOTHING_REJECTED, TEMPERATURES, shown_tv, token_label, top_tokens, tokens_per_loop_counts,
+                     tokens_per_loop_pmf)
 
 try:
     import matplotlib
@@ -150,9 +151,13 @@ def plot_residual(panel, labels, shown=None, highlight=None, ax=None):
     x = np.arange(len(shown))
     ax.bar(x - 0.2, panel.excess[shown], 0.4, color=COLOURS["excess"], alpha=0.6,
            label=f"max(0, q − p): Σ = P(reject) = {1 - panel.p_accept:.3f}")
-    ax.bar(x + 0.2, panel.residual[shown], 0.4, fill=False, edgecolor=COLOURS["excess"], hatch="..",
-           label="(q − p)+ = max(0, q − p) / Σ")
-    wrong = panel.choice not in ("(q − p)+", "none")
+    if panel.never_rejects:  # p = q: the residual is 0/0 (the library returns q there, a choice that cannot matter)
+        ax.bar(x + 0.2, np.zeros(len(shown)), 0.4, fill=False, edgecolor=COLOURS["excess"], hatch="..",
+               label=f"(q − p)+: {NOTHING_REJECTED}")
+    else:
+        ax.bar(x + 0.2, panel.residual[shown], 0.4, fill=False, edgecolor=COLOURS["excess"], hatch="..",
+               label="(q − p)+ = max(0, q − p) / Σ")
+    wrong = panel.choice not in ("(q − p)+", "none") and not panel.never_rejects
     if wrong:  # the residual switch: what the wrong step draws from instead
         ax.bar(x, panel.resample_from[shown], 0.25, color="black", alpha=0.6,
                label=f"what the wrong step draws from instead: {panel.choice}")
@@ -161,9 +166,10 @@ def plot_residual(panel, labels, shown=None, highlight=None, ax=None):
                     textcoords="offset points", ha="center", arrowprops=dict(arrowstyle="->"))
     token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
     ax.set(ylabel="probability", title=f"Reject: resample from {panel.choice} (wrong)" if wrong else
-           "No test: nothing is rejected (wrong)" if panel.choice == "none" else "Reject: resample from (q − p)+")
-    room_for_legend(ax, panel.excess[shown], panel.residual[shown],
-                    panel.resample_from[shown] if wrong else panel.residual[shown])
+           "No test: nothing is rejected (wrong)" if panel.choice == "none" else
+           "p = q: nothing is rejected" if panel.never_rejects else "Reject: resample from (q − p)+")
+    drawn = np.zeros(len(shown)) if panel.never_rejects else panel.residual[shown]
+    room_for_legend(ax, panel.excess[shown], drawn, panel.resample_from[shown] if wrong else drawn)
     return ax
 
 
@@ -206,9 +212,33 @@ def plot_histogram(mc, q, labels, shown=None, ax=None):
     ax.bar(x, mc.empirical[shown], 0.6, color=COLOURS["empirical"], alpha=0.6, label=f"empirical, {mc.n:,} trials")
     ax.scatter(x, q[shown], marker="_", s=400, color="black", zorder=3, label="q (target)")
     token_axis(ax, labels, shown, len(q), {"empirical": mc.empirical, "q": q})
-    ax.set(ylabel="fraction of output tokens", title=f"Output of accept/resample: TV(empirical, q) = {mc.tv:.4f}")
+    tv, over = shown_tv(mc, q, None if len(shown) == len(q) else shown)
+    ax.set(ylabel="fraction of output tokens", title=f"Output of accept/resample: TV(empirical, q) = {tv:.4f}"
+           + ("" if len(shown) == len(q) else f"\n{over}"))
     room_for_legend(ax, mc.empirical[shown], q[shown])
     return ax
+
+
+def plot_acceptance(curves, temperature_p, temperature_q, temperatures=TEMPERATURES, axes=None):
+    """panels.acceptance_curves as two panels: each exact rule's acceptance as the draft's
+    temperature moves (left) and as the target's moves (right), the current setting marked."""
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True, layout="constrained")
+    for ax, (which, rows), now, other in zip(axes, curves.items(), (temperature_p, temperature_q),
+                                             (f"q at τ = {temperature_q:.2f}", f"p at τ = {temperature_p:.2f}")):
+        ax.plot(temperatures, [a.bound for a in rows], "-", color="black", lw=3, alpha=0.3,
+                label="bound: 1 − TV(p, q) = Σ min(p, q)")
+        ax.plot(temperatures, [a.rejection for a in rows], "--", color=COLOURS["overlap"],
+                label="rejection step: Σ p·min(1, q/p)")
+        ax.plot(temperatures, [a.exact_match for a in rows], ":", color=COLOURS["excess"],
+                label="exact-match test: Σ p·q")
+        ax.axvline(now, color="grey", lw=0.8)
+        ax.set(xlabel=f"temperature of {'p (draft)' if which == 'draft' else 'q (target)'}, {other}",
+               ylabel="P(drafted token kept)", title=f"Moving the {which}'s temperature")
+        ax.set_ylim(0, 1.05)
+    handles, labels = axes[0].get_legend_handles_labels()
+    axes[0].figure.legend(handles, labels, fontsize="small", loc="outside lower center", ncol=3)  # clear of the curves
+    return axes
 
 
 def plot_tv_curve(ns, tvs, ax=None):

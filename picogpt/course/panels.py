@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import PicoGPTError
-from ..rejection import accept_or_resample_many, output_distribution, residual
+from ..rejection import RESIDUAL_MASS_EPS, accept_or_resample_many, accept_probabilities, output_distribution, residual
 from .. import theory
 from ..sampling import distribution
 from ..theory import acceptance_rate
@@ -132,6 +132,11 @@ class Theorem1Panel:
         """TV(output, q): 0 for the correct residual, the size of the error for a wrong one."""
         return tv_distance(self.output, self.q)
 
+    @property
+    def never_rejects(self):
+        """p = q (within rejection.RESIDUAL_MASS_EPS): P(reject) = 0, and (q - p)+ is 0/0, never used."""
+        return float(self.excess.sum()) <= RESIDUAL_MASS_EPS
+
 
 def validate_pair(p, q):
     """p and q as float64 probability vectors over the same vocabulary, or a readable error."""
@@ -158,14 +163,78 @@ def theorem1_panel(p, q, choice="(q − p)+"):
                          choice=choice, accepted=accepted, resampled=output - accepted, resample_from=fallback)
 
 
+NOTHING_REJECTED = "undefined, never used: nothing is rejected"
+VISIBLE_TV = 5e-4  # a TV below this prints as 0.000
+
+
+def lucky(panel):
+    """Why a wrong choice of residual happens to give q for this pair (a phrase), or None when
+    its output visibly differs from q."""
+    if panel.choice == "(q − p)+" or panel.output_tv >= VISIBLE_TV:
+        return None
+    if panel.choice == "none":
+        return "p = q here, so keeping every draft gives q"
+    if panel.never_rejects:
+        return "p = q here: nothing is rejected, so what a rejection would draw from is never used"
+    if panel.choice == "q" and panel.p_accept <= RESIDUAL_MASS_EPS:
+        return "p and q share no token: every draft is rejected, and a fresh draw from q is q"
+    return "with these sliders its error is too small to show"
+
+
+def wrong_choice_text(panel, tv_format=".3f"):
+    """What a wrong residual does to the output here: how far from q it lands, or why it happens
+    to give q for this pair. '' for the right residual."""
+    if panel.choice == "(q − p)+":
+        return ""
+    why = lucky(panel)
+    if why:
+        return (f"{RESIDUALS[panel.choice]}, which happens to give q for this pair ({why}; "
+                f"TV(output, q) = {panel.output_tv:.1g}): move the sliders apart to see it fail")
+    return f"{RESIDUALS[panel.choice]}: the output is not q, TV(output, q) = {panel.output_tv:{tv_format}}"
+
+
 def readout(panel):
     """The sentence the explorer shows above its figure."""
     text = (f"P(accept) = Σ min(p, q) = {panel.p_accept:.3f} &nbsp;·&nbsp; "
             f"P(reject) = Σ max(0, q − p) = {1 - panel.p_accept:.3f} &nbsp;·&nbsp; "
-            f"naive test (keep x̃ only if the target's own sample equals it): Σ p·q = {panel.p_accept_naive:.3f}")
+            f"exact-match test (keep x̃ only if the target's own sample equals it): Σ p·q = {panel.p_accept_naive:.3f}")
     if panel.choice != "(q − p)+":
-        text += f"<br><b>{RESIDUALS[panel.choice]}</b>: the output is not q, TV(output, q) = {panel.output_tv:.3f}"
+        text += f"<br><b>{wrong_choice_text(panel)}</b>"
+    elif panel.never_rejects:
+        text += f"<br>p = q: (q − p)+ is {NOTHING_REJECTED}"
     return text
+
+
+# ---------------------------------------------------------------------------------------------
+# No exact rule accepts more: the rejection step against the exact-match test and the bound
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Acceptance:
+    """How often a drafted token x̃ ~ p is kept by exact rules (rules whose output is distributed as q)."""
+    rejection: float  # Σ_x p(x) min(1, q(x)/p(x)): Algorithm 2's test, computed with the library's
+    exact_match: float  # Σ_x p(x) q(x): keep x̃ only if the target's own sample equals it
+    bound: float  # 1 - TV(p, q) = Σ_x min(p(x), q(x)): no exact rule keeps x̃ more often
+
+
+def acceptance(p, q):
+    """The three acceptance probabilities of one pair of distributions."""
+    p, q = validate_pair(p, q)
+    return Acceptance(rejection=float(p @ accept_probabilities(p, q)), exact_match=float(p @ q),
+                      bound=1.0 - tv_distance(p, q))
+
+
+TEMPERATURES = np.round(np.linspace(0.0, 2.0, 41), 2)  # the grid the acceptance curves are drawn on
+
+
+def acceptance_curves(logits_p, logits_q, temperature_p=1.0, temperature_q=1.0, temperatures=TEMPERATURES):
+    """The three acceptances as each model's temperature moves and the other's stays put:
+    {"draft": [Acceptance per temperature of p, q at temperature_q],
+     "target": [Acceptance per temperature of q, p at temperature_p]}. logits_* [n_vocab]."""
+    def at(tau_p, tau_q):
+        return acceptance(distribution(logits_p, tau_p), distribution(logits_q, tau_q))
+    return {"draft": [at(tau, temperature_q) for tau in temperatures],
+            "target": [at(temperature_p, tau) for tau in temperatures]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,6 +277,16 @@ def monte_carlo(p, q, n, seed=0, choice="(q − p)+"):
     tokens, accepted = accept_or_resample_many(p, q_test, int(n), np.random.default_rng(seed), resample_from=fallback)
     counts = np.bincount(tokens, minlength=len(q))
     return MonteCarlo(counts=counts, n_accepted=int(accepted.sum()), tv=tv_distance(counts / n, q))
+
+
+def shown_tv(mc, q, shown=None):
+    """The TV distance a histogram of `shown` tokens can show: over those tokens plus one bucket
+    holding all the others (with a large vocabulary, TV over every token is dominated by the
+    sampling noise of the thousands of rare ones until n is far larger than the vocabulary).
+    Returns (tv, what it is over)."""
+    if shown is None or len(shown) >= len(q):
+        return mc.tv, f"over all {len(q):,} tokens"
+    return tv_distance(lump(mc.empirical, shown), lump(q, shown)), f"over the {len(shown)} tokens shown + the rest lumped"
 
 
 def tv_by_n(p, q, ns, seed=0):
@@ -322,6 +401,41 @@ def pooled_acceptance(alphas, K, n_loops=100_000, seed=0):
     judged = np.minimum(n_accepted + 1, K)  # the accepted drafts and the rejected one, if any
     return PooledAcceptance(K=K, tokens_per_loop=float(np.mean(n_accepted + 1)), mean_alpha=float(alpha.mean()),
                             alpha_hat=float(n_accepted.sum() / judged.sum()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Where floating point enters (notebook 03): a scoring call's logits against one-row calls'
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rounding:
+    """A scoring call's logits against one-row calls' logits for the same positions."""
+    max_abs_diff: float  # max |logit(scoring call) - logit(one-row calls)|
+    max_relative_diff: float  # the same, over the largest |logit| of its row
+    smallest_gap: float  # the smallest distance between a row's two largest logits (one-row calls)
+    n_positions: int
+
+    @property
+    def could_flip_greedy(self):
+        """A greedy choice can differ only where the two largest logits are nearer than the rounding."""
+        return self.smallest_gap <= 2 * self.max_abs_diff
+
+
+def scoring_rounding(model, ids, n_prompt, K):
+    """Score ids[n_prompt:] the two ways a sampler does: in chunks of K + 1 positions per call after
+    the prompt is cached (the speculative loop's scoring call), and one position per call
+    (autoregressive sampling). The same sums, added in another order: how far apart they land."""
+    def logits_of(chunk):
+        cache = model.new_cache()
+        model(ids[:n_prompt], cache)
+        rows = [model(ids[start: start + chunk], cache) for start in range(n_prompt, len(ids), chunk)]
+        return np.concatenate(rows).astype(np.float64)  # [len(ids) - n_prompt, n_vocab]
+    scored, one_row = logits_of(K + 1), logits_of(1)
+    diff = np.abs(scored - one_row)  # [n_positions, n_vocab]
+    top_two = np.sort(one_row, axis=-1)[:, -2:]  # [n_positions, 2]
+    return Rounding(max_abs_diff=float(diff.max()),
+                    max_relative_diff=float((diff.max(axis=-1) / np.abs(one_row).max(axis=-1)).max()),
+                    smallest_gap=float((top_two[:, 1] - top_two[:, 0]).min()), n_positions=len(one_row))
 
 
 # ---------------------------------------------------------------------------------------------

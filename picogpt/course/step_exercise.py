@@ -13,10 +13,12 @@ and it returns what the loop emits: the accepted drafts, then one token resample
 cases it draws the drafts from p, calls fn, and compares the histogram of (drafts, output) with
 the exact probabilities of Algorithm 2 by a chi-square test. When the answer is wrong it also
 tests the classic mistakes (`VARIANTS`), whose exact distributions it computes the same way,
-and names the one the output fits; mistakes that show in a single output (a token after the
-resampled one, an id outside the vocabulary, rng.choice refusing an unnormalised residual) are
-named as soon as they happen. Every call of the learner's code is guarded: the grader reports,
-it never raises. `VARIANTS[i].step` runs a mistake, for notebook 04's demo.
+and names the one the output fits; mistakes that show in a single output or exception (a token
+after the resampled one, an id outside the vocabulary, rng.choice refusing an unnormalised
+residual or the NaN of rejecting where p = q, an index past q's last row) are named as soon as
+they happen, and a step that changes its inputs in place is refused. Every call of the learner's
+code is guarded: the grader reports, it never raises. `VARIANTS[i].step` runs a mistake, for
+notebook 04's demo.
 """
 
 import inspect
@@ -26,7 +28,8 @@ from itertools import product
 import numpy as np
 
 from .. import rejection, speculative
-from ..errors import PicoGPTError
+from ..model import ModelView
+from ..speculative import token_ids
 from ..sampling import sample
 from .chi_square import chi_square_sf, chi_square_test
 
@@ -35,32 +38,55 @@ from .chi_square import chi_square_sf, chi_square_test
 # ---------------------------------------------------------------------------------------------
 
 
-def always(p, q, x):
-    return 1.0
+def keep_probability(p, q, t, x):
+    """Algorithm 2's test for x̃_t = x: min(1, q_t(x) / p_t(x)), rows t of p and q."""
+    return rejection.accept_probability(p[t], q[t], x)
+
+
+def residual_row(p, q, t, x):
+    """Algorithm 2's resample after rejecting x̃_t: (q_t - p_t)+."""
+    return rejection.residual(p[t], q[t])
+
+
+def last_q_row(p, q, K):
+    """Algorithm 2's extra token after K acceptances: from q_{K+1} = q[K]."""
+    return q[K]
 
 
 def unnormalised_residual(leftover_to):
     """max(0, q - p) without dividing by its sum, sampled by a hand-written inverse CDF: the
     mass it lacks (1 - sum) lands on the token the search falls back to, `leftover_to` (0: the
     first, as np.argmax(cdf > u) does; -1: the last, as a search clipped to n_vocab - 1 does)."""
-    def resample_from(p, q):
-        positive = np.maximum(0.0, np.asarray(q, np.float64) - np.asarray(p, np.float64))
+    def resample_from(p, q, t, x):
+        positive = np.maximum(0.0, np.asarray(q[t], np.float64) - np.asarray(p[t], np.float64))
         positive[leftover_to] += 1.0 - positive.sum()
         return positive
     return resample_from
 
 
+def normalised(f):
+    f = np.asarray(f, np.float64)
+    return f / f.sum()
+
+
+def without(row, x):
+    """q_t with the rejected token's probability set to 0, renormalised."""
+    row = np.array(row, np.float64)
+    row[x] = 0.0
+    return normalised(row)
+
+
 @dataclass(frozen=True)
 class StepVariant:
-    """One way to write Steps 3-4: accept x̃_t with probability accept(p_t, q_t, x̃_t); after a
-    rejection draw from resample_from(p_t, q_t); when all K pass, the extra token from
-    q[bonus_row(K)] (bonus_row None: no extra token). one_r: a single uniform r judges every
-    draft of the loop, instead of a fresh one per draft."""
+    """One way to write Steps 3-4, for p [K, V] and q [K + 1, V]: keep x̃_t with probability
+    accept(p, q, t, x̃_t); after rejecting it, draw from resample_from(p, q, t, x̃_t); when all K
+    pass, draw the extra token from bonus_from(p, q, K) (None: no extra token). one_r: a single
+    uniform r judges every draft of the loop, instead of a fresh one per draft."""
     name: str
     hint: str  # what to fix, said to the learner
-    accept: object = rejection.accept_probability
-    resample_from: object = rejection.residual
-    bonus_row: object = lambda K: K  # noqa: E731
+    accept: object = keep_probability
+    resample_from: object = residual_row
+    bonus_from: object = last_q_row
     one_r: bool = False
 
     def step(self, drafted, p, q, rng):
@@ -71,30 +97,30 @@ class StepVariant:
         emitted, r = [], None
         for t, x in enumerate(drafted):
             r = rng.random() if r is None or not self.one_r else r
-            if r < self.accept(p[t], q[t], x):
+            if r < self.accept(p, q, t, x):
                 emitted.append(int(x))
             else:
-                return emitted + [sample(self.resample_from(p[t], q[t]), rng)]
-        row = self.bonus_row(len(drafted))
-        return emitted + ([] if row is None else [sample(q[row], rng)])
+                return emitted + [sample(self.resample_from(p, q, t, x), rng)]
+        extra = self.bonus_from(p, q, len(drafted))
+        return emitted + ([] if extra is None else [sample(extra, rng)])
 
     def output_distribution(self, drafted, p, q):
         """The exact probability of every output list for these drafts: {tuple: probability}."""
         out, kept = {}, 1.0  # kept: P(the first t drafts all accepted)
         for t, x in enumerate(drafted):
-            a = self.accept(p[t], q[t], x)
+            a = self.accept(p, q, t, x)
             kept_next = min(kept, a) if self.one_r else kept * a  # one r: accepted while r < every a so far
             rejected_here = kept - kept_next  # P(the first t accepted, this one rejected)
             if rejected_here > 0:
-                for y, prob in enumerate(self.resample_from(p[t], q[t])):
+                for y, prob in enumerate(self.resample_from(p, q, t, x)):
                     key = tuple(drafted[:t]) + (y,)
                     out[key] = out.get(key, 0.0) + rejected_here * prob
             kept = kept_next
-        row = self.bonus_row(len(drafted))
-        if row is None:
+        extra = self.bonus_from(p, q, len(drafted))
+        if extra is None:
             out[tuple(drafted)] = out.get(tuple(drafted), 0.0) + kept
         else:
-            for y, prob in enumerate(q[row]):
+            for y, prob in enumerate(extra):
                 key = tuple(drafted) + (y,)
                 out[key] = out.get(key, 0.0) + kept * prob
         return out
@@ -102,36 +128,73 @@ class StepVariant:
 
 NORMALISE = ("divide max(0, q − p) by its sum before sampling from it: (q − p)+ is a distribution, "
              "and the mass it lacks must not fall on one token")
+EXTRA_ROW = ("the extra token comes from q[K], the last row of q (the paper's q_{K+1}): the target's distribution "
+             "after the last draft, which only the scoring call computed")
 ALGORITHM_2 = StepVariant("Algorithm 2", "")
 VARIANTS = (
     ALGORITHM_2,
+    # what a rejection resamples from
     StepVariant("resampling from q", "after a rejection you sample from q; sample from the residual "
                 "(q − p)+ = max(0, q − p) / Σ max(0, q − p): the mass min(p, q) was already given out by acceptance",
-                resample_from=lambda p, q: np.asarray(q, np.float64)),
+                resample_from=lambda p, q, t, x: np.asarray(q[t], np.float64)),
     StepVariant("resampling from p", "after a rejection you sample from p, the draft; sample from (q − p)+, "
-                "the tokens the target wants more than the draft offered", resample_from=lambda p, q: np.asarray(p, np.float64)),
+                "the tokens the target wants more than the draft offered",
+                resample_from=lambda p, q, t, x: np.asarray(p[t], np.float64)),
     StepVariant("the residual reversed, (p − q)+", "your residual is max(0, p − q) renormalised; it must be "
-                "max(0, q − p): what the target wants more than the draft", resample_from=lambda p, q: rejection.residual(q, p)),
+                "max(0, q − p): what the target wants more than the draft",
+                resample_from=lambda p, q, t, x: rejection.residual(q[t], p[t])),
     StepVariant("the residual not normalised (its missing mass on the first token)", NORMALISE,
                 resample_from=unnormalised_residual(0)),
     StepVariant("the residual not normalised (its missing mass on the last token)", NORMALISE,
                 resample_from=unnormalised_residual(-1)),
+    StepVariant("the residual as q without the rejected token", "after rejecting x̃ you resample from q with "
+                "x̃ left out. That is (q − p)+ only when p is a point mass on x̃ (notebook 06's prompt lookup); in "
+                "general every token the draft over-rates has given out too much already: resample from "
+                "max(0, q − p) / Σ max(0, q − p)", resample_from=lambda p, q, t, x: without(q[t], x)),
+    StepVariant("the residual |q − p|", "your residual is |q − p| renormalised, which gives mass to the tokens the "
+                "draft over-rated; keep only the shortfall, max(0, q − p), then renormalise",
+                resample_from=lambda p, q, t, x: normalised(np.abs(np.asarray(q[t]) - np.asarray(p[t])))),
+    StepVariant("the residual always from row 0", "after rejecting x̃_t, resample from row t of both, "
+                "(q[t] − p[t])+, the distributions at the rejected position; you take row 0 whatever t is",
+                resample_from=lambda p, q, t, x: rejection.residual(p[0], q[0])),
+    # the extra token
     StepVariant("no bonus token", "when all K drafts are accepted, the loop emits one more token, from q[K] "
                 "(the target's distribution after the last draft): K + 1 tokens. (Without it the text is still "
                 "distributed as q — the next loop drafts that position again — but every clean sweep throws away "
-                "a distribution the target already computed.)", bonus_row=lambda K: None),
-    StepVariant("the bonus token from the wrong row", "when all K drafts pass, the extra token comes from q[K], "
-                "the last row of q (q_{K+1} in the paper), not q[K − 1]", bonus_row=lambda K: K - 1),
+                "a distribution the target already computed.)", bonus_from=lambda p, q, K: None),
+    StepVariant("the bonus token from the wrong row", f"when all K drafts pass, {EXTRA_ROW}, not q[K − 1] "
+                "(that row already judged the last draft)", bonus_from=lambda p, q, K: q[K - 1]),
+    StepVariant("the bonus token from p's last row", f"when all K drafts pass, {EXTRA_ROW}; p[K − 1] is the draft's "
+                "distribution for the last draft, which the draft model never extends",
+                bonus_from=lambda p, q, K: p[K - 1]),
+    StepVariant("the bonus token from q's first row", f"when all K drafts pass, {EXTRA_ROW}; q[0] is the "
+                "target's distribution for the first draft's position", bonus_from=lambda p, q, K: q[0]),
+    # the test
     StepVariant("accepting with probability q(x̃)", "accept x̃_t with probability min(1, q(x̃_t) / p(x̃_t)), "
-                "not q(x̃_t): divide by p(x̃_t), the chance it was drafted", accept=lambda p, q, x: float(q[x])),
+                "not q(x̃_t): divide by p(x̃_t), the chance it was drafted",
+                accept=lambda p, q, t, x: float(q[t][x])),
     StepVariant("accepting with probability min(1, p/q)", "the ratio is upside down: accept with "
-                "min(1, q(x̃_t) / p(x̃_t))", accept=lambda p, q, x: rejection.accept_probability(q, p, x)),
+                "min(1, q(x̃_t) / p(x̃_t))", accept=lambda p, q, t, x: rejection.accept_probability(q[t], p[t], x)),
     StepVariant("accepting every draft", "a draft must pass the test r < min(1, q(x̃_t) / p(x̃_t)) with a "
                 "uniform r drawn from rng; keeping every draft (or never drawing r) samples from p, not q",
-                accept=always),
+                accept=lambda p, q, t, x: 1.0),
+    StepVariant("a deterministic test, keep x̃ if q(x̃) ≥ p(x̃)", "the test is random: keep x̃_t when a uniform "
+                "r < min(1, q(x̃_t) / p(x̃_t)). A draft the target likes less than the draft did (q < p) is still "
+                "kept with probability q/p; rejecting it always leaves its share of q unfilled",
+                accept=lambda p, q, t, x: float(q[t][x] >= p[t][x])),
+    StepVariant("the comparison inverted, r > min(1, q/p)", "keep x̃_t when r < min(1, q/p), not r > min(1, q/p): "
+                "inverted, the test rejects the drafts the target likes and keeps the ones it does not",
+                accept=lambda p, q, t, x: 1.0 - rejection.accept_probability(p[t], q[t], x)),
     StepVariant("one r for the whole loop", "draw a fresh r = rng.random() for every draft you judge; with one "
                 "r for the loop the verdicts are tied together (a small r accepts everything, a large one "
                 "rejects early), and the drafts after the first are kept too often", one_r=True),
+    # the rows
+    StepVariant("judging x̃_t with q[t + 1]", "row t of q is the target's distribution at the same position as p[t] "
+                "and drafted[t]: score() already lined the rows up (the logits at position i predict token i + 1, "
+                "so q[t] is the one that predicts x̃_t). Judging with q[t + 1] is off by one — as is indexing q from "
+                "1 like the paper while indexing p from 0",
+                accept=lambda p, q, t, x: rejection.accept_probability(p[t], q[t + 1], x),
+                resample_from=lambda p, q, t, x: rejection.residual(p[t], q[t + 1])),
 )
 MISTAKES = {variant.name: variant for variant in VARIANTS[1:]}
 
@@ -217,19 +280,11 @@ def fit(counts, variant, cases):
     return statistic, dof, chi_square_sf(statistic, dof), None
 
 
-def as_tokens(output):
-    """The output as a tuple of ints, or None when it is not a list or tuple of integers."""
-    if not isinstance(output, (list, tuple)) or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-                                                        for x in output):
-        return None
-    return tuple(int(x) for x in output)
-
-
 def shape_problem(output, drafted, n_vocab):
     """Why `output` cannot be what a loop emits for these drafts: (kind, message), or None.
     kind is "fatal", or "extra" / "judged on" for a prefix that goes wrong after a rejection:
     one output of K = 1 cannot tell those two apart, so the grader decides after every trial."""
-    K, tokens = len(drafted), as_tokens(output)
+    K, tokens = len(drafted), token_ids(output)
     if tokens is None:
         return "fatal", (f"it returned {output!r}; return a list of token ids (Python ints), e.g. "
                          "emitted.append(int(token)).")
@@ -261,20 +316,45 @@ def error_message(error, drafted, case):
     if isinstance(error, ValueError) and "non-negative" in text:
         return (f"your step raised ValueError: {text}. q − p is negative where the draft over-rates a token: "
                 "the residual is max(0, q − p), then divided by its sum.")
+    if isinstance(error, ValueError) and "NaN" in text:
+        return (f"your step raised ValueError: {text}. A NaN comes from normalising max(0, q − p) when its sum is 0, "
+                "on a row where p = q: Algorithm 2 never rejects there (min(1, q/p) = 1 for every token, and r < 1), "
+                "so your step rejected a draft it must keep. Check the comparison: keep x̃_t when r < min(1, q/p); "
+                "a classic mistake, the comparison inverted, r > min(1, q/p), rejects the drafts the target likes.")
+    if isinstance(error, IndexError):
+        return (f"your step raised IndexError: {text}. drafted and p have K rows (0 .. K − 1), q has K + 1 (0 .. K). "
+                "The paper counts from 1: its x̃_t, p_t and q_t are drafted[t − 1], p[t − 1] and q[t − 1] here, and its "
+                "extra row q_{K+1} is q[K].")
     return (f"with drafts {list(drafted)}, p = {case.p.tolist()}, q = {case.q.tolist()}, your step raised "
             f"{type(error).__name__}: {error}")
 
 
 def attempt(fn, drafted, case, rng):
-    """Call the learner's step on copies of p and q: (output, None), or (None, what to say) if it raised."""
+    """Call the learner's step on copies of drafted, p and q: (output, None), or (None, what to say)
+    if it raised or changed one of them in place (the loop keeps using them after the step returns:
+    the caches' roll-back reads drafted, the trace and the plots keep p and q)."""
+    given = {"drafted": list(drafted), "p": case.p.copy(), "q": case.q.copy()}
     try:
-        return fn(list(drafted), case.p.copy(), case.q.copy(), rng), None
+        output = fn(given["drafted"], given["p"], given["q"], rng)
     except Exception as e:  # the learner's code: report it, don't crash the notebook
         return None, error_message(e, drafted, case)
+    original = {"drafted": list(drafted), "p": case.p, "q": case.q}
+    changed = [name for name in given if not np.array_equal(np.asarray(given[name]), np.asarray(original[name]))]
+    if changed:
+        return None, (f"your step changed its argument {changed[0]} in place (drafts {list(drafted)}): the loop keeps using "
+                      "its inputs after the step returns (the roll-back reads the drafts, the trace and the plots keep p "
+                      "and q). Work on new arrays: np.maximum(0, q[t] − p[t]) makes one, q[t] −= p[t] does not.")
+    return output, None
 
 
 def p_text(p_value):
     return f"{p_value:.2g}" if p_value >= 1e-16 else "< 1e-16"
+
+
+def step_name(fn):
+    """The learner's function name as they would type it (a lambda has none)."""
+    name = getattr(fn, "__name__", "")
+    return name if name.isidentifier() else "your_step"
 
 
 def check_speculative_step(fn, trials=TRIALS, seed=0):
@@ -317,10 +397,10 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
                                                         for _ in range(2))
                 if error or error_again:
                     return verdict(False, error or error_again)
-                if as_tokens(first) != as_tokens(again):
+                if token_ids(first) != token_ids(again):
                     return verdict(False, "two calls with Generators of the same seed gave different outputs: "
                                           "draw every random number from the rng argument (rng.random(), rng.choice).")
-            key = (drafted, as_tokens(output))
+            key = (drafted, token_ids(output))
             case_counts[key] = case_counts.get(key, 0) + 1
         counts.append(case_counts)
     if after_rejection:  # judging on shows, with K >= 2, a second token after the first non-draft
@@ -329,7 +409,7 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
     if p_value > SIGNIFICANCE:
         return verdict(True, f"over {len(cases)} cases (K = 1, 2, 3), {len(cases) * trials:,} calls, your step's outputs "
                              f"fit Algorithm 2's exact distribution (chi² = {statistic:.0f} on {dof} dof, p = {p_value:.2g}). "
-                             "It is the function speculative_sampling runs: try speculative_sampling(..., step=speculative_step).")
+                             f"Run it inside the real loop: speculative_sampling(..., step={step_name(fn)}).")
     against = (f"for drafts {list(impossible[0])} it returned {list(impossible[1])}, which Algorithm 2 never does"
                if impossible else f"chi² = {statistic:.0f} on {dof} dof against Algorithm 2, p = {p_text(p_value)}")
     fits = sorted(((fit(counts, v, cases)[2], v) for v in MISTAKES.values()), key=lambda pv: -pv[0])
@@ -347,37 +427,17 @@ def solution():
     print(inspect.getsource(speculative.speculative_step))
 
 
-def checked(step):
-    """`step`, with each output checked: a prefix of the drafts, then one token, 1 to K + 1 ids
-    (as Python ints). speculative_sampling(..., step=checked(my_step)) stops with a message at
-    the first loop your step gets wrong, instead of running on with it."""
-    def checked_step(drafted, p, q, rng):
-        output = step(list(drafted), p, q, rng)
-        tokens, K = as_tokens(output), len(drafted)
-        if tokens is None or not 1 <= len(tokens) <= K + 1 or list(tokens[:-1]) != list(drafted[: len(tokens) - 1]):
-            raise PicoGPTError(f"your step returned {output!r} for drafted {list(drafted)}: it must return the "
-                               f"accepted drafts (a prefix of drafted), then one more token, 1 to {K + 1} ids "
-                               "in all. Try it with picogpt.course.step_exercise.check_speculative_step.")
-        return list(tokens)
-    return checked_step
-
-
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: the loop around the step, with both KV caches and their roll-back
 # ---------------------------------------------------------------------------------------------
 
 
-class Recording:
+class Recording(ModelView):
     """Wraps a model: records, for every call, how many tokens its cache held and how many ids came in."""
 
     def __init__(self, model):
-        self.model, self.config, self.name, self.calls = model, model.config, model.name, []
-
-    def new_cache(self):
-        return self.model.new_cache()
-
-    def validate_ids(self, ids, n_past=0):
-        return self.model.validate_ids(ids, n_past)
+        super().__init__(model)
+        self.calls = []
 
     def __call__(self, ids, cache):
         self.calls.append((len(cache), len(ids)))
@@ -401,6 +461,12 @@ def cache_problem(draft, target, emitted_per_loop, n_prompt, K):
     for loop, emitted in enumerate(emitted_per_loop[:-1]):
         n_next = n + len(emitted)
         kept = n_next - 1  # x_1 .. x_{n + n_accepted}: neither model has seen the new token
+        for name, calls in (("target", target_calls), ("draft", draft_calls)):
+            if loop + 1 < len(calls) and calls[loop + 1][0] == 0 < kept:
+                return (f"the {name}'s cache was empty at loop {loop + 2}'s first {name} call, which then read all "
+                        f"{calls[loop + 1][1]} tokens again: the tokens are right, but every loop re-reads the whole "
+                        f"text. Make each cache once, before the while loop, and roll it back to the kept tokens "
+                        f"after each loop ({name}_cache.truncate(...))")
         if loop + 1 < len(target_calls) and target_calls[loop + 1][0] != kept:
             return (f"after loop {loop + 1} the target's cache held {target_calls[loop + 1][0]} tokens, expected "
                     f"{kept} (the {n} before the loop + {len(emitted) - 1} accepted drafts): roll it back with "
@@ -423,7 +489,7 @@ def count_problem(target_calls, loops, got, N, raised):
                 "(score(target, target_cache, ...)), not one call per position")
     if raised:
         return None
-    tokens = as_tokens(got)
+    tokens = token_ids(got)
     if tokens is None:
         return f"your loop returned {got!r}; return the list of the N generated token ids"
     if len(tokens) < N:
@@ -447,7 +513,7 @@ def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), s
 
     if fn is None or not callable(fn):
         return verdict(False, "pass your function itself: check_speculative_loop(my_speculative_sampling, draft, target, ids).")
-    step = speculative.speculative_step if step is None else checked(step)
+    step = speculative.speculative_step if step is None else speculative.checked_step(step, target.config.n_vocab)
     for K in Ks:
         for seed in seeds:
             expected = speculative.speculative_sampling(draft, target, ids, N, K=K, seed=seed, step=step)
@@ -465,7 +531,7 @@ def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), s
                 return verdict(False, f"{where}: {problem}.")
             if error is not None:
                 return verdict(False, f"{where}: your loop raised {type(error).__name__}: {error}")
-            got = list(as_tokens(got))
+            got = list(token_ids(got))
             if got != expected.tokens:
                 first = next(i for i, (a, b) in enumerate(zip(got, expected.tokens)) if a != b)
                 return verdict(False, f"{where}: token {first} differs from speculative_sampling's. Same "

@@ -1,10 +1,11 @@
-"""The Theorem 1 explorer of notebook 04: ipywidgets wiring only.
+"""The explorers of notebook 04: ipywidgets wiring only.
 
-The explorer's content comes from two pure functions, `explorer_update` (sliders and the
-residual switch -> readout and figure) and `monte_carlo_update` (the Monte-Carlo button ->
-histogram and summary), which tests call without a browser (tests/test_theorem1_widget.py);
-`theorem1_explorer` only connects sliders, the switch and the button to them.
-(The pattern of the jupyter-widgets tutorial "separating the logic from the widgets".)
+The Theorem 1 explorer's content comes from two pure functions, `explorer_update` (sliders and
+the residual switch -> readout and figure) and `monte_carlo_update` (the Monte-Carlo button ->
+histogram and summary); the acceptance explorer's from `acceptance_update` (two temperatures ->
+readout and figure). Tests call them without a browser (tests/test_theorem1_widget.py);
+`theorem1_explorer` and `acceptance_explorer` only connect sliders, the switch and the button
+to them. (The pattern of the jupyter-widgets tutorial "separating the logic from the widgets".)
 """
 
 import base64
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..sampling import distribution
 from . import panels
-from .figures import figure_png, plot_histogram, theorem1_figure
+from .figures import figure_png, plot_acceptance, plot_histogram, theorem1_figure
 
 
 def png_output(png, text):
@@ -42,17 +44,19 @@ def monte_carlo_update(p, q, n, seed, labels, shown=None, choice="(q − p)+"):
     mc = panels.monte_carlo(p, q, n, seed, choice)
     fig = Figure(figsize=(7, 3.6), layout="constrained")
     plot_histogram(mc, q, labels, shown, ax=fig.subplots())
+    panel = panels.theorem1_panel(p, q, choice)
     if choice == "(q − p)+":
-        how = "the rest resampled from (q − p)+"
+        how = "nothing rejected, so nothing resampled" if panel.never_rejects else "the rest resampled from (q − p)+"
+    elif panels.lucky(panel):
+        how = panels.wrong_choice_text(panel)
     else:
-        how = (f"{panels.RESIDUALS[choice]} — exactly, TV(output, q) = "
-               f"{panels.theorem1_panel(p, q, choice).output_tv:.4f}, however large n is")
+        how = f"{panels.RESIDUALS[choice]}: exactly, TV(output, q) = {panel.output_tv:.4f}, however large n is"
+    tv, over = panels.shown_tv(mc, q, shown)
     summary = (f"n = {mc.n:,} trials: {mc.n_accepted / mc.n:.1%} accepted the drafted token, "
-               f"{how}; TV(empirical, q) = {mc.tv:.4f}")
+               f"{how}; TV(empirical, q) = {tv:.4f} {over}")
     if shown is not None and len(shown) < len(q):
-        summary += (f"\nover the {len(shown)} tokens shown plus one bucket for all others: TV = "
-                    f"{panels.tv_distance(panels.lump(mc.empirical, shown), panels.lump(q, shown)):.4f} (over all {len(q):,} "
-                    "tokens TV only gets small once n is much larger than the vocabulary)")
+        summary += (f"\n(over all {len(q):,} tokens it is {mc.tv:.4f}: with so many rare tokens, TV over every token "
+                    "only gets small once n is much larger than the vocabulary)")
     return (text_output(summary), png_output(figure_png(fig), summary)), mc
 
 
@@ -146,3 +150,43 @@ def theorem1_explorer(draft=None, target=None, ids=None, tok=None, n_show=10, se
     redraw()
     return w.VBox([w.HBox(list(sliders.values())[:2]), w.HBox(list(sliders.values())[2:]), residual_switch,
                    readout_html, figure_out, w.HBox([n_trials, run_button]), histogram_out])
+
+
+# ---------------------------------------------------------------------------------------------
+# No exact rule accepts more: the acceptance explorer
+# ---------------------------------------------------------------------------------------------
+
+def acceptance_update(logits_p, logits_q, temperature_p, temperature_q, title=None):
+    """What the acceptance explorer shows for two temperatures: (readout HTML, figure outputs,
+    panels.Acceptance at this setting). logits_* [n_vocab]: both models' next-token logits."""
+    now = panels.acceptance(distribution(logits_p, temperature_p), distribution(logits_q, temperature_q))
+    curves = panels.acceptance_curves(logits_p, logits_q, temperature_p, temperature_q)
+    fig = Figure(figsize=(12, 4.2), layout="constrained")
+    plot_acceptance(curves, temperature_p, temperature_q, axes=fig.subplots(1, 2, sharey=True))
+    if title:
+        fig.suptitle(title)
+    text = (f"p at τ = {temperature_p:.2f}, q at τ = {temperature_q:.2f}: rejection step "
+            f"Σ p·min(1, q/p) = {now.rejection:.4f} &nbsp;·&nbsp; bound 1 − TV(p, q) = {now.bound:.4f} &nbsp;·&nbsp; "
+            f"exact-match test Σ p·q = {now.exact_match:.4f}")
+    return text, (png_output(figure_png(fig), text),), now
+
+
+def acceptance_explorer(draft, target, ids, tok):
+    """Two temperature sliders over the models' next-token distributions after the prompt `ids`:
+    how often each exact rule keeps a drafted token. Returns an ipywidgets.VBox."""
+    import ipywidgets as w
+    logits_p, logits_q = (panels.prompt_logits(model, ids)[-1] for model in (draft, target))  # [n_vocab] each
+    sliders = {"temperature_p": _slider("temperature of p (draft)", 1.0, 0, 2),
+               "temperature_q": _slider("temperature of q (target)", 1.0, 0, 2)}
+    readout_html = w.HTML(description="acceptance", style={"description_width": "initial"})
+    figure_out = w.Output(layout={"min_height": "300px"})
+    title = f"next token after {tok.decode([int(t) for t in ids])!r}: p = {draft.name}, q = {target.name}"
+
+    def redraw(_change=None):
+        readout_html.value, figure_out.outputs, _ = acceptance_update(
+            logits_p, logits_q, sliders["temperature_p"].value, sliders["temperature_q"].value, title)
+
+    for slider in sliders.values():
+        slider.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox(list(sliders.values())), readout_html, figure_out])

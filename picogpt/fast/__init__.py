@@ -1,3 +1,4 @@
-"""What makes the model fast: the matrix product model.py hands gpt2.py (kernels.py, with its
-compiled loops in compiled.py and its threads in threads.py) and where the weights live
-(layout.py). Imports the teaching core's data only; the teaching core never imports from here."""
+"""What makes the model fast: the matrix product model.py chooses once when a model is prepared
+and hands gpt2.py (kernels.py), its loops compiled by numba (compiled.py), and picogpt's threads,
+which share a product while NumPy's BLAS runs on one thread (threads.py). The teaching core never
+imports from here."""

@@ -21,19 +21,22 @@ in benchmarks/kernels/) and, inside the sampling loop, by `python -m picogpt ben
 
 The LM head, x @ wte.T, is the same idea on wte's own layout (`head_product`): dot products of
 4 rows of wte with every row of x. numba is optional (`pip install 'picogpt-speculative[fast]'`,
-in `[dev]`): without it, or where it cannot run (compile_kernels says why, in one line),
-kernels.py uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products off (to
-compare, or to rule them out).
+in `[dev]`): without it, or where it cannot run (`loops` says why, in one line), kernels.py
+uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products off (to compare, or to
+rule them out). The machine code is kept on disk per Python environment (`cache_dir`).
 """
 
 import functools
+import hashlib
 import os
 import sys
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
-from tqdm import tqdm
 
 from ..errors import PicoGPTError
+from ..io.registry import user_cache_dir
 
 KERNEL_ENV = "PICOGPT_KERNEL"
 SEGMENT = 256  # output columns per step: 8 x 256 float32 = 8 KB of W, kept in L1 for all rows of x
@@ -110,19 +113,23 @@ def head_product(x, E, out, start, stop, lead=0):
         v += 1
 
 
-@functools.cache
-def compile_kernels():
-    """{"band": band_product, "head": head_product, "team": fast/team.py, "block": fast/block.py}
-    compiled by numba, or None, in which case kernels.py runs its NumPy path.
+class Loops(NamedTuple):
+    band: object  # band_product, compiled
+    head: object  # head_product, compiled
 
-    numba keeps the machine code on disk (cache=True), so this compiles once per install (a few
-    seconds, with a progress bar) and later processes load it in well under a second. Each
-    function is compiled for weights both writable and read-only (memory-mapped) here, before
-    any model call, so that no timed call pays for it (GPT2.prepare calls this). None when numba
-    is not installed (silently: it is an optional extra) or cannot run here, with one line
-    saying why: NUMBA_DISABLE_JIT (the loops would run as Python, hundreds of times slower), no
-    writable folder for numba's cache (read-only installs, an unwritable home; NUMBA_CACHE_DIR
-    names one), or any failure to compile.
+
+@functools.cache
+def loops():
+    """band_product and head_product compiled by numba (a Loops), or None, in which case
+    kernels.py runs its NumPy path.
+
+    numba keeps the machine code on disk (cache_dir()), so this compiles once per environment
+    (a few seconds, with a note) and later processes load it in well under a second. Each loop
+    is compiled for weights both writable and read-only (memory-mapped) here, before any model
+    call, so that no timed call pays for it (GPT2.prepare calls this). None when numba is not
+    installed (silently: it is an optional extra) or cannot run here, with one line saying why:
+    NUMBA_DISABLE_JIT (the loops would run as Python, hundreds of times slower), no writable
+    folder for the machine code, or any failure to compile.
     fastmath 'contract' lets the compiler fuse multiply-adds; the head's 'reassoc' lets it split
     a dot product into vector lanes (another order of summation, ~1e-7 relative); NaN stays NaN."""
     try:
@@ -132,25 +139,56 @@ def compile_kernels():
     if numba.config.DISABLE_JIT:
         return unavailable("NUMBA_DISABLE_JIT is set, so numba would run its loops as Python")
     try:
-        from . import block, team  # numba's own modules, compiled as they declare
-
-        functions = {"band": team.band, "head": team.head, "team": team, "block": block}
-        calls = [(function, example_arguments(function.py_func, writable))
-                 for function in (team.band, team.head) for writable in (True, False)]
-        calls += team.example_calls() + block.example_calls()
-        if not all(is_cached(function) for function, _ in calls):
-            calls = tqdm(calls, desc="picogpt: compiling the fast kernels with numba (once per install)",
-                         unit="kernel", file=sys.stderr)
-        for function, arguments in calls:
-            function(*arguments)
-    except RuntimeError as e:
-        if "cannot cache" not in str(e):
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = folder / f"picogpt-{source_hash(numba.__version__)}.compiled"
+        compiled = Loops(*compile_in(folder, numba))
+        if not stamp.exists():
+            print("picogpt: compiling the fast kernels with numba (once per environment)", file=sys.stderr, flush=True)
+        for loop, function in zip(compiled, (band_product, head_product)):
+            for writable in (True, False):
+                loop(*example_arguments(function, writable))
+        stamp.touch()
+    except (OSError, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and "cannot cache" not in str(e):
             return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
         return unavailable(f"numba has no writable folder for its compiled code ({first_line(e)}); set "
                            "NUMBA_CACHE_DIR to a writable folder to use the compiled kernels")
     except Exception as e:  # noqa: BLE001 (numba's errors have no common base): fall back, say why
         return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
-    return functions
+    return compiled
+
+
+def compile_in(folder, numba):
+    """The two loops as numba dispatchers whose machine code lives in `folder` (numba reads its
+    cache folder when a dispatcher is made: set for these two only, then put back)."""
+    before = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = str(folder)
+    try:
+        jit = dict(nogil=True, cache=True, boundscheck=False)
+        return (numba.njit(**jit, fastmath={"contract"})(band_product),
+                numba.njit(**jit, fastmath={"contract", "reassoc"})(head_product))
+    finally:
+        numba.config.CACHE_DIR = before
+
+
+def cache_dir():
+    """Where numba keeps this environment's machine code: $NUMBA_CACHE_DIR if set; else inside
+    the environment (sys.prefix) when it is writable, so that two environments (.venv and
+    .venv-oldest, with other numba versions) never overwrite each other's code and a deleted
+    environment takes its code with it; else the user's cache folder, one per environment."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return Path(os.environ["NUMBA_CACHE_DIR"])
+    prefix = Path(sys.prefix)
+    if os.access(prefix, os.W_OK):
+        return prefix / "var" / "cache" / "picogpt-numba"
+    tag = hashlib.sha256(str(prefix.resolve()).encode()).hexdigest()[:12]
+    return user_cache_dir(f"numba-{tag}", "NUMBA_CACHE_DIR")
+
+
+def source_hash(numba_version):
+    """A name for this source file and numba version: its stamp says they were compiled here."""
+    return hashlib.sha256(Path(__file__).read_bytes() + numba_version.encode()).hexdigest()[:12]
 
 
 def first_line(error):
@@ -176,44 +214,15 @@ def unavailable(reason):
     return None
 
 
-def compile_kernel():
-    """The compiled band_product, or None (see compile_kernels)."""
-    functions = compile_kernels()
-    return functions and functions["band"]
-
-
-def compile_head():
-    """The compiled head_product, or None (see compile_kernels)."""
-    functions = compile_kernels()
-    return functions and functions["head"]
-
-
-@functools.cache
-def team(n_helpers):
-    """fast/team.py's Team of n_helpers helper threads (one per size), or None without the
-    compiled kernels."""
-    functions = compile_kernels()
-    return functions and functions["team"].Team(n_helpers)
-
-
-def is_cached(kernel):
-    """Whether numba has this kernel's machine code on disk, up to date with its source; True if
-    that cannot be told (numba's cache layout is not public), so no false message is printed."""
-    try:
-        return bool(kernel._cache._cache_file._load_index())
-    except Exception:  # noqa: BLE001 (private API: any change in it means "cannot tell")
-        return True
-
-
 def enabled():
-    """Whether kernels.matmul uses the compiled product: numba installed and $PICOGPT_KERNEL not
-    'numpy' ('numba' insists on it, '' or 'auto' takes it if installed)."""
+    """Whether kernels.py uses the compiled loops: numba installed and $PICOGPT_KERNEL not
+    'numpy' ('numba' insists on them, '' or 'auto' takes them if installed)."""
     choice = os.environ.get(KERNEL_ENV, "").strip().lower()
     if choice not in ("", "auto", "numba", "numpy"):
         raise PicoGPTError(f"{KERNEL_ENV}={choice!r}: expected 'auto', 'numba' or 'numpy'")
     if choice == "numpy":
         return False
-    if compile_kernels() is None:
+    if loops() is None:
         if choice == "numba":
             raise PicoGPTError(f"{KERNEL_ENV}=numba but the compiled kernels cannot run here (numba not "
                                "installed, or the line above says why): pip install 'picogpt-speculative[fast]', "

@@ -1,15 +1,27 @@
 """picogpt's own threads: how many (PICOGPT_THREADS), and `parallel`, which shares one product
 among them.
 
-The fast path runs OpenBLAS on one thread (fast/openblas.py) and splits every big product into
-chunks that the calling thread and n_threads() - 1 helper threads take from a common counter:
-a thread the OS delays (a busy machine) holds nobody up, since whoever is free takes its share.
+The fast path runs NumPy's BLAS (the OpenBLAS NumPy ships) on one thread (`blas_on_one_thread`):
+its own threads spin ~0.1 s after each call and slow whatever runs next (the other model's call,
+in a sampling loop), and fight over the cores when the machine is busy. Instead every big product
+is split into chunks that the calling thread and n_threads() - 1 helper threads take in turn: a
+thread the OS delays (a busy machine) holds nobody up, since whoever is free takes the next chunk.
+
+An exception may be raised in the calling thread at any moment (Ctrl-C, or any signal handler
+that raises), so a helper never waits on anything the calling thread could be holding: chunks
+are taken from an atomic counter (itertools.count, one step under the GIL), work arrives on a
+queue.SimpleQueue, and the end of a product is a bare lock that whoever finishes the last chunk
+releases. A helper with no work for IDLE_S seconds leaves, and helpers are daemon threads: an
+interrupted product leaves nothing running, and an exit never waits on a helper.
 """
 
 import functools
+import itertools
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+
+from threadpoolctl import threadpool_limits
 
 from ..errors import PicoGPTError
 
@@ -45,16 +57,23 @@ def usable_cores():
         return os.cpu_count() or 1
 
 
-_pool, _pool_size = None, 0
+_blas_limit = None
 
 
-def pool():
-    """Helper threads (n_threads() - 1: the calling thread works too), made on first use."""
-    global _pool, _pool_size
-    size = max(1, n_threads() - 1)
-    if _pool is None or _pool_size != size:
-        _pool, _pool_size = ThreadPoolExecutor(max_workers=size, thread_name_prefix="picogpt"), size
-    return _pool
+def blas_on_one_thread():
+    """Run NumPy's BLAS on one thread from now on, in this whole process (threadpoolctl)."""
+    global _blas_limit
+    if _blas_limit is None:
+        _blas_limit = threadpool_limits(limits=1, user_api="blas")
+
+
+def blas_on_every_thread():
+    """Within the block, NumPy's BLAS runs on n_threads() threads of its own, as NumPy runs
+    outside picogpt (the bandwidth ceiling is measured with its threaded GEMV)."""
+    return threadpool_limits(limits=n_threads(), user_api="blas")
+
+
+IDLE_S = 1.0  # a helper with no work for this long leaves; the next product starts another
 
 
 class Chunks:
@@ -63,38 +82,53 @@ class Chunks:
     def __init__(self, function, n_items, n_chunks):
         self.function, self.n_items = function, n_items
         self.size = -(-n_items // n_chunks)  # ceil
-        self.next, self.running, self.error = 0, 0, None
-        self.lock = threading.Condition()
-
-    def take(self):
-        with self.lock:
-            if self.next >= self.n_items or self.error is not None:
-                return None
-            start, self.next = self.next, self.next + self.size
-            self.running += 1
-            return start
-
-    def done(self, error=None):
-        with self.lock:
-            self.running -= 1
-            self.error = self.error or error
-            self.lock.notify_all()
+        self.n_chunks = -(-n_items // self.size)
+        self.taken, self.finished = itertools.count(), itertools.count(1)
+        self.errors = []  # raised by a chunk: the rest are skipped, the first is the caller's
+        self.all_finished = threading.Lock()
+        self.all_finished.acquire()  # released by whoever finishes the last chunk
 
     def work(self):
-        while (start := self.take()) is not None:
-            try:
-                self.function(start, min(start + self.size, self.n_items))
-            except BaseException as error:  # handed to the calling thread
-                self.done(error)
-                return
-            self.done()
+        while (chunk := next(self.taken)) < self.n_chunks:
+            if not self.errors:
+                start = chunk * self.size
+                try:
+                    self.function(start, min(start + self.size, self.n_items))
+                except BaseException as error:  # handed to the calling thread
+                    self.errors.append(error)
+            if next(self.finished) == self.n_chunks:
+                self.all_finished.release()
 
     def wait(self):
-        """Until every chunk taken is finished (helpers that start later find none left)."""
-        with self.lock:
-            self.lock.wait_for(lambda: self.running == 0)
-        if self.error is not None:
-            raise self.error
+        """Until every chunk is finished (the calling thread has taken all that were left)."""
+        self.all_finished.acquire()
+        if self.errors:
+            raise self.errors[0]
+
+
+_jobs = queue.SimpleQueue()  # Chunks for the helpers
+_helpers = []  # the helper threads started (some may have left)
+
+
+def helper():
+    while True:
+        try:
+            chunks = _jobs.get(timeout=IDLE_S)
+        except queue.Empty:
+            return
+        chunks.work()
+
+
+def hand_out(chunks, n_helpers):
+    """Put `chunks` before n_helpers helpers, starting those that are missing."""
+    global _helpers
+    _helpers = [thread for thread in _helpers if thread.is_alive()]
+    for _ in range(n_helpers - len(_helpers)):
+        thread = threading.Thread(target=helper, name="picogpt", daemon=True)
+        thread.start()
+        _helpers.append(thread)
+    for _ in range(n_helpers):
+        _jobs.put(chunks)
 
 
 def parallel(function, n_items, chunks_per_thread=CHUNKS_PER_THREAD):
@@ -107,8 +141,7 @@ def parallel(function, n_items, chunks_per_thread=CHUNKS_PER_THREAD):
         return
     n_helpers = min(n_threads(), n_items) - 1
     chunks = Chunks(function, n_items, (n_helpers + 1) * chunks_per_thread)
-    for _ in range(n_helpers):
-        pool().submit(chunks.work)
+    hand_out(chunks, n_helpers)
     chunks.work()
     chunks.wait()
 

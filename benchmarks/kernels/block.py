@@ -24,7 +24,7 @@ import math
 import numba
 import numpy as np
 
-from ..gpt2 import gelu
+from picogpt.gpt2 import gelu
 
 jit = dict(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})
 sums = dict(jit, fastmath={"contract", "reassoc"})  # sums over a row in vector lanes: another order

@@ -35,7 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
-from .compiled import band_product, head_product
+from picogpt.fast.compiled import band_product, head_product
 
 BUSY_SHARE = 0.8  # the calling thread ran less than this share of a call: the machine is busy
 COOL_DOWN_S = 1.0  # then calls run with threads.parallel for this long, before trying again

@@ -1,0 +1,176 @@
+"""What left picogpt's fast path, kept here so that it stays measured beside what replaced it:
+
+- the L2 tiles (`tiled`, `by_output_rows`): NumPy's best few-row product without numba, one
+  GEMV per row on tiles of ~80 KB of W (the first row brings a tile into L2, the others re-read
+  it from there);
+- the thread team (team.py): helper threads that wait in compiled code for the length of one
+  model call, so that every product, one row included, starts on every core within a
+  microsecond (`team_call`, `team_matmul`);
+- the compiled block (block.py): gpt2.py's forward pass for a few positions with a KV cache, the
+  work between the products compiled;
+- `FormerPath`: the model call as it was, with all three (a team for each call of a model
+  reading at least BIG_MODEL_BYTES per token on at most FEW_ROWS positions, the block for such
+  calls with a cache, the team's products inside them), for `candidates.py paths`, which times
+  it end to end beside the path that replaced it.
+"""
+
+import contextlib
+import functools
+
+import numpy as np
+
+from picogpt.fast import compiled, kernels
+from picogpt.fast.kernels import FEW_ROWS, numpy_matmul
+from picogpt.gpt2 import gpt2
+from picogpt.fast.threads import n_threads, parallel
+from picogpt.kv_cache import KVCache
+from picogpt.model import GPT2, unchanged_on_error
+
+TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 floats at XL)
+BIG_MODEL_BYTES = 64 << 20  # smaller models (the teaching pair) ran gpt2.py without a team or block
+TEAM_MATRIX = 1 << 18  # weights; with a team ready, matrices this big or bigger were shared with it
+TEAM_HEAD_BANDS_PER_THREAD = 8  # the LM head's bands on a team: many, each a contiguous run of wte's rows
+
+
+# ---- the L2 tiles -----------------------------------------------------------------------------
+
+def divisor_near(n, target, low, high):
+    """The divisor of n in [low, high] closest to target, or None."""
+    divisors = [d for d in range(max(1, low), min(high, n) + 1) if n % d == 0]
+    return min(divisors, key=lambda d: abs(d - target)) if divisors else None
+
+
+def tile_shape(n_in, n_out):
+    """(b, c): tiles of b input rows x c output columns, about TILE_BYTES, dividing W if they can."""
+    c = divisor_near(n_out, 320, 128, 512) or min(n_out, 320)
+    b = max(8, min(n_in, TILE_BYTES // (4 * c)))
+    return divisor_near(n_in, b, max(8, b // 2), 2 * b) or b, c
+
+
+def tiled(x, W):
+    """x @ W for a few rows, W [n_in, n_out] C-contiguous: for each tile, one GEMV per row (the
+    first streams the tile from memory, the rest re-read it from L2), all in one np.matmul per
+    chunk of tiles; a partial sum per band of b input rows, added at the end."""
+    x = np.ascontiguousarray(x)
+    n_rows, n_in = x.shape
+    n_out = W.shape[1]
+    b, c = tile_shape(n_in, n_out)
+    n_bands, n_cols = n_in // b, n_out // c
+    in_end, out_end = n_bands * b, n_cols * c
+    row_stride, col_stride = W.strides
+    tiles = np.lib.stride_tricks.as_strided(  # a view of W: [n_bands, n_cols, 1, b, c]
+        W, (n_bands, n_cols, 1, b, c), (b * row_stride, c * col_stride, 0, row_stride, col_stride),
+        writeable=False)
+    x_bands = x[:, :in_end].reshape(n_rows, n_bands, b).transpose(1, 0, 2)[:, None, :, None, :]
+    partial = np.empty((n_bands, n_cols, n_rows, 1, c), np.float32)
+
+    def multiply(start, stop):
+        np.matmul(x_bands[start:stop], tiles[start:stop], out=partial[start:stop])
+
+    parallel(multiply, n_bands)
+    out = np.empty((n_rows, n_out), np.float32)
+    out[:, :out_end].reshape(n_rows, n_cols, c)[...] = partial.sum(0)[:, :, 0].transpose(1, 0, 2)
+    if in_end < n_in:
+        out[:, :out_end] += x[:, in_end:] @ W[in_end:, :out_end]
+    if out_end < n_out:
+        out[:, out_end:] = x @ W[:, out_end:]
+    return out
+
+
+def by_output_rows(x, W_t):
+    """x @ W_t.T for W_t [n_out, n_in] C-contiguous (wte): whole rows of W_t in tiles of about
+    TILE_BYTES, one GEMV per row of x on each tile, tiles shared among the threads."""
+    x = np.ascontiguousarray(x)
+    n_rows, n_in = x.shape
+    n_out = W_t.shape[0]
+    c = max(1, min(n_out, TILE_BYTES // (4 * n_in)))
+    n_tiles = n_out // c
+    end = n_tiles * c
+    tiles = W_t[:end].reshape(n_tiles, 1, c, n_in)
+    x_column = x.reshape(1, n_rows, n_in, 1)
+    out = np.empty((n_rows, n_out), np.float32)
+    out_tiles = out[:, :end].reshape(n_rows, n_tiles, c).transpose(1, 0, 2)[..., None]
+
+    def multiply(start, stop):
+        np.matmul(tiles[start:stop], x_column, out=out_tiles[start:stop])
+
+    parallel(multiply, n_tiles)
+    if end < n_out:
+        out[:, end:] = x @ W_t[end:].T
+    return out
+
+
+def tiled_matmul(x, W):
+    """The former NumPy path: kernels.numpy_matmul, with a few rows on the L2 tiles."""
+    route = kernels.route(x, W, with_compiled=False)
+    if route != "split_inputs" or x.shape[0] == 1 or x.shape[0] > FEW_ROWS:
+        return numpy_matmul(x, W)
+    return by_output_rows(x, W.T) if W.flags.f_contiguous and not W.flags.c_contiguous else tiled(x, W)
+
+
+# ---- the thread team and the compiled block ----------------------------------------------------
+
+@functools.cache
+def team():
+    """team.py's Team for n_threads() - 1 helpers, or None (one thread, or no numba)."""
+    if n_threads() < 2 or compiled.loops() is None:
+        return None
+    import team as team_module  # numba's intrinsics: compiled on first use, cached beside it
+
+    return team_module.Team(n_threads() - 1)
+
+
+_serving = None  # the team of the model call under way, if it has one
+
+
+@contextlib.contextmanager
+def team_call(bytes_per_token=BIG_MODEL_BYTES, n_rows=1):
+    """One model call on n_rows positions with a team ready for its length (as the former path
+    did for models of at least BIG_MODEL_BYTES per token on at most FEW_ROWS positions)."""
+    global _serving
+    ready = team() if bytes_per_token >= BIG_MODEL_BYTES and n_rows <= FEW_ROWS else None
+    if ready is None or not ready.start():
+        yield
+        return
+    _serving = ready
+    try:
+        yield
+    finally:
+        _serving = None
+        ready.stop()
+
+
+def team_matmul(x, W):
+    """The former `matmul`: inside a team's call every big few-row product on the team, one row
+    included; otherwise kernels.compiled_matmul."""
+    head = W.flags.f_contiguous and not W.flags.c_contiguous
+    if (_serving is not None and _serving.serving() and W.ndim == 2 and W.dtype == x.dtype == np.float32
+            and W.size >= TEAM_MATRIX and x.shape[0] <= FEW_ROWS and (W.flags.c_contiguous or head)):
+        x = np.ascontiguousarray(x)
+        if head:
+            return _serving.head(x, W.T, n_threads() * TEAM_HEAD_BANDS_PER_THREAD)
+        return _serving.rows(x, W, n_threads() * kernels.BANDS_PER_THREAD)
+    return kernels.compiled_matmul(x, W)
+
+
+class FormerPath(GPT2):
+    """A GPT2 whose call runs as the fast path did before it was simplified: for a model of at
+    least BIG_MODEL_BYTES per token on at most FEW_ROWS positions, a team for the call and, with
+    a cache, the compiled block; team_matmul for every product. `FormerPath.of(model)` turns a
+    loaded model into one (the same weights)."""
+
+    @classmethod
+    def of(cls, model):
+        model.__class__ = cls
+        return model
+
+    def __call__(self, ids, cache=None):
+        import block  # numba-compiled on first use, cached beside it
+
+        ids = self.validate_inputs(ids, cache)
+        self.prepare()
+        big = self.bytes_per_token >= BIG_MODEL_BYTES and len(ids) <= FEW_ROWS
+        forward = block.gpt2_cached if big and isinstance(cache, KVCache) else None
+        with unchanged_on_error(cache), team_call(self.bytes_per_token, len(ids)):
+            return self.ensure_finite((forward or gpt2)(ids, self.fast_params, self.config, cache,
+                                                         matmul=team_matmul))
