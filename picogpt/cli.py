@@ -148,7 +148,8 @@ def cmd_generate(args):
 
 def speculate_report(args, draft, target, result, ars, measurement):
     """The JSON object of `speculate --json`: the first run's tokens, and with --compare the
-    medians of the timed runs and their ratio."""
+    medians of the timed runs and the speedup (the median of the run-by-run ratios, speedup_runs
+    their median and interquartile range)."""
     from .io.tokenizer import tokenizer
 
     report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K,
@@ -198,7 +199,7 @@ def cmd_speculate(args):
     if args.compare:
         result, ars, measurement = compare(args, draft, target, ids, on_loop)
     else:
-        warm_up(draft, target, ids, [args.K], min(args.N, 4), args.seed, sampling_controls(args))
+        warm_up({args.K: (draft, args.K)}, target, ids, min(args.N, 4), args.seed, sampling_controls(args))
         result = speculative_sampling(draft, target, ids, args.N, K=args.K, **sampling_options(args), on_loop=on_loop)
         ars = measurement = None
     if args.json:
@@ -220,18 +221,20 @@ def loops_line(result):
 
 
 def print_comparison(args, result, ars, m):
-    """--compare's lines: both algorithms' median times, their ratio and its spread."""
+    """--compare's lines: both algorithms' median times, and the speedup as measure/speedup.py
+    reports it everywhere (the median of the run-by-run ratios, with their interquartile range)."""
     from .io.tokenizer import tokenizer
+    from .measure.speedup import speedup_text
 
     at = m.by_K[args.K]
     seeds = f"seed {args.seed}" if m.repeats == 1 else f"seeds {args.seed}-{args.seed + m.repeats - 1}"
     print(f"[autoregressive: target {m.target}, the same {seeds}]")
     print(f"  {m.N} tokens in {m.autoregressive_s.median:.2f} s ({m.N / m.autoregressive_s.median:.1f} tokens/s)"
           + (f", median of {m.repeats} runs" if m.repeats > 1 else ""))
-    spread = (f" (run by run {at.speedup_runs.q1:.2f}-{at.speedup_runs.q3:.2f}x, interquartile)"
-              if m.repeats > 2 else "")
-    print(f"  speedup {at.speedup:.2f}x = {m.autoregressive_s.median:.2f} s / {at.seconds.median:.2f} s, "
-          f"medians of {m.repeats} interleaved runs of each after a warm-up{spread}")
+    runs = (f"median over {m.repeats} interleaved runs of each after a warm-up" if m.repeats > 1
+            else "one run of each after a warm-up")
+    print(f"  speedup {speedup_text(at) if m.repeats > 1 else f'{at.speedup:.2f}x'}: autoregressive seconds / "
+          f"speculative seconds of the same seed, {runs}")
     same = ars.tokens == result.tokens
     print(f"  outputs of seed {args.seed}: " + ("identical (greedy)" if same else "different samples, same distribution"))
     if not same:

@@ -87,12 +87,6 @@ def featured_K(m):
     return FEATURED_K if FEATURED_K in m.by_K else m.Ks[len(m.Ks) // 2]
 
 
-def speedup_with_spread(at):
-    """'2.21x (per-repeat IQR 2.10-2.30)': the ratio of the medians, and the interquartile range
-    of the ratios repeat by repeat."""
-    return f"{at.speedup:.2f}x (per-repeat IQR {at.speedup_runs.q1:.2f}-{at.speedup_runs.q3:.2f})"
-
-
 def main_pair(results):
     """(draft label, target label) of the bench's main pair, if both were measured."""
     pair = results.get("pairs", {}).get("main")
@@ -185,12 +179,14 @@ def end_to_end_table(results, source):
                      f"{ms(m.t_draft_s)} / {ms(m.t_target_s)} ms",
                      ("" if common else f"K = {', '.join(map(str, m.Ks))}: ") + speedups_cell(speedups, best),
                      speedups_cell([m.by_K[K].predicted for K in m.Ks]),
-                     f"K = {K}: {speedup_with_spread(m.by_K[K])}", f"{m.by_K[K].t_score_s / m.t_target_s:.2f}"])
+                     f"K = {K}: {speedup.speedup_text(m.by_K[K])}", f"{m.by_K[K].t_score_s / m.t_target_s:.2f}"])
     header = ["pair", "temperature", "α̂", "t_draft / t_target in the loop", f"measured speedup, K = {Ks}",
-              "predicted, same K", "one K: speedup (IQR of the per-repeat ratios)", "t_score / t_target at that K"]
+              "predicted, same K", "one K: speedup (IQR)", "t_score / t_target at that K"]
     first = found[0][1]
     return [f"N = {first.N} tokens after a prompt of {results['settings']['prompt_tokens']} tokens, {first.repeats} "
-            "repeats interleaved (autoregressive, then each K, the same seed per repeat):", "",
+            "repeats interleaved (each K, then autoregressive, the same seed per repeat); a speedup is the median "
+            "of the repeat-by-repeat ratios autoregressive / speculative seconds, its interquartile range in "
+            "brackets:", "",
             *table_lines(header, rows)]
 
 
@@ -281,11 +277,12 @@ def speed_end_to_end(results, source):
         K = featured_K(m)
         measured_K, predicted_K = m.best_K
         rows.append([pair_label(m), f"{m.controls['temperature']:g}", f"{m.alpha_hat:.2f}",
-                     f"K = {K}: {speedup_with_spread(m.by_K[K])}", f"{m.by_K[K].predicted:.2f}x",
+                     f"K = {K}: {speedup.speedup_text(m.by_K[K])}", f"{m.by_K[K].predicted:.2f}x",
                      f"K = {measured_K}: {m.by_K[measured_K].speedup:.2f}x", f"K = {predicted_K}"])
     first = found[0][1]
     return [f"Speculative against autoregressive sampling, N = {first.N} tokens, {first.repeats} repeats "
-            "interleaved, costs read inside the loops:", "",
+            "interleaved, costs read inside the loops; speedup = the median of the repeat-by-repeat ratios, "
+            "their interquartile range in brackets:", "",
             *table_lines(["draft -> target", "temperature", "acceptance α̂", "speedup", "predicted",
                           "best K, measured", "best K, predicted"], rows)]
 
@@ -488,7 +485,7 @@ def teaching_pair_card(report, source):
     machine = report["machine"]
     K = featured_K(m)
     measured_K, predicted_K = m.best_K
-    rows = [[K_, f"{at.speedup:.2f}x", f"{at.speedup_runs.q1:.2f}-{at.speedup_runs.q3:.2f}x", f"{at.predicted:.2f}x",
+    rows = [[K_, speedup.speedup_text(at), f"{at.predicted:.2f}x",
              f"{at.t_score_s / m.t_target_s:.2f}", f"{at.alpha_hat:.3f}"] for K_, at in sorted(m.by_K.items())]
     cells = [abs(at.speedup / at.predicted - 1) for at in m.by_K.values()]
     return [f"`{report.get('command', 'tools/measure_teaching_pair.py')}` on {machine['cpu']} "
@@ -504,7 +501,8 @@ def teaching_pair_card(report, source):
             f"**{m.by_K[K].speedup:.2f}x at K = {K}**, best **{m.by_K[measured_K].speedup:.2f}x at K = "
             f"{measured_K}** (predicted best K: {predicted_K}); α̂ = {m.alpha_hat:.3f} pooled over "
             f"{m.n_decisions:,} decisions; measured within {max(cells):.0%} of predicted at every K.", "",
-            *table_lines(["K", "measured speedup", "per-repeat ratios, IQR", "predicted from in-loop costs and α̂",
+            *table_lines(["K", "measured speedup (median of the per-repeat ratios, IQR)",
+                          "predicted from in-loop costs and α̂",
                           "t_score(K) / t_target", "α̂ at this K"], rows)]
 
 
