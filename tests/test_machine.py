@@ -102,14 +102,13 @@ def test_memory_counters_keep_the_reclaim_counters_and_free_memory(monkeypatch):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 def test_live_figures_for_this_process(tmp_path):
     weights = np.full(8 * 2**20, 1.0, np.float32)  # 32 MB, written: its own mapping (or two), resident
-    fraction = huge_page_fraction([weights])
+    smaps = open("/proc/self/smaps").read()  # one reading: the kernel may merge pages between two
     first = weights.ctypes.data
-    found = [fields for start, end, fields in parse_smaps(open("/proc/self/smaps").read())
-             if start < first + weights.nbytes and first < end]
+    found = [fields for start, end, fields in parse_smaps(smaps) if start < first + weights.nbytes and first < end]
     resident_kb = sum(fields.get("Rss", 0) for fields in found)
     assert resident_kb * 1024 >= weights.nbytes  # the mappings found do hold the written array
     huge_kb = sum(fields.get(name, 0) for fields in found for name in ("AnonHugePages", "FilePmdMapped", "ShmemPmdMapped"))
-    assert fraction == pytest.approx(huge_kb / resident_kb, abs=0.01)  # (the counts may move between two reads)
+    assert huge_page_fraction([weights], smaps) == huge_kb / resident_kb
     path = tmp_path / "weights.bin"
     weights.tofile(path)
     with open(path, "rb") as f:
