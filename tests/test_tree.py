@@ -328,10 +328,21 @@ def not_updating_the_residual(candidates, p, q, rng):
     return sample(residual(p[0], q) if len(p) else q, rng)
 
 
+def resampling_from_q(candidates, p, q, rng):
+    """A broken step: the residual updated between candidates, but the fallback drawn from q."""
+    q_i = q
+    for x, p_i in zip(candidates, p):
+        if rng.random() < min(1.0, q_i[x] / p_i[x]):
+            return int(x)
+        q_i = residual(p_i, q_i)
+    return sample(q, rng)
+
+
 @pytest.mark.slow
-def test_the_same_test_catches_a_residual_not_updated_between_candidates(pair, memo_pair):
+@pytest.mark.parametrize("broken", [not_updating_the_residual, resampling_from_q])
+def test_the_same_test_catches_a_broken_multi_candidate_step(pair, memo_pair, broken):
     exact = joint_distribution(pair[1], PROMPT, 3)
-    counts = tree_joint(*memo_pair, 3, N_SAMPLES // 4, (3, 1), step=not_updating_the_residual)
+    counts = tree_joint(*memo_pair, 3, N_SAMPLES // 4, (3, 1), step=broken)
     statistic, dof, p_value = chi_square_test(counts, exact)
-    print(f"residual not updated: chi2={statistic:.1f}, dof={dof}, p={p_value:.3g}")
+    print(f"{broken.__name__}: chi2={statistic:.1f}, dof={dof}, p={p_value:.3g}")
     assert p_value < 1e-9
