@@ -183,7 +183,7 @@ def walk(tree, q_rows, rng, step=accept_among):
 @dataclass(frozen=True)
 class TreeLoop:
     """One loop of tree sampling."""
-    tokens: tuple  # the tree's tokens, level by level
+    tree_tokens: tuple  # the tree's tokens, level by level
     parents: tuple  # each node's parent (ROOT = -1 for the first level)
     branch: tuple  # the accepted nodes, root first
     new_token: int  # the token after them: from a residual, or the extra token after a leaf
@@ -193,11 +193,12 @@ class TreeLoop:
 
     @property
     def n_nodes(self):
-        return len(self.tokens)
+        return len(self.tree_tokens)
 
     @property
-    def emitted(self):
-        return tuple(self.tokens[node] for node in self.branch) + (self.new_token,)
+    def tokens(self):
+        """The tokens this loop emitted: the accepted branch, then the new token."""
+        return tuple(self.tree_tokens[node] for node in self.branch) + (self.new_token,)
 
 
 @dataclass
@@ -211,7 +212,7 @@ class TreeResult:
     @property
     def tokens_per_loop(self):
         """Mean tokens emitted per loop, i.e. per target call (before cutting to N)."""
-        return float(np.mean([len(loop.emitted) for loop in self.loops]))
+        return float(np.mean([len(loop.tokens) for loop in self.loops]))
 
 
 def validate_shape(shape):
