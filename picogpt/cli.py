@@ -96,11 +96,6 @@ def load_gpt2_vocab_model(name_or_path, in_memory=False):
     return model
 
 
-def warm_up(model, ids):
-    """One forward pass before timing: memory-mapped weights are read from disk on first use."""
-    model(ids[:1])
-
-
 def sampling_controls(args):
     """temperature, top_k and top_p: applied alike to every model and algorithm."""
     return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
@@ -139,7 +134,7 @@ def cmd_generate(args):
     ids = parse_request(args)
     model = load_gpt2_vocab_model(args.model or course_pair_names()[1], args.in_memory)
     validate_request(args, ids, (model,))
-    warm_up(model, ids)
+    model(ids[:1])  # before the timing: memory-mapped weights are read from disk on first use
     text = IncrementalText(tokenizer())
     print(args.prompt, end="", flush=True)
     result = autoregressive_sampling(model, ids, args.N, **sampling_options(args),
@@ -253,7 +248,7 @@ def cmd_bench(args):
 
     if args.save and args.quick:
         raise PicoGPTError("--quick is a first look, not results to commit: drop --quick to --save")
-    overrides = {"with_torch": not args.no_torch}
+    overrides = {}
     if args.runs is not None and args.runs < 1:
         raise PicoGPTError(f"--runs {args.runs}: the number of timed runs per figure must be at least 1")
     if args.runs is not None:
@@ -302,9 +297,9 @@ examples:
   python -m picogpt speculate --prompt "In the beginning" --json""",
     "bench": """\
 examples:
-  python -m picogpt bench --quick --models tiny-draft tiny-target --no-torch   (a first look, under a minute)
-  python -m picogpt bench --no-torch           (everything; GPT-2 small and XL on random weights if not downloaded)
-  python -m picogpt bench --no-torch --save    (the same, into benchmarks/; then python tools/render_docs.py)""",
+  python -m picogpt bench --quick --models tiny-draft tiny-target   (a first look, under a minute)
+  python -m picogpt bench              (everything; GPT-2 small and XL on random weights if not downloaded)
+  python -m picogpt bench --save       (the same, into benchmarks/; then python tools/render_docs.py)""",
 }
 
 
@@ -387,7 +382,6 @@ def build_parser():
                        "tiny-target; GPT-2s not downloaded are measured on random weights of their shapes)")
     bench.add_argument("--quick", action="store_true", help="fewer runs, one context: a first look")
     bench.add_argument("--runs", type=int, default=None, help="timed runs per figure (default 5)")
-    bench.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     bench.add_argument("--out", default=None, help="folder for bench.json and bench.png (default: build/bench/, "
                        "which git ignores; with --save: benchmarks/)")
     bench.add_argument("--save", action="store_true", help="write the results to benchmarks/ to commit them "

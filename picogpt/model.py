@@ -191,6 +191,24 @@ class GPT2:
                                            mask=float32_or_none(mask)))
 
 
+class ModelView:
+    """A model seen through another object that records, times or memoises its calls: the same
+    config, name, caches and input checks; a subclass changes `__call__`. speculative_sampling and
+    autoregressive_sampling take it wherever they take a model."""
+
+    def __init__(self, model):
+        self.model, self.config, self.name = model, model.config, model.name
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def validate_ids(self, ids, n_past=0):
+        return self.model.validate_ids(ids, n_past)
+
+    def __call__(self, ids, cache=None):
+        return self.model(ids, cache)
+
+
 def copied_into_memory(params, name):
     """params copied out of the mapped file, after checking that they fit.
 

@@ -7,13 +7,14 @@ import numpy as np
 
 from picogpt.course.chi_square import chi_square_sf, chi_square_test  # noqa: F401 (the tests' statistics)
 from picogpt.course.toy_models import TokenCache, joint_distribution  # noqa: F401
+from picogpt.model import ModelView
 
 
 # ---------------------------------------------------------------------------------------------
 # Wrappers that look like a GPT2 to the samplers
 # ---------------------------------------------------------------------------------------------
 
-class MemoModel:
+class MemoModel(ModelView):
     """The same conditional distributions as `model`, memoised by prefix.
 
     A model is a deterministic function of the prefix, so looking its logits up in a table is
@@ -22,14 +23,11 @@ class MemoModel:
     separately.)"""
 
     def __init__(self, model):
-        self.model, self.config, self.name = model, model.config, model.name
+        super().__init__(model)
         self.table = {}  # prefix tuple -> logits [n_vocab] of the next token
 
     def new_cache(self):
         return TokenCache()
-
-    def validate_ids(self, ids, n_past=0):
-        return self.model.validate_ids(ids, n_past)
 
     def next_logits(self, prefix):
         if prefix not in self.table:
@@ -65,23 +63,20 @@ class RecordingCache:
         self.owner.check_cache_after_rollback(self)
 
 
-class InstrumentedModel:
+class InstrumentedModel(ModelView):
     """Wraps a GPT2: logs every call in `log` (shared between draft and target), and checks
     that the KV cache always holds exactly the tokens fed to it and gives the logits of a
     fresh full forward pass, at every call and after every roll-back."""
 
     def __init__(self, model, label, log, atol=1e-5):
-        self.model, self.label, self.log, self.atol = model, label, log, atol
-        self.config, self.name = model.config, model.name
+        super().__init__(model)
+        self.label, self.log, self.atol = label, log, atol
         self.caches = []
         self.max_abs_diff = 0.0
 
     def new_cache(self):
         self.caches.append(RecordingCache(self))
         return self.caches[-1]
-
-    def validate_ids(self, ids, n_past=0):
-        return self.model.validate_ids(ids, n_past)
 
     def compare(self, logits, tokens):
         full = self.model(tokens)[-len(logits):]  # a fresh forward pass, no cache

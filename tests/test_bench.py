@@ -23,7 +23,6 @@ from picogpt.errors import PicoGPTError
 from picogpt.io.checkpoint import read_header
 from picogpt.io.params import expected_shapes, hf_config as hf_config_of
 from picogpt.model import load_checkpoint
-from picogpt.bench import decode
 from picogpt.measure import machine, speedup
 from picogpt.measure import results as stored
 
@@ -31,7 +30,7 @@ TINY = {"draft": dict(n_layer=1, n_head=2, n_embd=32), "target": dict(n_layer=2,
 SMALL_RUN = dict(n_runs=2, n_warmup=1, contexts=(8, 16), score_context=8, score_sizes=(2, 3, 5),
                  plain_score_sizes=(2, 5), ceiling_bytes=2_000_000, prompt_tokens=4,
                  end_to_end_temperatures=(1.0, 3.0), end_to_end_Ks=(1, 2, 4), end_to_end_N=8, end_to_end_repeats=2,
-                 with_torch=False, pause_s=0)
+                 pause_s=0)
 
 
 def hf_config(n_layer, n_head, n_embd):
@@ -193,7 +192,7 @@ def test_bench_command_writes_json(tiny_pair, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(bench, "settings", lambda quick=False, **o: small(quick, **{**SMALL_RUN, **o}))
     paths = [str(path.parent) for path in tiny_pair.values()]
-    assert main(["bench", "--models", *paths, "--no-torch", "--json", "--out", str(tmp_path)]) == 0
+    assert main(["bench", "--models", *paths, "--json", "--out", str(tmp_path)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert set(printed["models"]) == {"draft", "target"}
     assert json.loads((tmp_path / "bench.json").read_text())["models"].keys() == printed["models"].keys()
@@ -208,57 +207,6 @@ def test_contexts_longer_than_a_model_are_skipped_not_an_error(tiny_pair):
                               log=lambda text: None, **settings)
     decode = next(iter(results["models"].values()))["engines"]["picogpt"]["decode"]
     assert list(decode) == [16]
-
-
-def test_mapped_models_are_also_measured_with_their_weights_in_memory(tmp_path, monkeypatch):
-    monkeypatch.setattr(decode, "ANNOUNCE_BYTES", 0)  # as for GPT-2 small and XL: big enough to copy
-    paths = [str(checkpoints.random_checkpoint(label, tmp_path / label, hf_config(**shape)).parent)
-             for label, shape in TINY.items()]
-    results = bench.run_bench(paths, pair=None, teaching_pair=None, log=lambda text: None,
-                              **{**SMALL_RUN, "with_plain": False})
-    for m in results["models"].values():
-        assert set(m["engines"]) == {"picogpt", "picogpt-in-memory"}
-        assert m["ready"]["in_memory_copy_s"] > 0
-        assert m["ready"]["bytes_written_beside_checkpoint"] == 0
-        in_memory = m["engines"]["picogpt-in-memory"]
-        assert set(in_memory["decode"]) == {8, 16} and set(in_memory["score"]) == {2, 3, 5}
-        assert set(m["page_cache_after"]) == {m["path"]}
-    assert "picogpt-in-memory" in report.table(results)
-    assert "weights in 2 MB pages" in docs.decode_table(results, None)[0]
-
-
-def test_no_in_memory_engine_where_it_would_crowd_out_the_page_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(decode, "ANNOUNCE_BYTES", 0)
-    monkeypatch.setattr(machine, "memory_total_gb", lambda: 1.0)
-    path = checkpoints.random_checkpoint("target", tmp_path / "target", hf_config(**TINY["target"]))
-    results = bench.run_bench([str(path.parent)], pair=None, teaching_pair=None,
-                              log=lambda text: None, **{**SMALL_RUN, "with_plain": False})
-    m = results["models"]["target"]
-    assert set(m["engines"]) == {"picogpt"} and "in_memory_copy_s" not in m["ready"]
-    assert m["in_memory_skipped"].startswith("target: in-memory engine skipped, it needs")
-    assert "in memory skipped" in report.table(results)
-
-
-def test_paths_inside_the_repository_are_recorded_relative_to_it(tmp_path):
-    assert checkpoints.shown_path(checkpoints.REPO / "weights" / "x" / "model.safetensors") == "weights/x/model.safetensors"
-    assert checkpoints.shown_path(tmp_path / "m.safetensors") == str((tmp_path / "m.safetensors").resolve())
-
-
-def test_interleaved_times_the_second_call_and_keeps_the_first_apart(monkeypatch):
-    calls = []
-
-    def run():  # the first call of each pair is the slow one, as after a pause
-        calls.append(1)
-        return len(calls)
-
-    # a clock of its own: call n "takes" 1 s if it is the first of its pair, else 0.001 s
-    monkeypatch.setattr(rounds, "timed", lambda function: (lambda n: (1.0 if n % 2 else 0.001, n))(function()))
-    after_pause = {}
-    times = rounds.interleaved({"task": (run, lambda: None)}, n_runs=3, n_warmup=1, pause_s=0,
-                               after_pause=after_pause)
-    assert len(calls) == 8  # (1 warm-up + 3) rounds x 2 calls
-    assert after_pause["task"] == [1.0] * 3 and times["task"] == [0.001] * 3  # the warm-up round left out
-    assert len(rounds.interleaved({"task": (run, lambda: None)}, 3, 1, 0)["task"]) == 3 and len(calls) == 12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,7 +312,7 @@ def test_the_bench_by_default_leaves_git_status_as_it_was(tiny_pair, monkeypatch
     before = git("status", "--porcelain", "--untracked-files=all")
     committed = stored.BENCH_JSON.read_bytes()
     paths = [str(path.parent) for path in tiny_pair.values()]
-    assert main(["bench", "--quick", "--models", *paths, "--no-torch"]) == 0
+    assert main(["bench", "--quick", "--models", *paths]) == 0
     err = capsys.readouterr().err
     assert f"saved {stored.scratch_dir() / 'bench-quick.json'}" in err and "--save writes benchmarks/" in err
     assert git("status", "--porcelain", "--untracked-files=all") == before
@@ -375,7 +323,7 @@ def test_save_writes_the_committed_folder_and_names_the_renderer(tiny_pair, tmp_
     small_settings(monkeypatch)
     monkeypatch.setattr(stored, "BENCH_DIR", tmp_path)
     paths = [str(path.parent) for path in tiny_pair.values()]
-    assert main(["bench", "--save", "--models", *paths, "--no-torch", "--json"]) == 0
+    assert main(["bench", "--save", "--models", *paths, "--json"]) == 0
     assert set(json.loads((tmp_path / "bench.json").read_text())["models"]) == {"draft", "target"}
     assert "python tools/render_docs.py" in capsys.readouterr().err
 

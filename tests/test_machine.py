@@ -1,5 +1,5 @@
-"""Reading /proc: free memory, reclaim counters, and which share of the model's memory sits in
-2 MB pages (/proc/self/smaps)."""
+"""Reading /proc: free memory (picogpt/io/memory.py), reclaim counters and which share of the
+model's memory sits in 2 MB pages (/proc/self/smaps: tools/pages.py, for the measuring tools)."""
 
 import io
 import mmap
@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from picogpt.measure import machine
+import pages
+from pages import RECLAIM_COUNTERS, huge_page_fraction, memory_counters, parse_smaps
 from picogpt.io import memory
 from picogpt.io.memory import available_memory_bytes, meminfo_bytes
-from picogpt.measure.machine import RECLAIM_COUNTERS, huge_page_fraction, memory_counters, parse_smaps
 
 MEMINFO = """\
 MemTotal:       16000000 kB
@@ -72,12 +72,12 @@ def test_huge_page_fraction_counts_each_mapping_once():
 
 
 def fake_proc(monkeypatch, files):
-    """Make machine.py's open() read `files` ({path: text}); any other path is missing."""
+    """Make the modules' open() read `files` ({path: text}); any other path is missing."""
     def fake_open(path, *args, **kwargs):
         if path not in files:
             raise FileNotFoundError(path)
         return io.StringIO(files[path])
-    monkeypatch.setattr(machine, "open", fake_open, raising=False)
+    monkeypatch.setattr(pages, "open", fake_open, raising=False)
     monkeypatch.setattr(memory, "open", fake_open, raising=False)
 
 

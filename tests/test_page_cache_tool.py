@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from picogpt.measure import machine
+import pages
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "page_cache.py"
 MB = 2**20
@@ -55,7 +55,7 @@ def disk_dir(tmp_path):
 def test_evict_drops_a_file_from_the_page_cache(disk_dir):
     tool = load_tool()
     path = written_file(disk_dir / "file.bin", 4 * MB)
-    machine.read_through(path)
+    pages.read_through(path)
     assert tool.resident_bytes(path) == 4 * MB
     tool.evict(path)
     assert tool.resident_bytes(path) == 0
@@ -80,7 +80,7 @@ def test_it_counts_what_the_notebook_reads_and_nothing_else(disk_dir, monkeypatc
     nbformat.write(notebook, nb_path)
     out = disk_dir / "page-cache.json"
     for name in sizes:
-        machine.read_through(disk_dir / name / "model.safetensors")  # the tool must evict these first
+        pages.read_through(disk_dir / name / "model.safetensors")  # the tool must evict these first
     executed = disk_dir / "executed.ipynb"
     tool.main(["--notebook", str(nb_path), "--out", str(out), "--executed", str(executed)])
     result = json.loads(out.read_text())

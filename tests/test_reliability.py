@@ -97,7 +97,7 @@ def test_bench_with_zero_runs_is_refused_before_measuring(capsys, monkeypatch):
     import picogpt.bench
 
     monkeypatch.setattr(picogpt.bench, "run_bench", lambda *a, **k: pytest.fail("bench ran with --runs 0"))
-    code, _, err = run_main(capsys, "bench", "--runs", "0", "--models", "tiny-draft", "--no-torch")
+    code, _, err = run_main(capsys, "bench", "--runs", "0", "--models", "tiny-draft")
     assert code == 2 and "--runs 0" in one_error_line(err)
 
 

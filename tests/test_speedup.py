@@ -9,9 +9,9 @@ import pytest
 
 from helpers import random_gpt2
 from picogpt import sampling, speculative, theory
-from picogpt.measure import results
 from picogpt.errors import PicoGPTError
-from picogpt.measure import speedup
+from picogpt.measure import results, speedup
+from picogpt.model import ModelView
 
 PROMPT = [1, 2, 3]
 
@@ -26,20 +26,13 @@ class FakeClock:
         return self.now
 
 
-class Clocked:
+class Clocked(ModelView):
     """A model whose every call costs `base + per_position * (n_new - 1)` seconds of the fake
     clock, plus `prefill` when its cache is empty (the call that reads the prompt)."""
 
     def __init__(self, model, clock, base, per_position, prefill=100.0):
-        self.model, self.clock = model, clock
-        self.base, self.per_position, self.prefill = base, per_position, prefill
-        self.config, self.name = model.config, model.name
-
-    def new_cache(self):
-        return self.model.new_cache()
-
-    def validate_ids(self, ids, n_past=0):
-        return self.model.validate_ids(ids, n_past)
+        super().__init__(model)
+        self.clock, self.base, self.per_position, self.prefill = clock, base, per_position, prefill
 
     def __call__(self, ids, cache):
         self.clock.now += self.base + self.per_position * (len(ids) - 1) + (self.prefill if len(cache) == 0 else 0)

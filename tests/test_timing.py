@@ -9,6 +9,7 @@ from picogpt.errors import PicoGPTError
 from picogpt.measure import machine, timing
 from picogpt.measure.machine import BANDWIDTH_SHAPE, measure_bandwidth_gbs, measure_matmul_gflops
 from picogpt.measure.timing import median_seconds, time_per_token_s
+from picogpt.model import ModelView
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +37,14 @@ def clock(monkeypatch):
     return fake
 
 
-class CountingModel:
+class CountingModel(ModelView):
     """Wraps a model and records the length of every call, to see what was timed. Each call
     advances the clock by the number of positions the model attends over (cache + new ids),
     so a timing says which call was timed."""
 
     def __init__(self, model, clock):
-        self.model, self.clock, self.calls = model, clock, []
-
-    def new_cache(self):
-        return self.model.new_cache()
+        super().__init__(model)
+        self.clock, self.calls = clock, []
 
     def __call__(self, ids, cache=None):
         self.calls.append((len(ids), None if cache is None else len(cache)))

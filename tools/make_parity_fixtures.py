@@ -14,9 +14,9 @@ saved three ways, plus the logits Hugging Face computes for a fixed id sequence:
 
 tests/test_parity.py compares picogpt against these without torch. Re-run after changing a
 config, with the project's environment (`make .venv/.installed`) plus torch and transformers
-(the `bench` extra; see pyproject.toml for the CPU build of torch):
+(the `reference` extra; see pyproject.toml for the CPU build of torch):
 
-    .venv/bin/python -m pip install -e '.[bench]'
+    .venv/bin/python -m pip install -e '.[reference]'
     .venv/bin/python tools/make_parity_fixtures.py
 """
 

@@ -36,6 +36,7 @@ from picogpt.measure.results import results_path
 from picogpt.course.pair import ENV as COURSE_MODELS_ENV, PAIRS
 from picogpt.io.atomic import write_text_atomically
 from picogpt.io.registry import checkpoint_path, is_available
+import pages
 from picogpt.measure import machine
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,8 +59,8 @@ def evict(path):
 
 
 def resident_bytes(path):
-    """Bytes of the file in the page cache (machine.page_cache_bytes: util-linux's fincore)."""
-    resident = machine.page_cache_bytes(path)
+    """Bytes of the file in the page cache (pages.page_cache_bytes: util-linux's fincore)."""
+    resident = pages.page_cache_bytes(path)
     if resident is None:
         sys.exit("page_cache: this needs util-linux's fincore (Linux), which was not found or failed")
     return resident
@@ -81,7 +82,7 @@ def pair_folders(weights_dir):
 def sample_cached(stop, samples, every_s=0.5):
     """Append /proc/meminfo's Cached (bytes) to samples until stop is set."""
     while not stop.is_set():
-        samples.append(machine.meminfo_bytes().get("Cached", 0))
+        samples.append(pages.meminfo_bytes().get("Cached", 0))
         stop.wait(every_s)
 
 
@@ -120,7 +121,7 @@ def main(argv=None):
             evict(f)
         before = {f: resident_bytes(f) for f in files}
         env = dict(os.environ, **{COURSE_MODELS_ENV: "gpt2", "PICOGPT_WEIGHTS_DIR": str(weights_dir)})
-        cached_before = machine.meminfo_bytes().get("Cached", 0)
+        cached_before = pages.meminfo_bytes().get("Cached", 0)
         seconds, samples = run_notebook(Path(args.notebook), env, Path(tmp))
         after = {f: resident_bytes(f) for f in files}
         if args.executed:

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from picogpt.bench.checkpoints import resolve_models
-from picogpt.bench.decode import prompt_ids
-from picogpt.bench.engines import NumpyEngine
+import pages
+from picogpt.bench.decode import Engine, prompt_ids
 from picogpt.measure.results import results_path
 from picogpt.io.atomic import write_text_atomically
 from picogpt.bench.rounds import ceiling_tasks, describe_ceiling, interleaved
@@ -81,7 +81,7 @@ def main():
         print(f"copying {n_bytes / 1e9:.1f} GB of weights into memory in {name}", file=sys.stderr, flush=True)
         copy = load_checkpoint(path)
         copy.fast_params = map_leaves(copier(n_bytes, advice, scatter), model.fast_params)
-        engines[name] = NumpyEngine(copy)
+        engines[name] = Engine(copy)
     ids = prompt_ids(129, model.config.n_vocab)
     for engine in engines.values():
         engine.start(ids[:128])
@@ -99,7 +99,7 @@ def main():
     for name, engine in engines.items():
         median = float(np.median(times[(name, 1)]))
         results["engines"][name] = {"median_s": median, "vs_floor": median / floor_s, "runs_s": times[(name, 1)],
-                                    "huge_page_fraction": machine.huge_page_fraction(engine.weights)}
+                                    "huge_page_fraction": pages.huge_page_fraction(leaves(engine.model.fast_params))}
     out = results_path("page-sizes.json", args.save, args.out)
     write_text_atomically(out, json.dumps(results, indent=1) + "\n")
     if args.save:

@@ -112,14 +112,12 @@ def run_summary(results, source):
     """What ran, where, and the bandwidth ceiling beside it."""
     machine, s, c = results["machine"], results["settings"], results["ceiling"]
     beside = [m["ceiling"]["gb_per_s"] for m in results["models"].values()]
-    torch = machine["versions"].get("torch")
     lines = [f"- command: `{results['command']}`"
              + (f", {results['seconds'] / 60:.0f} minutes" if "seconds" in results else ""),
              f"- machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gb']:.0f} GB of memory; "
              f"picogpt on {machine['threads_used']} threads, {machine.get('kernel', 'numpy')} kernel for "
              f"few-row products; numpy {machine['versions']['numpy']}, BLAS {machine['blas'].get('name')} "
-             f"({machine['blas'].get('runtime core')}); "
-             + (f"torch {torch}" if torch else "torch not installed (no transformers row)"),
+             f"({machine['blas'].get('runtime core')})",
              f"- timing: medians of {s['n_runs']} interleaved rounds after {s['n_warmup']} warm-up round; in each "
              f"round every task runs twice in a row after a {s['pause_s']:g} s pause and the second call "
              "is the figure (the first is kept as `after_pause`); brackets hold the interquartile range",
@@ -133,36 +131,33 @@ def run_summary(results, source):
 
 def decode_table(results, source):
     """Per model and engine: one-token decode per context, GB/s and x floor, scoring K + 1
-    positions as a multiple of one decode, the share of the weights in 2 MB pages."""
+    positions as a multiple of one decode."""
     contexts = sorted({int(ctx) for m in results["models"].values() for e in m["engines"].values()
                        for ctx in e["decode"]})
     sizes = [n for n in (2, 5, 9) if any(n in by_int(e["score"]) for m in results["models"].values()
                                          for e in m["engines"].values())]
     header = ["model", "engine", *(f"decode, context {ctx}" for ctx in contexts), f"GB/s (context {contexts[0]})",
-              "x floor", f"score {' / '.join(map(str, sizes))} positions, x decode", "weights in 2 MB pages"]
+              "x floor", f"score {' / '.join(map(str, sizes))} positions, x decode"]
     rows = []
     for label, m in results["models"].items():
         for engine, e in m["engines"].items():
             decode, score = by_int(e["decode"]), by_int(e["score"])
             first = decode[min(decode)]
-            huge = e.get("huge_page_fraction")
             rows.append([label, engine, *(with_spread(decode[ctx]["runs_s"]) if ctx in decode else "-" for ctx in contexts),
                          f"{first['gb_per_s']:.1f}", f"{first['vs_floor']:.2f}",
-                         " / ".join(f"{score[n]['ratio_to_decode']:.2f}" if n in score else "-" for n in sizes),
-                         "-" if huge is None else f"{huge:.0%}"])
+                         " / ".join(f"{score[n]['ratio_to_decode']:.2f}" if n in score else "-" for n in sizes)])
     return table_lines(header, rows)
 
 
 def ready_table(results, source):
-    """Per model: mapping the file, preparing, the first token, and the in-memory copy."""
+    """Per model: mapping the file, preparing, the first token."""
     header = ["model", "weights", "load (map the file)", "prepare", "first token", "plain path: first token",
-              "in memory: copy", "bytes written beside the checkpoint"]
+              "bytes written beside the checkpoint"]
     rows = []
     for label, m in results["models"].items():
         r = m["ready"]
-        copy = f"{r['in_memory_copy_s']:.1f} s" if "in_memory_copy_s" in r else "-"
         rows.append([label, m["source"], f"{r['load_s']:.2f} s", f"{r['prepare_s']:.2f} s",
-                     f"{r['first_token_s']:.2f} s", f"{r['plain_first_token_s']:.2f} s", copy,
+                     f"{r['first_token_s']:.2f} s", f"{r['plain_first_token_s']:.2f} s",
                      f"{r['bytes_written_beside_checkpoint']:,}"])
     prompt = next(iter(results["models"].values()))["ready"]["prompt_tokens"] if results["models"] else 0
     return [f"First token after a prompt of {prompt} tokens, the checkpoint's file in the OS page cache:", "",

@@ -1,19 +1,35 @@
 """One model's figures: time to ready, one-token decode and scoring K + 1 positions in one
-cached call, per engine, beside the bandwidth ceiling (its floor: weight bytes per token /
-ceiling), in interleaved rounds."""
+cached call, on picogpt's fast path and its plain path (gpt2.py with np.matmul on the same
+arrays), beside the bandwidth ceiling (its floor: weight bytes per token / ceiling), in
+interleaved rounds."""
 
-import time
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import PicoGPTError
-from ..model import ANNOUNCE_BYTES, GPT2, load_checkpoint
 from ..measure import machine
-from .checkpoints import shown_path
-from .engines import NumpyEngine, make_engines
 from ..measure.timing import timed
+from ..model import load_checkpoint
+from .checkpoints import shown_path
 from .rounds import ceiling_tasks, describe_ceiling, interleaved, summary
+
+
+class Engine:
+    """A model with its KV cache: start(ids) (a fresh cache holding ids), forward(ids) (a cached
+    call) and rollback(n) (keep the first n positions); plain=True runs the reference path."""
+
+    def __init__(self, model, plain=False):
+        self.model, self.forward_fn, self.cache = model, model.plain if plain else model, None
+
+    def start(self, ids):
+        self.cache = self.model.new_cache()
+        self.forward_fn(ids, self.cache)
+
+    def forward(self, ids):
+        return self.forward_fn(ids, self.cache)
+
+    def rollback(self, n):
+        self.cache.truncate(n)
 
 
 def files_beside(path):
@@ -27,29 +43,22 @@ def prompt_ids(n_tokens, n_vocab):
 
 
 def time_to_ready(path, n_prompt):
-    """Time to a ready model and to the first token (prompt prefill), with the files in the OS
-    page cache (how much of them was there before is recorded), two ways:
+    """Time to a ready model and to the first token (prompt prefill), two ways:
     - picogpt as used: load (memory-map the checkpoint) + prepare + the first token;
     - the plain path: load + first token straight from the mapped checkpoint.
     Also the bytes of any file that appeared beside the checkpoint meanwhile (there should be
     none: the fast path reads the checkpoint's own arrays)."""
     folder_before = files_beside(path)
-    files = [path]
-    found_in_page_cache = [machine.page_cache_fraction(file) for file in files]
-    for file in files:
-        machine.read_through(file)  # measure warm: a cold start adds reading the files from disk
     load_s, model = timed(load_checkpoint, path)
     prompt = prompt_ids(n_prompt, model.config.n_vocab)
     prepare_s, _ = timed(model.prepare)
     first_s, _ = timed(lambda: model(prompt, model.new_cache()))
-    plain_load_s, plain_model = timed(load_checkpoint, path)
-    plain_first_s, _ = timed(lambda: plain_model.plain(prompt, plain_model.new_cache()))
-    del plain_model
+    plain_load_s, plain = timed(load_checkpoint, path)
+    plain_first_s, _ = timed(lambda: plain.plain(prompt, plain.new_cache()))
     written = {name: size for name, size in files_beside(path).items() if folder_before.get(name) != size}
     return model, {
         "prompt_tokens": len(prompt), "written_beside_checkpoint": written,
         "bytes_written_beside_checkpoint": sum(written.values()),
-        "found_in_page_cache": dict(zip(map(shown_path, files), found_in_page_cache)), "page_cache": "warm",
         "load_s": load_s, "prepare_s": prepare_s, "ready_s": load_s + prepare_s,
         "first_token_s": load_s + prepare_s + first_s,
         "plain_ready_s": plain_load_s, "plain_first_token_s": plain_load_s + plain_first_s}
@@ -90,50 +99,17 @@ def describe_engine(per_context, bytes_per_token, ceiling_gb_per_s):
     return out
 
 
-def in_memory_copy(model, s, files):
-    """The model again, loaded with in_memory=True and prepared (its weights copied in), and
-    {seconds to copy}; (None, None) if the model's weights are not mapped, and (None, why) if the
-    copy would not leave the mapped files room in the page cache (the other engines read them)."""
-    n_bytes = model.nbytes
-    if not (s["with_in_memory"] and model.checkpoint and n_bytes >= ANNOUNCE_BYTES):
-        return None, None
-    total_gb = machine.memory_total_gb()
-    needed = n_bytes + sum(Path(f).stat().st_size for f in files) + s["ceiling_bytes"] + 2 * 2**30
-    if total_gb is None or needed > total_gb * 2**30:
-        return None, f"{model.name}: in-memory engine skipped, it needs {needed / 2**30:.1f} GiB of memory"
-    copy = GPT2(model.params, model.config, model.name, model.checkpoint, in_memory=True)
-    try:
-        copy_s, _ = timed(copy.prepare)
-    except PicoGPTError as e:
-        return None, f"{model.name}: in-memory engine skipped ({e})"
-    return copy, {"in_memory_copy_s": copy_s}
-
-
-def memory_while_timing(before, after):
-    """Free memory when the timing started, and how much page-cache reclaim and how many disk
-    reads (major faults) happened while it ran; None where the OS does not say."""
-    if before is None or after is None:
-        return None
-    return {"free_gb_before": before["MemFree_bytes"] / 1e9, "available_gb_before": before["MemAvailable_bytes"] / 1e9,
-            **{name: after[name] - before[name] for name in machine.RECLAIM_COUNTERS if name in before}}
-
-
 def bench_model(label, path, source, s, ceiling, log):
     """(the loaded model, its figures): ready, then decode and scoring per engine and context
-    beside the ceiling's products, the page cache and memory while timing."""
+    beside the ceiling's products."""
     log(f"{label}: loading {path}")
     load_at_start = machine.load_average()
     model, ready = time_to_ready(path, s["prompt_tokens"])
     # contexts that leave room for the scored positions (the teaching pair's n_ctx is 384)
     contexts = [n for n in s["contexts"] if n + 16 <= model.config.n_ctx] or [model.config.n_ctx - 16]
     ids = np.random.default_rng(0).integers(0, model.config.n_vocab, size=max(contexts) + 16)
-    files = [path]
-    copy, copied = in_memory_copy(model, s, files)  # copied: its times, or why not
-    if copy is not None:
-        ready.update(copied)
-    engines, torch_note = make_engines(model, s, copy)
+    engines = {"picogpt": Engine(model), **({"picogpt-plain": Engine(model, plain=True)} if s["with_plain"] else {})}
     per_engine, ceiling_times = {name: {} for name in engines}, {}
-    memory_before = machine.memory_counters()
     for context in contexts:
         log(f"{label}: decode and score at context {context} ({', '.join(engines)}, ceiling)")
         for (name, n), (runs, first_runs) in decode_and_score(engines, ids, s, context, ceiling).items():
@@ -142,25 +118,10 @@ def bench_model(label, path, source, s, ceiling, log):
             else:
                 per_engine[name].setdefault(context, {})[n] = {**summary(runs), "after_pause": summary(first_runs)}
     beside = describe_ceiling(ceiling_times, ceiling[0])
-    memory = memory_while_timing(memory_before, machine.memory_counters())
-    huge_pages = {name: machine.huge_page_fraction(engine.weights)
-                  for name, engine in engines.items() if isinstance(engine, NumpyEngine)}
-    page_cache_after = {shown_path(file): machine.page_cache_fraction(file) for file in files}
-    del engines, copy
-    bytes_per_token = model.bytes_per_token
-    c = model.config
-    result = {"source": source, "path": shown_path(path), "load_average_at_start": load_at_start,
-              "config": {k: getattr(c, k) for k in
-              ("n_layer", "n_head", "n_embd", "n_ctx", "n_vocab")}, "n_params": model.n_params,
-              "weight_bytes_per_token": bytes_per_token, "ready": ready, "ceiling": beside,
-              "floor_s": bytes_per_token / 1e9 / beside["gb_per_s"],
-              "engines": {name: describe_engine(runs, bytes_per_token, beside["gb_per_s"])
-                          for name, runs in per_engine.items()},
-              "page_cache_after": page_cache_after, "memory_while_timing": memory}
-    for name, fraction in huge_pages.items():
-        result["engines"][name]["huge_page_fraction"] = fraction  # of its weights' memory
-    if torch_note:
-        result["torch_skipped"] = torch_note
-    if isinstance(copied, str):
-        result["in_memory_skipped"] = copied
-    return model, result
+    bytes_per_token, c = model.bytes_per_token, model.config
+    return model, {"source": source, "path": shown_path(path), "load_average_at_start": load_at_start,
+                   "config": {k: getattr(c, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx", "n_vocab")},
+                   "n_params": model.n_params, "weight_bytes_per_token": bytes_per_token, "ready": ready,
+                   "ceiling": beside, "floor_s": bytes_per_token / 1e9 / beside["gb_per_s"],
+                   "engines": {name: describe_engine(runs, bytes_per_token, beside["gb_per_s"])
+                               for name, runs in per_engine.items()}}

@@ -44,8 +44,7 @@ def save(results, folder=None, stem="bench"):
 # The figure
 # ---------------------------------------------------------------------------------------------
 
-ENGINES = {"picogpt": ("-o", "C0"), "picogpt-in-memory": ("-.D", "C2"), "picogpt-plain": (":s", "C7"),
-           "torch": ("--^", "C1")}  # engine: (line style, colour) in the figure
+ENGINES = {"picogpt": ("-o", "C0"), "picogpt-plain": (":s", "C7")}  # engine: (line style, colour) in the figure
 
 
 def plot(results, path):
@@ -122,8 +121,6 @@ def table(results):
     for label, m in results["models"].items():
         r = m["ready"]
         made = f"; {r['bytes_written_beside_checkpoint']:,} bytes written beside the checkpoint"
-        if "in_memory_copy_s" in r:
-            made += f"; in_memory=True: copied in {r['in_memory_copy_s']:.1f} s"
         lines += [f"{label} ({m['source']}): {m['weight_bytes_per_token'] / 1e9:.2f} GB read per token; "
                   f"ceiling beside it {ceiling_text(m['ceiling'])}; floor {m['floor_s'] * 1e3:.1f} ms",
                   f"  ready: load {r['load_s']:.2f} s + prepare {r['prepare_s']:.2f} s = {r['ready_s']:.2f} s{made}; "
@@ -132,9 +129,7 @@ def table(results):
         for engine, e in m["engines"].items():
             decode = ", ".join(f"ctx {ctx}: {d['median_s'] * 1e3:.1f} ms = {d['gb_per_s']:.1f} GB/s "
                                f"({d['vs_floor']:.2f}x floor)" for ctx, d in e["decode"].items())
-            huge = e.get("huge_page_fraction")
-            pages = f"; {huge:.0%} of its weights in 2 MB pages" if huge is not None else ""
-            lines.append(f"  {engine:17s} decode {decode}{pages}")
+            lines.append(f"  {engine:17s} decode {decode}")
             if e["score"]:
                 score = " ".join(f"{n}:{v['ratio_to_decode']:.2f}" for n, v in e["score"].items())
                 lines.append(f"  {'':17s} K+1 positions: time / decode  {score}")
@@ -143,17 +138,6 @@ def table(results):
                 five = e["score"].get(5, {}).get("after_pause")
                 lines.append(f"  {'':17s} first call after the pause: decode {first['after_pause']['median_s'] * 1e3:.1f} ms"
                              + (f", 5 positions {five['ratio_to_decode']:.2f}x that" if five else ""))
-        memory = m.get("memory_while_timing")
-        if memory and (memory.get("pgscan_file") or memory.get("pgmajfault")):
-            lines.append(f"  while timing: {memory.get('pgscan_file', 0):,} page-cache pages scanned for reclaim, "
-                         f"{memory.get('pgmajfault', 0):,} major faults (free memory at the start "
-                         f"{memory['free_gb_before']:.1f} GB)")
-        evicted = [file for file, fraction in m["page_cache_after"].items() if fraction is not None and fraction < 0.99]
-        if evicted:
-            lines.append(f"  warning: partly evicted from the page cache while measuring: {', '.join(evicted)}")
-        for key in ("torch_skipped", "in_memory_skipped"):
-            if key in m:
-                lines.append(f"  {key.replace('_', ' ')}: {m[key]}")
     for label, m in measurements(results):
         lines += ["", *speedup.text_lines(m, label)]
     lines.append("")

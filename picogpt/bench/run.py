@@ -7,10 +7,9 @@ and the questions are: how close to that floor does one token get, what do 2..9 
 cost, and what does speculative sampling deliver end to end? Measured in one run:
 - the bandwidth ceiling (measure/machine.py's one-row products, over >= 1.5 GB; rounds.py);
 - per model (decode.py): time to ready, one-token decode and K + 1 positions in one cached call,
-  in interleaved rounds beside the ceiling, on each engine (engines.py): picogpt's fast path,
-  the same with its weights copied into memory (for mapped models, if memory allows), its
-  plain path and PyTorch + transformers when installed. The models: GPT-2 small and XL (real if
-  downloaded, else random weights of the published shapes: checkpoints.py) and the teaching pair;
+  in interleaved rounds beside the ceiling, on picogpt's fast path and its plain path. The
+  models: GPT-2 small and XL (real if downloaded, else random weights of the published shapes:
+  checkpoints.py) and the teaching pair;
 - end to end (end_to_end.py, with measure/speedup.py's one measurement): speculative against
   autoregressive sampling, GPT-2 small drafting for XL on random weights at the temperatures
   that set alpha, and the teaching pair, with in-loop costs, breakdown and predicted speedup.
@@ -19,7 +18,6 @@ The results go to a scratch folder, or with `--save` to benchmarks/bench.json an
 """
 
 import datetime
-import os
 import sys
 import time
 
@@ -30,7 +28,6 @@ from ..measure import machine
 from .checkpoints import resolve_models
 from .decode import bench_model
 from .end_to_end import end_to_end
-from .engines import TORCH_ENV, torch_available
 from .rounds import PAUSE_S, ceiling_tasks, describe_ceiling, interleaved
 
 
@@ -40,7 +37,7 @@ def settings(quick=False, **overrides):
                   score_sizes=(2, 3, 5, 9) if quick else tuple(range(2, 10)), score_context=128,
                   plain_score_sizes=(2, 5, 9),  # the plain path's GEMM is slow: fewer sizes
                   ceiling_bytes=int(0.75e9 if quick else 1.6e9), prompt_tokens=8,
-                  with_torch=True, with_plain=True, with_in_memory=True,
+                  with_plain=True,
                   pause_s=PAUSE_S / 4 if quick else PAUSE_S,  # a first look shortens the pauses too
                   # end to end on random weights the temperature sets alpha: the flatter both
                   # distributions, the more two random models agree (bench.json records alpha_hat)
@@ -62,14 +59,11 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     start = time.perf_counter()
     s = settings(quick, **overrides)
-    if s["with_torch"]:
-        torch_available()  # import it now, with TORCH_ENV, before anything else starts threads
     models, notes = resolve_models(names)
     results = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "command": "python -m picogpt bench" + (" --quick" if quick else ""),
                "machine": {**machine.machine_info(), "threads_used": threads.n_threads(),
-                           "kernel": compiled.name(),
-                           "torch_env": {key: os.environ.get(key) for key in TORCH_ENV}},
+                           "kernel": compiled.name()},
                "load_average_before": machine.load_average(),
                "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()},
                "pairs": {"main": list(pair) if pair else None, "teaching": list(teaching_pair) if teaching_pair else None},

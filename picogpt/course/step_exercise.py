@@ -28,6 +28,7 @@ from itertools import product
 import numpy as np
 
 from .. import rejection, speculative
+from ..model import ModelView
 from ..speculative import token_ids
 from ..sampling import sample
 from .chi_square import chi_square_sf, chi_square_test
@@ -431,17 +432,12 @@ def solution():
 # ---------------------------------------------------------------------------------------------
 
 
-class Recording:
+class Recording(ModelView):
     """Wraps a model: records, for every call, how many tokens its cache held and how many ids came in."""
 
     def __init__(self, model):
-        self.model, self.config, self.name, self.calls = model, model.config, model.name, []
-
-    def new_cache(self):
-        return self.model.new_cache()
-
-    def validate_ids(self, ids, n_past=0):
-        return self.model.validate_ids(ids, n_past)
+        super().__init__(model)
+        self.calls = []
 
     def __call__(self, ids, cache):
         self.calls.append((len(cache), len(ids)))
