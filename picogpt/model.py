@@ -205,8 +205,8 @@ class ModelView:
     def validate_ids(self, ids, n_past=0):
         return self.model.validate_ids(ids, n_past)
 
-    def __call__(self, ids, cache=None):
-        return self.model(ids, cache)
+    def __call__(self, ids, cache=None, positions=None, mask=None):
+        return self.model(ids, cache, positions, mask)
 
 
 def copied_into_memory(params, name):

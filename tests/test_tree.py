@@ -10,7 +10,7 @@ import pytest
 from helpers import random_gpt2
 from helpers_sampling import MemoModel, chi_square_test, joint_distribution
 from picogpt import PicoGPTError, autoregressive_sampling, load, speculative_sampling, tokenizer
-from picogpt.model import load_checkpoint
+from picogpt.model import ModelView, load_checkpoint
 from picogpt.rejection import residual
 from picogpt.sampling import distribution, sample
 from picogpt.tree import (ROOT, Tree, TreeDraft, attention_mask, positions, score_tree, tree_call, tree_sampling,
@@ -198,17 +198,12 @@ def test_the_walk_follows_accepted_children_and_ends_with_one_token():
     assert branch == [1, 2] and token == 0  # 1 rejected, 2 accepted, 3 accepted, then the extra token from q at node 2
 
 
-class Counting:
+class Counting(ModelView):
     """A model that counts its calls and the rows of each."""
 
     def __init__(self, model):
-        self.model, self.config, self.name, self.calls = model, model.config, model.name, []
-
-    def new_cache(self):
-        return self.model.new_cache()
-
-    def validate_ids(self, ids, n_past=0):
-        return self.model.validate_ids(ids, n_past)
+        super().__init__(model)
+        self.calls = []
 
     def __call__(self, ids, cache, positions=None, mask=None):
         self.calls.append(len(ids))
@@ -225,12 +220,13 @@ def test_each_loop_makes_one_draft_call_per_level_and_one_target_call(pair, shap
     assert all(loop.n_nodes == sum(sizes) for loop in result.loops)
 
 
-class BranchChecked:
+class BranchChecked(ModelView):
     """Wraps a GPT2: every row of every call must give the logits of a fresh full forward pass
     over the tokens that row sees (its branch), so a cache holding any wrong token shows."""
 
     def __init__(self, model):
-        self.model, self.config, self.name, self.checked = model, model.config, model.name, 0
+        super().__init__(model)
+        self.checked = 0
 
     def new_cache(self):
         cache = self.model.new_cache()
@@ -242,9 +238,6 @@ class BranchChecked:
             cache.tokens[start:] = [cache.tokens[start + i] for i in rows]
         cache.keep = keep_tokens
         return cache
-
-    def validate_ids(self, ids, n_past=0):
-        return self.model.validate_ids(ids, n_past)
 
     def __call__(self, ids, cache, positions=None, mask=None):
         logits = self.model(ids, cache, positions, mask)

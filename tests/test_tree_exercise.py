@@ -152,3 +152,9 @@ def test_the_learners_step_runs_in_the_tree_loop():
 def test_solution_prints_the_library_step(capsys):
     tree_exercise.solution()
     assert "def accept_among" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, right", [(2 / 3, True), (0.6667, True), (5 / 6, False), (0.8, False), (0.5, False),
+                                           (None, False)])
+def test_the_second_candidate_question(answer, right):
+    assert tree_exercise.check_second_candidate(answer).ok is right

@@ -27,6 +27,7 @@ import numpy as np
 from .. import rejection
 from ..sampling import sample
 from .chi_square import chi_square_sf, chi_square_test
+from .exercises import check_number
 
 # ---------------------------------------------------------------------------------------------
 # The step and the classic ways to get it wrong, each with its exact distribution
@@ -223,3 +224,29 @@ def name_of(fn):
 def solution():
     """The library's own multi-candidate step: print it when you are stuck."""
     print(inspect.getsource(rejection.accept_among))
+
+
+# ---------------------------------------------------------------------------------------------
+# A question to answer by hand first
+# ---------------------------------------------------------------------------------------------
+
+def check_second_candidate(answer, p=(0.5, 0.3, 0.2), q=(0.1, 0.5, 0.4), candidates=(0, 1)):
+    """Two candidates drawn without replacement from p, c_1 = token 0 then c_2 = token 1, and the
+    target's q. What is the probability that the multi-candidate step emits token 1 (c_2)?"""
+    c = case(p, q, list(candidates))
+    first, second = candidates
+    expected = float(rejection.output_distribution_among(c.candidates, c.p, c.q)[second])
+    a_1 = rejection.accept_probability(c.p[0], c.q, first)
+    q_2 = rejection.residual(c.p[0], c.q)
+    a_2 = rejection.accept_probability(c.p[1], q_2, second)
+    how = ("c_1 first: kept with min(1, q(c_1)/p(c_1)). Only if it is rejected is c_2 tried, against the "
+           "residual q_2 = (q − p)+, with its own row p_2 = p without c_1, renormalised.")
+    solution = (f"P(reject c_1) = 1 − min(1, {q[first]}/{p[first]}) = {1 - a_1:g}; q_2 = (q − p)+ = "
+                f"{np.round(q_2, 3).tolist()}, p_2 = {np.round(c.p[1], 3).tolist()}, so c_2 is kept with "
+                f"min(1, {q_2[second]:.3g}/{c.p[1][second]:.3g}) = {a_2:.4g}. Together {1 - a_1:g} × {a_2:.4g} = {expected:.4f}.")
+    mistakes = [(a_2, "that is the chance c_2 is kept once it is tried; it is tried only after c_1 is rejected"),
+                ((1 - a_1) * min(1, q[second] / p[second]), "c_2 is judged against what is still missing, "
+                 "q_2 = (q − p)+, and with its own row p_2 (p without c_1), not against q and p"),
+                (q[second], "that is q(1); for these two candidates the step emits token 1 with another "
+                 "probability (q comes out only averaged over the candidates' drawing)")]
+    return check_number(answer, expected, how, solution, mistakes)

@@ -6,7 +6,7 @@ Notation (Chen et al. 2023): p is the draft's distribution, q the target's, (f)+
 """
 
 from dataclasses import dataclass
-from itertools import permutations
+from itertools import permutations, product
 
 import numpy as np
 
@@ -85,9 +85,18 @@ def drawn_without_replacement(p, m):
     return out
 
 
+def drawn_independently(p, m):
+    """Every way to draw m candidates independently from p (a token may come twice): [(candidates,
+    rows [m, V] each was drawn from (p every time), probability)]."""
+    p = np.asarray(p, np.float64)
+    return [(candidates, np.array([p] * m), float(np.prod(p[list(candidates)])))
+            for candidates in product(np.flatnonzero(p).tolist(), repeat=m)]
+
+
 @dataclass(frozen=True)
 class CandidatesPanel:
-    """The token one node emits when m candidates are drawn from p without replacement, by `rule`."""
+    """The token one node emits when m candidates are drawn from p (without replacement unless
+    `independent`), judged by `rule`."""
     p: np.ndarray
     q: np.ndarray
     m: int
@@ -95,25 +104,27 @@ class CandidatesPanel:
     output: np.ndarray  # the exact distribution of the emitted token [n_vocab]
     kept: float  # P(the emitted token is one of the candidates): the chance the walk goes deeper
     tv: float  # TV(output, q): 0 for the right rule
+    independent: bool = False
 
 
-def candidates_panel(p, q, m, rule=MULTI_STEP.name):
+def candidates_panel(p, q, m, rule=MULTI_STEP.name, independent=False):
     """Enumerate every drawing of the m candidates and add up `rule`'s exact output (RULES)."""
     if rule not in RULES:
         raise PicoGPTError(f"rule {rule!r}: expected one of {', '.join(RULES)}")
     q = np.asarray(q, np.float64)
     output, kept = np.zeros_like(q), 0.0
-    for candidates, rows, probability in drawn_without_replacement(p, m):
+    for candidates, rows, probability in (drawn_independently if independent else drawn_without_replacement)(p, m):
         emitted = RULES[rule].output_distribution(candidates, rows, q)
         output += probability * emitted
         kept += probability * sum(emitted[x] for x in candidates)
     return CandidatesPanel(np.asarray(p, np.float64), q, m, rule, output, float(kept),
-                           float(0.5 * np.abs(output - q).sum()))
+                           float(0.5 * np.abs(output - q).sum()), independent)
 
 
 def candidates_readout(panel):
     """The sentence the candidates explorer shows above its figure."""
-    text = (f"{panel.m} candidate{'s' if panel.m > 1 else ''} drawn without replacement: P(one is kept) = "
+    drawn = "independently" if panel.independent else "without replacement"
+    text = (f"{panel.m} candidate{'s' if panel.m > 1 else ''} drawn {drawn}: P(one is kept) = "
             f"{panel.kept:.3f} (one candidate: Σ min(p, q) = {theory.acceptance_rate(panel.p, panel.q):.3f})")
     if panel.rule == MULTI_STEP.name:
         return text + f" &nbsp;·&nbsp; TV(output, q) = {panel.tv:.1g}: the output is q"
