@@ -116,7 +116,7 @@ def candidates_panel(p, q, m, rule=MULTI_STEP.name, independent=False):
     for candidates, rows, probability in (drawn_independently if independent else drawn_without_replacement)(p, m):
         emitted = RULES[rule].output_distribution(candidates, rows, q)
         output += probability * emitted
-        kept += probability * sum(emitted[x] for x in candidates)
+        kept += probability * sum(emitted[x] for x in set(candidates))
     return CandidatesPanel(np.asarray(p, np.float64), q, m, rule, output, float(kept),
                            float(0.5 * np.abs(output - q).sum()), independent)
 
