@@ -12,11 +12,20 @@ from .trees import ACCEPTED, NOT_REACHED, REJECTED, tree_layout
 STATUS_COLOURS = {ACCEPTED: "tab:green", REJECTED: "tab:red", NOT_REACHED: "lightgrey"}
 
 
-def plot_tree(tree, status, labels, root_label, ax=None, title="A token tree and its walk"):
+def plot_tree(tree, status, labels, root_label, ax=None, title="A token tree and its walk", after=None):
     """The tree drawn top-down from the text's last token (the root), each node labelled with its
-    token and coloured by what the walk did to it; `labels` [n_nodes] are the nodes' token texts."""
+    token and coloured by what the walk did to it; `labels` [n_nodes] are the nodes' token texts.
+    after = (branch, label): the token the walk emitted after its branch, drawn below the branch's end."""
     ax = new_ax(ax, (9, 4))
     xy, (root_x, root_y) = tree_layout(tree)
+    if after is not None:
+        branch, label = after
+        x0, y0 = xy[branch[-1]] if branch else (root_x, root_y)
+        ax.plot([x0, x0 + 0.35], [y0, y0 - 0.6], color="black", lw=1, ls="--", zorder=1)
+        ax.text(x0 + 0.35, y0 - 0.6, label, ha="center", va="center", fontsize=9, zorder=3,
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor="black", ls="--"))
+        ax.scatter([], [], marker="s", s=80, color="white", edgecolor="black", ls="--",
+                   label="emitted after the branch")
     for node, parent in enumerate(tree.parents):
         x0, y0 = (root_x, root_y) if parent < 0 else xy[parent]
         ax.plot([x0, xy[node, 0]], [y0, xy[node, 1]], color="grey", lw=1, zorder=1)
@@ -28,12 +37,12 @@ def plot_tree(tree, status, labels, root_label, ax=None, title="A token tree and
     for name, colour in STATUS_COLOURS.items():
         ax.scatter([], [], marker="s", s=80, color=colour, edgecolor="black", label=name)
     ax.set_xlim(xy[:, 0].min() - 0.8, xy[:, 0].max() + 0.8)
-    ax.set_ylim(xy[:, 1].min() - 0.6, 0.6)
+    ax.set_ylim(xy[:, 1].min() - (1.0 if after is not None else 0.6), 0.6)
     depths = sorted(set(-xy[:, 1].astype(int)))
     ax.set_yticks([0] + [-d for d in depths], ["the text"] + [f"depth {d}" for d in depths])
     ax.set_xticks([])
     ax.set(title=title)
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
     return ax
@@ -105,15 +114,22 @@ def plot_tree_measurement(m, predicted=None, axes=None):
     ax.set(ylabel="tokens per target call", title="Tokens per loop")
     ax.legend(fontsize="small")
     ax = axes[1]
-    for v in variants:
-        marker = "o" if set(v.shape) == {1} else "s"
-        ax.errorbar(v.nodes + 1, v.t_score.median * 1e3, yerr=[[(v.t_score.median - v.t_score.q1) * 1e3],
-                                                               [(v.t_score.q3 - v.t_score.median) * 1e3]],
-                    fmt=marker, capsize=3, label=v.name)
-    ax.axhline(m.t_target_s * 1e3, color="black", lw=0.8, label=f"t_target (one row) {m.t_target_s * 1e3:.1f} ms")
-    ax.set(xlabel="rows in the target call (nodes + 1)", ylabel="time (ms)", title="What one target call costs")
+    chains = sorted((v for v in variants if set(v.shape) == {1}), key=lambda v: v.nodes)
+    for group, style, name in ((chains, "o-", "chains"), ([v for v in variants if v not in chains], "s", None)):
+        for v in group:
+            ax.errorbar(v.nodes + 1, v.t_score.median * 1e3, yerr=[[(v.t_score.median - v.t_score.q1) * 1e3],
+                                                                   [(v.t_score.q3 - v.t_score.median) * 1e3]],
+                        fmt=style[0], capsize=3, color="black" if name else None, label=None if name else v.name)
+        if name and group:
+            ax.plot([v.nodes + 1 for v in group], [v.t_score.median * 1e3 for v in group], "-", color="black",
+                    label=", ".join(v.name for v in group))
+    ax.errorbar(1, m.t_target.median * 1e3, yerr=[[(m.t_target.median - m.t_target.q1) * 1e3],
+                                                   [(m.t_target.q3 - m.t_target.median) * 1e3]],
+                fmt="D", color="grey", capsize=3, label="one row: an autoregressive step")
+    ax.set(xlabel="rows in the target call (drafted tokens + 1)", ylabel="time (ms)",
+           title="What one target call costs (median, IQR over loops)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="x-small")
+    ax.legend(fontsize="x-small", loc="lower right")
     ax = axes[2]
     medians = [v.speedup for v in variants]
     ax.errorbar(x, medians, yerr=[[v.speedup - v.speedup_runs.q1 for v in variants],

@@ -195,7 +195,7 @@ class TreeMeasurement:
     repeats: int
     controls: dict
     autoregressive_s: object  # Spread
-    t_target_s: float  # median autoregressive step after the prompt
+    t_target: object  # Spread of the autoregressive steps after the prompt
     variants: dict  # name -> Variant
     load_average_before: list
     load_average_after: list
@@ -236,7 +236,7 @@ def measure_trees(draft, target, ids, N, shapes, repeats=5, seed=0, **controls):
             t_draft_s=float(np.median([loop.t_draft_s for loop in steady])))
     return TreeMeasurement(draft=draft.name, target=target.name, N=N, repeats=repeats, controls=dict(controls),
                            autoregressive_s=spread([run.seconds for run in ar_runs]),
-                           t_target_s=float(np.median([t for run in ar_runs for t in run.token_times_s[1:]])),
+                           t_target=spread([t for run in ar_runs for t in run.token_times_s[1:]]),
                            variants=variants, load_average_before=load_before, load_average_after=load_average())
 
 
@@ -244,7 +244,7 @@ def measurement_lines(m, predicted=None):
     """The measurement as text, one line per variant; `predicted` {name: tokens per loop}."""
     lines = [f"{m.draft} -> {m.target}, N = {m.N}, {m.repeats} repeats, interleaved; autoregressive "
              f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}), "
-             f"t_target {m.t_target_s * 1e3:.1f} ms; load average {m.load_average_before} -> {m.load_average_after}",
+             f"t_target {m.t_target.median * 1e3:.1f} ms; load average {m.load_average_before} -> {m.load_average_after}",
              f"{'':18} {'nodes':>5} {'tokens/call':>11} {'predicted':>9} {'t_score ms (IQR)':>18} "
              f"{'t_draft ms':>10} {'speedup (IQR of repeats)':>25}"]
     for v in m.variants.values():
@@ -252,4 +252,24 @@ def measurement_lines(m, predicted=None):
         lines.append(f"{v.name:18} {v.nodes:5d} {v.tokens_per_call:11.2f} {guess} "
                      f"{v.t_score.median * 1e3:7.1f} ({v.t_score.q1 * 1e3:.1f}-{v.t_score.q3 * 1e3:.1f}) "
                      f"{v.t_draft_s * 1e3:10.1f} {v.speedup:14.2f}x ({v.speedup_runs.q1:.2f}-{v.speedup_runs.q3:.2f})")
+    return lines
+
+
+def verdict_lines(m):
+    """Which variant emitted the most per target call, which was fastest, and whether the repeats
+    resolve the fastest (course/results.py's check: interquartile ranges of the repeat-by-repeat
+    speedups that overlap the best's cannot be told from it)."""
+    from types import SimpleNamespace
+
+    from .results import indistinguishable_from_best
+    most = max(m.variants.values(), key=lambda v: v.tokens_per_call)
+    best, tied = indistinguishable_from_best(SimpleNamespace(Ks=list(m.variants), by_K=m.variants))
+    lines = [f"most tokens per target call: {most.name} ({most.tokens_per_call:.2f}); fastest: {best} "
+             f"({m.variants[best].speedup:.2f}x autoregressive)"]
+    if tied == [best]:
+        lines.append(f"resolved: every other variant's repeat-by-repeat speedups stay below {best}'s "
+                     f"(interquartile ranges over {m.repeats} repeats of {m.N} tokens)")
+    else:
+        lines.append(f"not resolved: {', '.join(tied)} cannot be told apart by {m.repeats} repeats of {m.N} tokens "
+                     "(their repeat-by-repeat interquartile ranges overlap the best's)")
     return lines
