@@ -72,16 +72,19 @@ def positions(tree, n_text):
     return np.concatenate([np.arange(n_text), n_text - 1 + np.array(tree.depths, np.int64)]).astype(np.int64)
 
 
-def attention_mask(tree, n_text):
-    """Who may attend to whom when the text is followed by the tree's nodes, [n_text + n_nodes]
-    squared, 0 (sees) or -inf: the text causally; each node the whole text, its ancestors and itself.
-    One call scores rows len(cache) .. of it, against keys up to its last row."""
+def attention_mask(tree, n_text, start=0):
+    """Who may attend to whom when the text is followed by the tree's nodes, 0 (sees) or -inf: the
+    text causally; each node the whole text, its ancestors and itself. The rows from `start` on
+    (a call feeds the positions after its cache's `start`), every key up to the last node:
+    [n_text + n_nodes - start, n_text + n_nodes]."""
     n = n_text + len(tree)
-    mask = np.full((n, n), -np.inf, np.float32)
-    mask[:n_text, :n_text] = causal_mask(n_text, 0)
-    mask[n_text:, :n_text] = 0
-    for node in range(len(tree)):
-        mask[n_text + node, n_text + np.array(tree.branch(node))] = 0
+    mask = np.full((n - start, n), -np.inf, np.float32)
+    if start < n_text:
+        mask[: n_text - start, :n_text] = causal_mask(n_text - start, start)  # the text's unseen tokens
+    for node in range(max(0, start - n_text), len(tree)):
+        row = n_text + node - start
+        mask[row, :n_text] = 0
+        mask[row, n_text + np.array(tree.branch(node))] = 0
     return mask
 
 
@@ -91,7 +94,7 @@ def tree_call(model, cache, sequence, tree, nodes):
     this call must feed. [len(nodes), n_vocab]"""
     n, start = len(sequence), len(cache)
     ids = (list(sequence) + list(tree.tokens))[start:]
-    logits = model(ids, cache, positions(tree, n)[start:], attention_mask(tree, n)[start:])
+    logits = model(ids, cache, positions(tree, n)[start:], attention_mask(tree, n, start))
     return logits[[n + node - start for node in nodes]]  # the row of a node: its place after the cache
 
 

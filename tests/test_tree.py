@@ -339,3 +339,9 @@ def test_the_same_test_catches_a_broken_multi_candidate_step(pair, memo_pair, br
     statistic, dof, p_value = chi_square_test(counts, exact)
     print(f"{broken.__name__}: chi2={statistic:.1f}, dof={dof}, p={p_value:.3g}")
     assert p_value < 1e-9
+
+
+def test_a_calls_rows_of_the_mask_are_the_whole_masks_rows():
+    whole = attention_mask(HAND_TREE, 5)
+    for start in range(len(whole)):
+        assert (attention_mask(HAND_TREE, 5, start) == whole[start:]).all()

@@ -28,6 +28,7 @@ from .. import rejection
 from ..sampling import sample
 from .chi_square import chi_square_sf, chi_square_test
 from .exercises import check_number
+from .step_exercise import step_name
 
 # ---------------------------------------------------------------------------------------------
 # The step and the classic ways to get it wrong, each with its exact distribution
@@ -205,7 +206,7 @@ def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
     if p_value > SIGNIFICANCE:
         return verdict(True, f"over {len(cases)} cases ({n_calls:,} calls, 0 to 3 candidates), your step's tokens fit "
                              f"the multi-candidate step's exact distribution (chi² = {statistic:.0f} on {dof} dof, "
-                             f"p = {p_value:.2g}). Run it in the tree loop: tree_sampling(..., step={name_of(fn)}).")
+                             f"p = {p_value:.2g}). Run it in the tree loop: tree_sampling(..., step={step_name(fn)}).")
     against = f"chi² = {statistic:.0f} on {dof} dof, p = {p_value:.2g}" if p_value >= 1e-16 else "p < 1e-16"
     best_p, best = max(((fit(counts, rule, cases)[2], rule) for rule in MISTAKES.values()), key=lambda pr: pr[0])
     if best_p > SIGNIFICANCE:
@@ -214,11 +215,6 @@ def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
     return verdict(False, f"your tokens are not distributed as the multi-candidate step's ({against}), nor like any "
                           "classic mistake I know. For each candidate in turn: r ~ U[0, 1); keep it if "
                           "r < min(1, q_i(c_i) / p_i(c_i)); else q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.")
-
-
-def name_of(fn):
-    name = getattr(fn, "__name__", "")
-    return name if name.isidentifier() else "your_step"
 
 
 def solution():
