@@ -6,12 +6,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import json  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from helpers import random_gpt2  # noqa: E402
 from picogpt import theory  # noqa: E402
 from picogpt.course import panels, tree_figures, trees, widgets  # noqa: E402
+from picogpt.measure import trees as tree_measure  # noqa: E402
 from picogpt.tree import ROOT, Tree  # noqa: E402
 
 HAND_TREE = Tree(tokens=(11, 22, 33, 44, 55, 66, 77), parents=(ROOT, ROOT, 0, 0, 1, 2, 4))
@@ -82,21 +85,21 @@ def test_the_running_residuals_judge_each_candidate_and_vanish_on_the_rejected()
 
 def test_the_formula_for_a_chain_shape_is_leviathans_eq_1():
     alphas = np.array([0.7, 0.8, 0.85])
-    assert trees.predicted_tokens_per_loop((1, 1, 1, 1), alphas) == pytest.approx(theory.expected_tokens_per_loop(0.7, 4))
-    assert trees.predicted_tokens_per_loop((2, 3), alphas) == pytest.approx(1 + 0.8 + 0.8 * 0.85)
-    assert trees.n_nodes((2, 3, 1)) == 2 + 6 + 6 and trees.shape_name((1, 1)) == "chain K = 2"
+    assert tree_measure.predicted_tokens_per_loop((1, 1, 1, 1), alphas) == pytest.approx(theory.expected_tokens_per_loop(0.7, 4))
+    assert tree_measure.predicted_tokens_per_loop((2, 3), alphas) == pytest.approx(1 + 0.8 + 0.8 * 0.85)
+    assert tree_measure.n_nodes((2, 3, 1)) == 2 + 6 + 6 and tree_measure.shape_name((1, 1)) == "chain K = 2"
 
 
 def test_mean_acceptances_average_the_exact_acceptance_over_the_text():
     draft, target = random_gpt2(1), random_gpt2(2)
-    alphas = trees.mean_acceptances(draft, target, [1, 2, 3, 4, 5], 3)
+    alphas = tree_measure.mean_acceptances(draft, target, [1, 2, 3, 4, 5], 3)
     assert alphas.shape == (3,) and (np.diff(alphas) > 0).all() and 0 < alphas[0] < 1
 
 
 @pytest.fixture(scope="module")
 def measurement():
     draft, target = random_gpt2(1), random_gpt2(2)
-    return trees.measure_trees(draft, target, [1, 2, 3], 12, [(1, 1, 1), (2, 1), (3,)], repeats=2, seed=0)
+    return tree_measure.measure_trees(draft, target, [1, 2, 3], 12, [(1, 1, 1), (2, 1), (3,)], repeats=2, seed=0)
 
 
 def test_the_measurement_has_every_variant_with_its_spread(measurement):
@@ -104,9 +107,12 @@ def test_the_measurement_has_every_variant_with_its_spread(measurement):
     assert list(m.variants) == ["chain K = 3", "tree (2, 1)", "tree (3,)"]
     for v in m.variants.values():
         assert v.speedup_runs.q1 <= v.speedup <= v.speedup_runs.q3
-        assert 1 <= v.tokens_per_call <= len(v.shape) + 1 and v.nodes == trees.n_nodes(v.shape)
-    lines = trees.measurement_lines(m, {"tree (2, 1)": 2.0})
-    assert len(lines) == 2 + 3 and "2.00" in lines[3]
+        assert 1 <= v.tokens_per_call <= len(v.shape) + 1 and v.nodes == tree_measure.n_nodes(v.shape)
+    assert len(m.alphas) == 3 and all(v.predicted > 0 for v in m.variants.values())
+    assert m.variants["chain K = 3"].predicted_tokens == pytest.approx(theory.expected_tokens_per_loop(m.alphas[0], 3))
+    assert len(tree_measure.text_lines(m)) == 2 + 3
+    assert tree_measure.from_dict(json.loads(json.dumps(tree_measure.as_dict(m)))) == m
+    assert trees.verdict_lines(m)[1].startswith(("resolved", "not resolved"))
 
 
 def test_every_figure_is_drawn_with_its_labels(measurement):
@@ -123,7 +129,7 @@ def test_every_figure_is_drawn_with_its_labels(measurement):
     rows = trees.drawn_without_replacement(p, 2)[0]
     ax = tree_figures.plot_running_residuals(trees.running_residuals(rows[1], q), rows[0], list(panels.TOY_VOCAB))
     assert ax.get_title()
-    axes = tree_figures.plot_tree_measurement(measurement, {"chain K = 3": 2.5})
+    axes = tree_figures.plot_tree_measurement(measurement)
     assert all(ax.get_ylabel() and ax.get_title() for ax in axes)
     plt.close("all")
 
@@ -132,3 +138,14 @@ def test_the_candidates_explorer_update_runs_without_a_browser():
     p, q = panels.toy_distributions()
     text, outputs, panel = widgets.candidates_update(p, q, 3, "the fallback sampled from q", list(panels.TOY_VOCAB))
     assert "not q" in text and outputs[0]["data"]["image/png"] and panel.m == 3
+
+
+def test_the_benchs_trees_are_read_back_or_said_missing(measurement, tmp_path):
+    from picogpt.measure import trees as tree_measure
+    missing = tmp_path / "none.json"
+    assert "not measured there" in trees.bench_tree_lines(missing)[0]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"models": {"random-2": {"source": "random weights"}},
+                                "trees": [{"pair": ["a", "b"], "trees": tree_measure.as_dict(measurement)}]}))
+    lines = trees.bench_tree_lines(path)
+    assert lines[0] == "the bench, random-2: random weights" and "chain K = 3" in "\n".join(lines)

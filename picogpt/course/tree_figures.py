@@ -96,10 +96,11 @@ def plot_running_residuals(q_rows, candidates, labels, ax=None):
     return ax
 
 
-def plot_tree_measurement(m, predicted=None, axes=None):
-    """Three panels: tokens per target call (measured, and predicted by the formula), the target
-    call's cost (median and interquartile range over loops) against its rows, and the speedup
-    over autoregressive sampling (median of the repeats' ratios, interquartile whiskers)."""
+def plot_tree_measurement(m, axes=None):
+    """Three panels of a measure/trees.py measurement: tokens per target call (measured, and by the
+    formula), the target call's cost (median and interquartile range over loops) against its rows,
+    and the speedup over autoregressive sampling (median of the repeats' ratios, interquartile
+    whiskers) beside the predicted one."""
     import matplotlib.pyplot as plt
     if axes is None:
         _, axes = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
@@ -107,9 +108,8 @@ def plot_tree_measurement(m, predicted=None, axes=None):
     names, x = [v.name for v in variants], np.arange(len(variants))
     ax = axes[0]
     ax.bar(x - 0.2, [v.tokens_per_call for v in variants], 0.4, color="tab:green", label="measured")
-    if predicted:
-        ax.bar(x + 0.2, [predicted.get(v.name, np.nan) for v in variants], 0.4, color="lightgrey",
-               edgecolor="black", label="formula (independent draws)")
+    ax.bar(x + 0.2, [v.predicted_tokens for v in variants], 0.4, color="lightgrey", edgecolor="black",
+           label="formula (independent draws)")
     ax.set_xticks(x, names, rotation=25, ha="right")
     ax.set(ylabel="tokens per target call", title="Tokens per loop")
     ax.legend(fontsize="small")
@@ -133,8 +133,11 @@ def plot_tree_measurement(m, predicted=None, axes=None):
     ax = axes[2]
     medians = [v.speedup for v in variants]
     ax.errorbar(x, medians, yerr=[[v.speedup - v.speedup_runs.q1 for v in variants],
-                                  [v.speedup_runs.q3 - v.speedup for v in variants]], fmt="o", color="black", capsize=4)
+                                  [v.speedup_runs.q3 - v.speedup for v in variants]], fmt="o", color="black", capsize=4,
+                label="measured")
+    ax.plot(x, [v.predicted for v in variants], "s", mfc="none", color="tab:blue", label="predicted (in-loop costs)")
     ax.axhline(1, color="grey", lw=0.8)
+    ax.legend(fontsize="small")
     ax.set_xticks(x, names, rotation=25, ha="right")
     ax.set(ylabel="speedup over autoregressive (×)",
            title=f"Wall clock: median of {m.repeats} repeats, interquartile whiskers")

@@ -1,6 +1,7 @@
 """Notebook 07's numbers, as pure functions: what a walk did to each node of a tree, where to
 draw the nodes, the multi-candidate step's exact output against wrong rules, the running
-residuals, the tokens per loop a tree should emit, and trees against chains measured.
+residuals, and what a measurement of trees against chains resolves (the measurement itself and
+the formula's tokens per loop are measure/trees.py's).
 
 Notation (Chen et al. 2023): p is the draft's distribution, q the target's, (f)+ = max(0, f) / Σ max(0, f).
 """
@@ -12,12 +13,8 @@ import numpy as np
 
 from .. import theory
 from ..errors import PicoGPTError
-from ..measure.machine import load_average
-from ..measure.timing import spread
 from ..rejection import residual
-from ..sampling import autoregressive_sampling, distribution
-from ..speculative import speculative_sampling
-from ..tree import ROOT, tree_sampling
+from ..tree import ROOT
 from .tree_exercise import MISTAKES, MULTI_STEP
 
 # ---------------------------------------------------------------------------------------------
@@ -141,120 +138,6 @@ def running_residuals(rows, q):
     return np.array(q_i)
 
 
-# ---------------------------------------------------------------------------------------------
-# How many tokens a loop should emit: the formula, fed the acceptance of m candidates
-# ---------------------------------------------------------------------------------------------
-
-def mean_acceptances(draft, target, text, m_max, **controls):
-    """[alpha_1 .. alpha_m_max]: theory.acceptance_with_candidates at every position of `text`,
-    averaged (candidates drawn independently: the formula's drawing). One forward pass each."""
-    p, q = distribution(draft(text), **controls), distribution(target(text), **controls)  # [len(text), n_vocab]
-    return np.array([float(np.mean(theory.acceptance_with_candidates(p, q, m))) for m in range(1, m_max + 1)])
-
-
-def predicted_tokens_per_loop(shape, alphas):
-    """theory.expected_tokens_per_tree_loop with level d's acceptance alphas[m_d - 1]."""
-    return float(theory.expected_tokens_per_tree_loop([alphas[m - 1] for m in shape]))
-
-
-def n_nodes(shape):
-    """The number of nodes of a tree of this shape: m_1 + m_1 m_2 + ... + m_1 ... m_D."""
-    return int(sum(np.cumprod(shape)))
-
-
-def shape_name(shape):
-    return f"chain K = {len(shape)}" if set(shape) == {1} else f"tree {tuple(shape)}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Trees against chains against autoregressive sampling, measured
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Variant:
-    """One way to sample, measured over the repeats."""
-    name: str
-    shape: tuple  # (1,) * K for a chain
-    nodes: int  # drafted tokens per loop
-    seconds: object  # Spread of the run's wall time
-    speedup_runs: object  # Spread of autoregressive / this, repeat by repeat (same seed)
-    tokens_per_call: float  # tokens emitted per target call, every run
-    t_score: object  # Spread of the in-loop target call over every node (first loops left out)
-    t_draft_s: float  # median draft time per loop (first loops left out)
-
-    @property
-    def speedup(self):
-        return self.speedup_runs.median
-
-
-@dataclass(frozen=True)
-class TreeMeasurement:
-    draft: str
-    target: str
-    N: int
-    repeats: int
-    controls: dict
-    autoregressive_s: object  # Spread
-    t_target: object  # Spread of the autoregressive steps after the prompt
-    variants: dict  # name -> Variant
-    load_average_before: list
-    load_average_after: list
-
-
-def run_variant(draft, target, ids, N, shape, seed, controls):
-    """A chain runs the library's Algorithm 2 (speculative_sampling); a tree runs tree_sampling."""
-    if set(shape) == {1}:
-        return speculative_sampling(draft, target, ids, N, K=len(shape), seed=seed, **controls)
-    return tree_sampling(draft, target, ids, N, shape=shape, seed=seed, **controls)
-
-
-def measure_trees(draft, target, ids, N, shapes, repeats=5, seed=0, **controls):
-    """Autoregressive sampling, chains and trees of `shapes`, interleaved: per repeat each shape,
-    then autoregressive, all with seed + repeat (as measure.speedup interleaves its runs), after a
-    short warm-up of each. Costs are read inside the loops."""
-    if repeats < 1 or N < 2 or not shapes:
-        raise PicoGPTError(f"measure_trees needs shapes, repeats >= 1 and N >= 2, got {shapes}, {repeats}, {N}")
-    load_before = load_average()
-    for shape in shapes:
-        run_variant(draft, target, ids, 4, shape, seed, controls)
-    autoregressive_sampling(target, ids, 4, seed=seed, **controls)
-    runs, ar_runs = {shape: [] for shape in shapes}, []
-    for repeat in range(repeats):
-        for shape in shapes:
-            runs[shape].append(run_variant(draft, target, ids, N, shape, seed + repeat, controls))
-        ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
-    variants = {}
-    for shape, results in runs.items():
-        loops = [loop for run in results for loop in run.loops]
-        steady = [loop for run in results for loop in run.loops[1:]]
-        emitted = sum(len(loop.tokens) for loop in loops)  # a chain's LoopTrace or a TreeLoop
-        variants[shape_name(shape)] = Variant(
-            name=shape_name(shape), shape=tuple(shape), nodes=n_nodes(shape),
-            seconds=spread([run.seconds for run in results]),
-            speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, results)]),
-            tokens_per_call=emitted / len(loops), t_score=spread([loop.t_score_s for loop in steady]),
-            t_draft_s=float(np.median([loop.t_draft_s for loop in steady])))
-    return TreeMeasurement(draft=draft.name, target=target.name, N=N, repeats=repeats, controls=dict(controls),
-                           autoregressive_s=spread([run.seconds for run in ar_runs]),
-                           t_target=spread([t for run in ar_runs for t in run.token_times_s[1:]]),
-                           variants=variants, load_average_before=load_before, load_average_after=load_average())
-
-
-def measurement_lines(m, predicted=None):
-    """The measurement as text, one line per variant; `predicted` {name: tokens per loop}."""
-    lines = [f"{m.draft} -> {m.target}, N = {m.N}, {m.repeats} repeats, interleaved; autoregressive "
-             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}), "
-             f"t_target {m.t_target.median * 1e3:.1f} ms; load average {m.load_average_before} -> {m.load_average_after}",
-             f"{'':18} {'nodes':>5} {'tokens/call':>11} {'predicted':>9} {'t_score ms (IQR)':>18} "
-             f"{'t_draft ms':>10} {'speedup (IQR of repeats)':>25}"]
-    for v in m.variants.values():
-        guess = f"{predicted[v.name]:9.2f}" if predicted and v.name in predicted else f"{'':9}"
-        lines.append(f"{v.name:18} {v.nodes:5d} {v.tokens_per_call:11.2f} {guess} "
-                     f"{v.t_score.median * 1e3:7.1f} ({v.t_score.q1 * 1e3:.1f}-{v.t_score.q3 * 1e3:.1f}) "
-                     f"{v.t_draft_s * 1e3:10.1f} {v.speedup:14.2f}x ({v.speedup_runs.q1:.2f}-{v.speedup_runs.q3:.2f})")
-    return lines
-
-
 def verdict_lines(m):
     """Which variant emitted the most per target call, which was fastest, and whether the repeats
     resolve the fastest (course/results.py's check: interquartile ranges of the repeat-by-repeat
@@ -272,4 +155,21 @@ def verdict_lines(m):
     else:
         lines.append(f"not resolved: {', '.join(tied)} cannot be told apart by {m.repeats} repeats of {m.N} tokens "
                      "(their repeat-by-repeat interquartile ranges overlap the best's)")
+    return lines
+
+
+def bench_tree_lines(path=None):
+    """The bench's committed chains and trees (benchmarks/bench.json's "trees"), as text, each pair
+    with where its weights came from; or a line saying they are not measured there."""
+    from ..measure import trees as tree_measure
+    from ..measure.results import BENCH_JSON
+    from .results import bench_source, read_bench
+    bench = read_bench(path or BENCH_JSON)
+    found = (bench or {}).get("trees", [])
+    if not found:
+        return ["chains and trees: not in benchmarks/bench.json, not measured there (run: python -m picogpt bench --save)"]
+    lines = []
+    for entry in found:
+        m = tree_measure.from_dict(entry["trees"])
+        lines += [f"the bench, {m.target}: {bench_source(bench, m.target)}", *tree_measure.text_lines(m), ""]
     return lines
