@@ -28,7 +28,7 @@ from .. import rejection
 from ..sampling import sample
 from .chi_square import chi_square_sf, chi_square_test
 from .exercises import check_number
-from .step_exercise import step_name
+from .step_exercise import p_text, step_name
 
 # ---------------------------------------------------------------------------------------------
 # The step and the classic ways to get it wrong, each with its exact distribution
@@ -207,7 +207,7 @@ def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
         return verdict(True, f"over {len(cases)} cases ({n_calls:,} calls, 0 to 3 candidates), your step's tokens fit "
                              f"the multi-candidate step's exact distribution (chi² = {statistic:.0f} on {dof} dof, "
                              f"p = {p_value:.2g}). Run it in the tree loop: tree_sampling(..., step={step_name(fn)}).")
-    against = f"chi² = {statistic:.0f} on {dof} dof, p = {p_value:.2g}" if p_value >= 1e-16 else "p < 1e-16"
+    against = f"chi² = {statistic:.0f} on {dof} dof, p = {p_text(p_value)}"
     best_p, best = max(((fit(counts, rule, cases)[2], rule) for rule in MISTAKES.values()), key=lambda pr: pr[0])
     if best_p > SIGNIFICANCE:
         return verdict(False, f"your tokens match a classic mistake, {best.name} (p = {best_p:.2g}; against the "
