@@ -72,26 +72,25 @@ def plot_candidates(panel, labels, ax=None):
            label=f"emitted: {panel.rule}")
     ax.step(x, panel.p, where="mid", color=COLOURS["p"], lw=1, label="p (draft)")
     ax.set_xticks(x, labels)
-    ax.set(ylabel="probability", title=f"{panel.m} candidates: the emitted token's distribution, "
+    ax.set(xlabel="token", ylabel="probability", title=f"{panel.m} candidates: the emitted token's distribution, "
                                        f"TV(output, q) = {panel.tv:.3f}")
     room_for_legend(ax, panel.q, panel.output, panel.p)
     return ax
 
 
 def plot_running_residuals(q_rows, candidates, labels, ax=None):
-    """q_1 = q, q_2, ... side by side: what each candidate is judged against, the rejected
-    candidates marked."""
+    """q_1 = q, q_2, ... side by side: what each candidate is judged against, the candidates
+    marked under their tokens."""
     ax = new_ax(ax, (9, 3.6))
     x, width = np.arange(q_rows.shape[1]), 0.8 / len(q_rows)
     for i, row in enumerate(q_rows):
         name = "q_1 = q" if i == 0 else f"q_{i + 1} = (q_{i} − p_{i})+"
         ax.bar(x - 0.4 + (i + 0.5) * width, row, width, label=name + (f", judges c_{i + 1}" if i < len(candidates) else
                                                                        ", the fallback"))
-    for i, c in enumerate(candidates):
-        ax.annotate(f"c_{i + 1}", (c, 0), xytext=(c, -0.08), ha="center", color="black", fontsize=9,
-                    textcoords="data", annotation_clip=False)
-    ax.set_xticks(x, labels)
-    ax.set(ylabel="probability", title="What each candidate is judged against: the running residual")
+    marks = {c: f"\nc_{i + 1}" for i, c in enumerate(candidates)}
+    ax.set_xticks(x, [label + marks.get(i, "") for i, label in enumerate(labels)])
+    ax.set(xlabel="token (c_i: the i-th candidate)", ylabel="probability",
+           title="What each candidate is judged against: the running residual")
     room_for_legend(ax, *q_rows)
     return ax
 
