@@ -46,11 +46,11 @@ $(OLDEST)/.installed: pyproject.toml constraints-oldest.txt
 	$(OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt -e '.[dev]'
 	touch $@
 
-## make browser-test: run the course in JupyterLab in headless Chromium and use its widgets
+## make browser-test: run every notebook in JupyterLab in headless Chromium, use its widgets, check its figures
 ## (installs Debian's chromium with apt-get and the `browser` extra; screenshots: browser-test-out/
 ## or $BROWSER_TEST_OUT; the tiny pair unless PICOGPT_COURSE_MODELS=gpt2)
 browser-test: $(BROWSER_STAMP) $(CHROMIUM)
-	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} timeout -k 30 900 $(BIN)/python tools/browser_test.py
+	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} timeout -k 30 1300 $(BIN)/python tools/browser_test.py
 
 $(BROWSER_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,browser]'

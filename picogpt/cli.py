@@ -16,7 +16,7 @@ import secrets
 import signal
 import sys
 
-from .errors import PicoGPTError
+from .errors import PicoGPTError, shown
 
 DEFAULT_PROMPT = "Alan Turing theorized that computers would one day become"
 
@@ -27,7 +27,7 @@ def cmd_info(args):
 
     model = load(args.model)
     c = model.config
-    print(f"model       {model.name}  ({resolve(args.model)})")
+    print(f"model       {model.name}  ({shown(resolve(args.model))})")
     print(f"n_layer     {c.n_layer}\nn_head      {c.n_head}\nn_embd      {c.n_embd}")
     print(f"n_ctx       {c.n_ctx}\nn_vocab     {c.n_vocab}\nln epsilon  {c.layer_norm_epsilon:g}")
     print(f"parameters  {model.n_params:,}")
@@ -48,17 +48,19 @@ def cmd_download(args):
 
 class IncrementalText:
     """Token ids -> text as they arrive. A character whose UTF-8 bytes span two tokens is held
-    back until its last byte comes; invalid bytes become U+FFFD, as in tiktoken's decode."""
+    back until its last byte comes; invalid bytes become U+FFFD, as in tiktoken's decode. GPT-2
+    has a token for every byte, ESC included: what a model writes is shown, never obeyed by the
+    terminal (control characters other than line breaks and tabs are printed as escapes)."""
 
     def __init__(self, tok):
         self.tok = tok
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def add(self, tokens):
-        return "".join(self.decoder.decode(self.tok.decode_single_token_bytes(t)) for t in tokens)
+        return shown("".join(self.decoder.decode(self.tok.decode_single_token_bytes(t)) for t in tokens), keep="\n\t")
 
     def finish(self):
-        return self.decoder.decode(b"", final=True)
+        return shown(self.decoder.decode(b"", final=True), keep="\n\t")
 
 
 class StreamedText:
@@ -146,7 +148,8 @@ def cmd_generate(args):
 
 def speculate_report(args, draft, target, result, ars, measurement):
     """The JSON object of `speculate --json`: the first run's tokens, and with --compare the
-    medians of the timed runs and their ratio."""
+    medians of the timed runs and the speedup (the median of the run-by-run ratios, speedup_runs
+    their median and interquartile range)."""
     from .io.tokenizer import tokenizer
 
     report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K,
@@ -196,7 +199,7 @@ def cmd_speculate(args):
     if args.compare:
         result, ars, measurement = compare(args, draft, target, ids, on_loop)
     else:
-        warm_up(draft, target, ids, [args.K], min(args.N, 4), args.seed, sampling_controls(args))
+        warm_up({args.K: (draft, args.K)}, target, ids, min(args.N, 4), args.seed, sampling_controls(args))
         result = speculative_sampling(draft, target, ids, args.N, K=args.K, **sampling_options(args), on_loop=on_loop)
         ars = measurement = None
     if args.json:
@@ -211,22 +214,24 @@ def cmd_speculate(args):
 
 
 def print_comparison(args, result, ars, m):
-    """--compare's lines: both algorithms' median times, their ratio and its spread."""
+    """--compare's lines: both algorithms' median times, and the speedup as measure/speedup.py
+    reports it everywhere (the median of the run-by-run ratios, with their interquartile range)."""
     from .io.tokenizer import tokenizer
+    from .measure.speedup import speedup_text
 
     at = m.by_K[args.K]
     seeds = f"seed {args.seed}" if m.repeats == 1 else f"seeds {args.seed}-{args.seed + m.repeats - 1}"
     print(f"[autoregressive: target {m.target}, the same {seeds}]")
     print(f"  {m.N} tokens in {m.autoregressive_s.median:.2f} s ({m.N / m.autoregressive_s.median:.1f} tokens/s)"
           + (f", median of {m.repeats} runs" if m.repeats > 1 else ""))
-    spread = (f" (run by run {at.speedup_runs.q1:.2f}-{at.speedup_runs.q3:.2f}x, interquartile)"
-              if m.repeats > 2 else "")
-    print(f"  speedup {at.speedup:.2f}x = {m.autoregressive_s.median:.2f} s / {at.seconds.median:.2f} s, "
-          f"medians of {m.repeats} interleaved runs of each after a warm-up{spread}")
+    runs = (f"median over {m.repeats} interleaved runs of each after a warm-up" if m.repeats > 1
+            else "one run of each after a warm-up")
+    print(f"  speedup {speedup_text(at) if m.repeats > 1 else f'{at.speedup:.2f}x'}: autoregressive seconds / "
+          f"speculative seconds of the same seed, {runs}")
     same = ars.tokens == result.tokens
     print(f"  outputs of seed {args.seed}: " + ("identical (greedy)" if same else "different samples, same distribution"))
     if not same:
-        print(f"  autoregressive text: {tokenizer().decode(ars.tokens)!r}")
+        print(f"  autoregressive text: {shown(repr(tokenizer().decode(ars.tokens)))}")
 
 
 def add_sampling_flags(parser):
@@ -244,6 +249,7 @@ def add_sampling_flags(parser):
 
 def cmd_bench(args):
     from .bench import report, run_bench
+    from .io.files import ensure_writable_folder
     from .measure.results import committed_dir, scratch_dir
 
     if args.save and args.quick:
@@ -254,6 +260,7 @@ def cmd_bench(args):
     if args.runs is not None:
         overrides["n_runs"] = args.runs
     folder = args.out or (committed_dir() if args.save else scratch_dir())
+    ensure_writable_folder(folder, "the bench's results folder", "choose another with --out DIR")  # before measuring
     results = run_bench(args.models, quick=args.quick, **overrides)
     paths = report.save(results, folder, "bench-quick" if args.quick else "bench")
     print(report.to_json(results) if args.json else report.table(results))
@@ -392,8 +399,9 @@ def build_parser():
 
 
 def error_line(message):
-    """One line on stderr: 'error: ' and the message, its line breaks folded into spaces."""
-    print("error: " + " ".join(str(message).split()), file=sys.stderr)
+    """One line on stderr: 'error: ' and the message, its line breaks folded into spaces (and
+    any control character left, from a file name say, escaped)."""
+    print("error: " + shown(" ".join(str(message).split())), file=sys.stderr)
 
 
 def tolerant_stdout():
@@ -403,17 +411,39 @@ def tolerant_stdout():
         sys.stdout.reconfigure(errors="backslashreplace")
 
 
-def check_environment():
-    """Parse picogpt's environment variables now (PICOGPT_THREADS, PICOGPT_COURSE_MODELS,
-    PICOGPT_WEIGHTS_DIR), so that a bad value is one line before the command prints anything,
-    not an error in the middle of its output. HF_ENDPOINT is checked by `download`, first."""
+RUN_A_MODEL = ("generate", "speculate", "bench")
+
+
+def check_environment(command):
+    """Parse the environment variables `command` reads now, so that a bad value is one line
+    before the command prints anything, not an error in the middle of its output: every
+    command's PICOGPT_THREADS, PICOGPT_COURSE_MODELS and PICOGPT_WEIGHTS_DIR, download's
+    HF_ENDPOINT, and PICOGPT_KERNEL for the commands that run a model (which load the compiled
+    kernels anyway; info and download never do)."""
     from .course.pair import course_pair_names
-    from .io.registry import weights_dir
+    from .fast import compiled
     from .fast.kernels import n_threads
+    from .io.download import endpoint
+    from .io.registry import weights_dir
 
     n_threads()
     course_pair_names()
     weights_dir()
+    if command == "download":
+        endpoint()
+    if command in RUN_A_MODEL:
+        compiled.enabled()
+
+
+def usable_std_streams():
+    """A stdout or stderr closed before picogpt started (`>&-`) is None to Python: point it at
+    /dev/null, so that the command's output is discarded quietly. The new descriptor is the
+    lowest free one, the closed stream's own: no file opened later gets it (and whatever a
+    library writes there)."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            with contextlib.suppress(OSError):
+                setattr(sys, name, open(os.devnull, "w"))
 
 
 def closed_stdout_status():
@@ -428,11 +458,12 @@ def closed_stdout_status():
 def main(argv=None):
     import numpy as np
 
+    usable_std_streams()
     args = parse_args(argv)
     tolerant_stdout()
     np.seterr(all="ignore")  # NaN or inf logits are reported by the model's own check, in one line
     try:
-        check_environment()
+        check_environment(args.command)
         status = args.run(args) or 0
         sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
         return status

@@ -25,6 +25,7 @@ import numpy as np
 
 from .errors import PicoGPTError
 from .model import GPT2
+from .sampling import is_whole
 from .speculative import as_draft
 
 
@@ -48,8 +49,8 @@ class PromptLookup:
     models = ()  # it runs no model: only the target's vocabulary and context are checked
 
     def __init__(self, n_vocab, ngram_max=3, name=None):
-        if ngram_max < 1:
-            raise PicoGPTError(f"ngram_max must be at least 1, got {ngram_max!r}")
+        if not is_whole(ngram_max) or ngram_max < 1:
+            raise PicoGPTError(f"ngram_max must be a whole number >= 1, got {ngram_max!r}")
         self.n_vocab, self.ngram_max = n_vocab, ngram_max
         self.name = name or f"prompt lookup (n-grams up to {ngram_max})"
 
@@ -72,7 +73,7 @@ def first_layers(model, n_layer):
     cache; the target computes those layers again when it scores (a self-speculative decoder
     built for it, like LayerSkip's, shares them)."""
     total = model.config.n_layer
-    if not 1 <= n_layer < total:
+    if not is_whole(n_layer) or not 1 <= n_layer < total:
         raise PicoGPTError(f"a draft of the first layers needs 1 <= n_layer < {total} ({model.name}'s layers), "
                            f"got {n_layer!r}")
     params = {**model.params, "h": model.params["h"][:n_layer]}

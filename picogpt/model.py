@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CheckpointError, PicoGPTError
+from .errors import CheckpointError, PicoGPTError, shown
 from .fast import kernels
 from .gpt2 import gpt2
 from .io.checkpoint import identity_now, map_checkpoint, tensors_of
@@ -255,7 +255,8 @@ def load_checkpoint(path, name=None, in_memory=False):
                 "close other programs or notebook kernels, or use a float32 checkpoint "
                 "(python -m picogpt download fetches float32)", margin=0)
     params = params_from_tensors(strip_names(tensors_of(mapped), path), config, path)
-    return GPT2(params, config, name or path.parent.name, path, in_memory, checkpoint_identity=mapped.identity)
+    name = name or shown(path.parent.name)  # a folder's name, printed wherever the model is named
+    return GPT2(params, config, name, path, in_memory, checkpoint_identity=mapped.identity)
 
 
 def load(name_or_path, in_memory=False):
@@ -265,5 +266,5 @@ def load(name_or_path, in_memory=False):
     page cache (the bench measures both: benchmarks/README.md), and a copy no longer depends on
     the file."""
     path = resolve(name_or_path)
-    name = str(name_or_path) if str(name_or_path) in model_names() else path.parent.name
+    name = str(name_or_path) if str(name_or_path) in model_names() else None
     return load_checkpoint(path, name, in_memory)

@@ -169,20 +169,30 @@ def sample(probs, rng):
 # ---------------------------------------------------------------------------------------------
 
 def is_whole(x):
+    """An integer, not a bool (True is 1 to Python, never a count to a student)."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def is_finite_number(x):
+    """A real number, not a bool, that a float holds finitely: not inf or NaN, and not an
+    integer too large for a float (10**400, where math.isfinite raises OverflowError)."""
+    try:
+        return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+    except OverflowError:
+        return False
 
 
 def validate_controls(temperature=1.0, top_k=None, top_p=None):
     """Raise PicoGPTError unless temperature is 0 or in [MIN_TEMPERATURE, inf), top_k >= 1 (or
     None), 0 < top_p <= 1 (or None)."""
-    if not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) or temperature < 0:
+    if not is_finite_number(temperature) or temperature < 0:
         raise PicoGPTError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
     if 0 < temperature < MIN_TEMPERATURE:
         raise PicoGPTError(f"temperature {temperature!r} is below {MIN_TEMPERATURE:g}, where logits / "
                            "temperature overflow and sampling is greedy anyway: use temperature=0 for greedy")
     if top_k is not None and (not is_whole(top_k) or top_k < 1):
         raise PicoGPTError(f"top_k must be a whole number >= 1 (or None to keep every token), got {top_k!r}")
-    if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
+    if top_p is not None and (not is_finite_number(top_p) or not 0 < top_p <= 1):
         raise PicoGPTError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p!r}")
 
 

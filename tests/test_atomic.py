@@ -1,6 +1,7 @@
 """Every file picogpt writes is the old file or the whole new one (picogpt/io/atomic.py): a full
 disk, an exception, Ctrl-C or SIGTERM leaves no torn file and no temporary file, and temporary
-files of processes killed outright are cleaned by the next write."""
+files of processes killed outright are cleaned by the next write, at once (a live writer holds
+a lock on its own)."""
 
 import errno
 import json
@@ -130,30 +131,50 @@ def test_the_default_sigterm_action_is_restored_after_a_write(tmp_path):
 
 # ---- temporary files left by processes killed outright ----------------------------------------------
 
-def dead_pid():
-    """The id of a process that has ended."""
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
+def start_slow_writer(folder):
+    """A process writing a random checkpoint slowly into folder; returns it once bytes reach its
+    temporary file (by then it holds the file's lock)."""
+    process = subprocess.Popen([sys.executable, "-c", SLOW_RANDOM_CHECKPOINT, str(folder)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not [t for t in folder.glob("model.safetensors.*.tmp") if t.stat().st_size]:
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+    return process
 
 
-def left_behind(path, age_s=3600):
-    """A file at `path`, last written age_s seconds ago."""
-    path.write_bytes(b"x" * 1000)
-    os.utime(path, (time.time() - age_s, time.time() - age_s))
-    return path
+def test_the_temporary_file_of_a_writer_killed_outright_goes_with_the_next_write_at_once(tmp_path):
+    """It used to stay for a minute, so a bench re-run at once kept a partial checkpoint (up to
+    6.4 GB) beside the new one for good."""
+    folder = tmp_path / "random-toy"
+    process = start_slow_writer(folder)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=30)
+    assert list(folder.glob("model.safetensors.*.tmp"))
+    write_text_atomically(folder / "model.safetensors", "new")
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
 
 
-def test_stale_temporary_files_of_dead_processes_are_cleaned_by_the_next_write(tmp_path):
-    path = tmp_path / "model.safetensors"
-    left_behind(tmp_path / f"model.safetensors.{dead_pid()}-0123abcd.tmp")  # stale: deleted
-    kept = [left_behind(tmp_path / f"model.safetensors.{os.getppid()}-0123abcd.tmp"),  # its writer runs
-            left_behind(tmp_path / f"model.safetensors.{dead_pid()}-4567cdef.tmp", age_s=0),  # fresh: maybe
-            # a writer in another PID namespace (a container)
-            left_behind(tmp_path / "notes.txt.1-0123abcd.tmp")]  # not a temporary file of this path
-    write_text_atomically(path, "new")
-    assert path.read_text() == "new"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model.safetensors", *(p.name for p in kept)])
+def test_a_live_writer_keeps_its_temporary_file_and_a_reused_process_id_keeps_none(tmp_path):
+    folder = tmp_path / "random-toy"
+    writer = start_slow_writer(folder)
+    try:
+        (writing,) = folder.glob("model.safetensors.*.tmp")
+        path = folder / "model.safetensors"
+        # left by a writer killed outright whose process id now belongs to a live process
+        reused = path.with_name(f"{path.name}.{os.getppid()}-0123abcd.tmp")
+        reused.write_bytes(b"x" * 1000)
+        victim = tmp_path / "victim.txt"
+        victim.write_text("someone's file")
+        (folder / f"{path.name}.{os.getppid()}-4567cdef.tmp").symlink_to(victim)  # planted: left alone
+        os.mkfifo(folder / f"{path.name}.{os.getppid()}-89abcdef.tmp")  # never waited on
+        (folder / "notes.txt.1-0123abcd.tmp").write_text("not a temporary file of this path")
+        assert atomic.remove_stale_temporaries(path) == [reused]
+        assert writing.exists() and not reused.exists() and victim.read_text() == "someone's file"
+        assert len(list(folder.glob("*.tmp"))) == 4
+    finally:
+        writer.kill()
+        writer.communicate(timeout=30)
 
 
 def test_temporary_names_are_unique_and_name_their_process(tmp_path):
@@ -173,3 +194,24 @@ def test_bench_says_how_many_gb_it_writes_where_and_shows_progress(tmp_path, cap
     assert f"writing random-weight toy (0.00 GB) to {tmp_path / 'random-toy'}" in err
     assert "model.safetensors: 100%" in err  # the progress bar, in bytes
     assert sorted(p.name for p in path.parent.iterdir()) == ["config.json", "model.safetensors"] and n_bytes > 0
+
+
+WRITE_MANY_TIMES = """
+import sys
+from picogpt.io.atomic import write_text_atomically
+
+for i in range(200):
+    write_text_atomically(sys.argv[1], sys.argv[2] * 1000)
+"""
+
+
+def test_writers_of_one_file_at_once_never_delete_each_other_s_temporary_files(tmp_path):
+    """Each write first cleans up stale temporary files: one being written by a live process
+    (even one just created, not locked yet) must never be taken for stale."""
+    path = tmp_path / "results.json"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITE_MANY_TIMES, str(path), letter], stderr=subprocess.PIPE,
+                                text=True) for letter in "abcd"]
+    errors = [writer.communicate(timeout=120)[1] for writer in writers]
+    assert [writer.returncode for writer in writers] == [0] * 4, errors
+    assert path.read_text() in {letter * 1000 for letter in "abcd"}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]

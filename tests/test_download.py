@@ -10,12 +10,12 @@ import hashlib
 import http.server
 import json
 import os
-import pathlib
 import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import namedtuple
@@ -34,18 +34,26 @@ PAYLOAD = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tob
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 PATH = f"/test-org/toy/resolve/{REVISION}/model.safetensors"
-SLOW_PIECES, SLOW_PAUSE_S = 10, 0.15  # the "slow" server sends the file in 1.5 s
+SLOW_PIECES, SLOW_PAUSE_S = 10, 0.15  # the "slow" server sends the file in 1.5 s, once released
+
+
+BAD_LENGTHS = {"bad-length": "abc", "superscript-length": "\u00b2", "huge-length": "9" * 5000}
+REDIRECTS = {"loop": PATH, "to-file": "file:///etc/passwd"}
+STALL_S = 3  # the "stall" server waits this long mid-body, longer than the client's timeout
 
 
 class Server:
     """A tiny file server. `mode`: "ok" (honours Range), "cut" (the first response stops
     halfway and closes the connection), "ignore-range" (always 200 with the whole file),
-    "bad-length" (Content-Length: abc), "loop" (redirects to itself), "slow" (the body in
-    SLOW_PIECES pieces, SLOW_PAUSE_S apart), "long" (no Content-Length, and the file followed
-    by as many bytes again)."""
+    BAD_LENGTHS (a Content-Length that is no number of bytes), REDIRECTS (to itself, or to a
+    file:// address), "slow" (the body in SLOW_PIECES pieces, SLOW_PAUSE_S apart, the rest
+    after the first only once the test sets `release`, or after 30 s), "long" (no
+    Content-Length, and the file followed by as many bytes again), "stall" (half the body, then
+    nothing for STALL_S), "escape-reason" (HTTP 503 with terminal escapes in its reason phrase)."""
 
     def __init__(self):
         self.mode, self.requests, self.n_served = "ok", [], 0
+        self.release = threading.Event()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -54,9 +62,13 @@ class Server:
                 if self.path != PATH:
                     self.send_error(404, "Not Found")
                     return
-                if server.mode == "loop":
+                if server.mode == "escape-reason":
+                    self.send_response(503, "\x1b]0;pwned\x07\x1b[31mBusy")
+                    self.end_headers()
+                    return
+                if server.mode in REDIRECTS:
                     self.send_response(302)
-                    self.send_header("Location", PATH)
+                    self.send_header("Location", REDIRECTS[server.mode])
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
@@ -75,18 +87,25 @@ class Server:
                     body += PAYLOAD  # no length: the body ends when the connection closes
                     self.close_connection = True
                 else:
-                    self.send_header("Content-Length", "abc" if server.mode == "bad-length" else str(len(body)))
+                    self.send_header("Content-Length", BAD_LENGTHS.get(server.mode, str(len(body))))
                 self.end_headers()
                 if server.mode == "cut" and server.n_served == 0:
                     body = body[: len(body) // 2]  # then the connection closes mid-file
                     self.close_connection = True
                 server.n_served += 1
+                if server.mode == "stall":
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    time.sleep(STALL_S)
+                    return
                 pieces = SLOW_PIECES if server.mode == "slow" else 1
                 try:
                     for i in range(pieces):
                         self.wfile.write(body[i * len(body) // pieces:(i + 1) * len(body) // pieces])
                         self.wfile.flush()
                         time.sleep(SLOW_PAUSE_S if server.mode == "slow" else 0)
+                        if server.mode == "slow" and i == 0:
+                            server.release.wait(30)
                 except (BrokenPipeError, ConnectionResetError):  # the client went away (a killed download)
                     self.close_connection = True
 
@@ -321,7 +340,7 @@ def test_download_spec_raises_download_error(monkeypatch, tmp_path):
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EFBIG])
 def test_disk_filling_during_the_download_deletes_the_part_and_says_what_to_do(server, monkeypatch, capsys, error):
     files = register(monkeypatch)
-    monkeypatch.setattr(dl, "open", lambda path, mode="r": FillingFile(builtins.open(path, mode), 50_000, error),
+    monkeypatch.setattr(dl, "open", lambda path, mode="r", **kw: FillingFile(builtins.open(path, mode, **kw), 50_000, error),
                         raising=False)
     status, _, err = run_cli(capsys, "toy")
     line = error_line(err)
@@ -344,20 +363,25 @@ def test_weights_folder_that_cannot_be_written(server, monkeypatch, capsys):
     files = register(monkeypatch)
     files.final.parent.mkdir(parents=True)
 
-    def refuse(self, *args, **kwargs):
-        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(pathlib.Path, "touch", refuse)
-    monkeypatch.setattr(dl, "open", lambda path, mode="r": refuse(path), raising=False)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
     status, _, err = run_cli(capsys, "toy")
-    assert status == 2 and "Permission denied" in error_line(err) and "PICOGPT_WEIGHTS_DIR" in err
+    line = error_line(err)
+    assert status == 2 and "cannot write to the weights folder" in line and "Permission denied" in line
+    assert "PICOGPT_WEIGHTS_DIR" in line and server.requests == []
 
 
-def test_invalid_content_length_is_one_line(server, monkeypatch, capsys):
+@pytest.mark.parametrize("mode", BAD_LENGTHS)
+def test_invalid_content_length_is_one_line(server, monkeypatch, capsys, mode):
+    """'²' passes str.isdigit() and 5,000 digits are more than int() converts: both used to
+    end in a ValueError traceback."""
     files = register(monkeypatch)
-    server.mode = "bad-length"
+    server.mode = mode
     status, _, err = run_cli(capsys, "toy")
-    assert status == 2 and "invalid Content-Length header 'abc'" in error_line(err)
+    line = error_line(err)
+    assert status == 2 and "invalid Content-Length header" in line and len(line) < 400
     assert not files.final.exists()
 
 
@@ -367,6 +391,37 @@ def test_redirect_loop_is_one_line(server, monkeypatch, capsys):
     status, _, err = run_cli(capsys, "toy")
     assert status == 2 and "redirects in a loop" in error_line(err)
     assert not files.final.exists()
+
+
+def test_a_redirect_to_a_file_address_says_so(server, monkeypatch, capsys):
+    """It used to be reported as a redirect loop."""
+    register(monkeypatch)
+    server.mode = "to-file"
+    status, _, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2 and "redirects to file:///etc/passwd, a file: address" in line and "loop" not in line
+
+
+def test_a_reason_phrase_s_terminal_escapes_are_printed_escaped(server, monkeypatch, capsys):
+    """A server's reason phrase used to reach the terminal raw: ESC ] 0 retitled it."""
+    register(monkeypatch)
+    server.mode = "escape-reason"
+    status, _, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2 and "HTTP 503" in line and "\\x1b]0;pwned\\x07\\x1b[31mBusy" in line
+    assert "\x1b" not in err and "\x07" not in err
+
+
+def test_a_server_that_stalls_mid_body_keeps_every_byte_received(server, monkeypatch, capsys):
+    """Bytes read before the timeout, short of a whole chunk, used to be lost."""
+    files = register(monkeypatch)
+    monkeypatch.setattr(dl, "TIMEOUT_S", 0.5)
+    server.mode = "stall"
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "kept" in error_line(err)
+    assert files.part.read_bytes() == PAYLOAD[: len(PAYLOAD) // 2]
+    server.mode = "ok"
+    assert run_cli(capsys, "toy")[0] == 0 and files.final.read_bytes() == PAYLOAD
 
 
 # ---- the pinned table ------------------------------------------------------------------------------
@@ -394,17 +449,19 @@ import picogpt.io.download as dl
 from picogpt.cli import main
 
 dl.PINNED["toy"] = dl.WeightSpec(name="toy", repo="test-org/toy", revision=sys.argv[1], sha256=sys.argv[2],
-                                 n_bytes=int(sys.argv[3]), n_layer=2, n_head=3, n_embd=192)
+                                 n_bytes=int(sys.argv[3]) if sys.argv[3] != "none" else None,
+                                 n_layer=2, n_head=3, n_embd=192)
 dl.CHUNK_BYTES = 1 << 14
 sys.exit(main(["download", "-q", "toy"]))
 """
 
 
-def start_download_process():
+def start_download_process(n_bytes=len(PAYLOAD)):
     """`python -m picogpt download toy` in its own process (HF_ENDPOINT and PICOGPT_WEIGHTS_DIR
-    from the test's environment)."""
-    return subprocess.Popen([sys.executable, "-c", DOWNLOAD_TOY, REVISION, SHA256, str(len(PAYLOAD))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from the test's environment); n_bytes=None: no size pinned."""
+    return subprocess.Popen([sys.executable, "-c", DOWNLOAD_TOY, REVISION, SHA256, str(n_bytes).lower()],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ | {"PYTHONUNBUFFERED": "1"})
 
 
 def wait_for(condition, timeout_s=30):
@@ -421,7 +478,10 @@ def test_two_downloads_of_one_model_at_once_install_one_verified_file(server, mo
     first = start_download_process()
     wait_for(lambda: server.requests)  # the first is streaming: the second must wait for it
     second = start_download_process()
+    waiting = second.stdout.readline()  # the second says it waits (however long it took to start) ...
+    server.release.set()  # ... then the first may finish
     outputs = [process.communicate(timeout=60) for process in (first, second)]
+    outputs[1] = (waiting + outputs[1][0], outputs[1][1])
     assert [first.returncode, second.returncode] == [0, 0], outputs
     assert "downloaded and verified" in outputs[0][0]
     assert "another download (process" in outputs[1][0] and "waiting" in outputs[1][0]
@@ -470,7 +530,7 @@ def test_a_body_longer_than_the_pinned_size_is_cut_off(server, monkeypatch, caps
     files = register(monkeypatch)
     server.mode = "long"
     # a write past the file's size would fail as on a full disk, with another message
-    monkeypatch.setattr(dl, "open", lambda path, mode="r": FillingFile(builtins.open(path, mode), len(PAYLOAD),
+    monkeypatch.setattr(dl, "open", lambda path, mode="r", **kw: FillingFile(builtins.open(path, mode, **kw), len(PAYLOAD),
                                                                         errno.ENOSPC), raising=False)
     status, _, err = run_cli(capsys, "toy")
     line = error_line(err)
@@ -497,3 +557,86 @@ def test_a_malformed_hf_endpoint_is_one_line_before_any_request(monkeypatch, cap
 def test_an_empty_hf_endpoint_means_the_hub(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "")
     assert toy_spec().url().startswith("https://huggingface.co/test-org/toy/")
+
+
+# ---- a shared weights folder: names planted by someone else -----------------------------------------
+
+def plant(tmp_path, files, name, kind):
+    """Put `kind` at files.<name> ("final", "part" or "lock"), as another user of a shared
+    weights folder could: a symbolic link or a hard link to a victim file outside the folder
+    (which holds the file's genuine first bytes), a FIFO, or a link to /dev/zero. Returns the
+    victim, whose bytes must never change."""
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(PAYLOAD[:1000])
+    path = files.final.with_name({"final": "model.safetensors", "part": "model.safetensors.part",
+                                  "lock": "model.safetensors.lock"}[name])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "symlink":
+        path.symlink_to(victim)
+    elif kind == "hardlink":
+        os.link(victim, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    return victim
+
+
+@pytest.mark.parametrize("name, kind", [("lock", "symlink"), ("lock", "hardlink"), ("part", "symlink"),
+                                        ("part", "hardlink"), ("part", "fifo"), ("final", "symlink")])
+def test_a_link_planted_in_the_weights_folder_is_refused_and_its_target_untouched(server, monkeypatch, capsys,
+                                                                                 tmp_path, name, kind):
+    """A planted lock link got its target truncated and overwritten with a process id; a .part
+    link got its target extended by the download, and then installed as model.safetensors: a
+    link to a file its planter could change at will."""
+    files = register(monkeypatch)
+    victim = plant(tmp_path, files, name, kind)
+    status, out, err = run_cli(capsys, "toy")
+    line = error_line(err)
+    assert status == 2 and "not a file picogpt may use" in line and "delete it and run the same command again" in line
+    assert victim.read_bytes() == PAYLOAD[:1000]
+    assert not files.final.exists() or name == "final"
+    assert not os.path.islink(files.final) or name == "final"
+
+
+def test_the_write_probe_creates_nothing_where_a_planted_link_points(server, monkeypatch, capsys, tmp_path):
+    files = register(monkeypatch)
+    files.final.parent.mkdir(parents=True)
+    target = tmp_path / "created-through-the-link"
+    (files.final.parent / f".picogpt-write-test-{os.getpid()}").symlink_to(target)
+    assert run_cli(capsys, "toy")[0] == 0 and files.final.read_bytes() == PAYLOAD
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_final_path_that_is_a_fifo_or_a_device_is_refused_not_hashed_forever(server, tmp_path, kind):
+    """Hashing it used to wait on the FIFO, or read /dev/zero, forever, holding the lock."""
+    files = Files(*(tmp_path / "weights" / "toy" / name for name in ("model.safetensors", "model.safetensors.part",
+                                                                     "config.json")))
+    plant(tmp_path, files, "final", kind)
+    process = start_download_process(n_bytes=None)  # no size pinned: nothing tells it is the wrong file
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 2 and "not a file picogpt may use" in error_line(err), err
+    assert server.requests == []
+
+
+def test_a_part_swapped_for_another_file_while_it_is_hashed_is_not_installed(server, monkeypatch, capsys):
+    """What lands at the final path must be the file that was hashed: a swapped one (here with
+    the genuine bytes, but another's, to change at will) used to be renamed into place."""
+    files = register(monkeypatch)
+    hash_it = dl.sha256_of
+
+    def hash_then_swap(f, label=None):
+        digest = hash_it(f, label)
+        swapped = files.part.with_name("swapped")
+        swapped.write_bytes(PAYLOAD)
+        os.replace(swapped, files.part)
+        return digest
+
+    monkeypatch.setattr(dl, "sha256_of", hash_then_swap)
+    status, _, err = run_cli(capsys, "toy")
+    assert status == 2 and "was replaced while it was being verified" in error_line(err)
+    assert not files.final.exists()

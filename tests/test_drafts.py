@@ -81,9 +81,15 @@ def test_first_layers_runs_the_first_blocks_then_the_final_norm_and_head_on_the_
     expected = gpt2(ids, {**target.params, "h": target.params["h"][:2]}, draft.config)
     np.testing.assert_allclose(draft(ids), expected, atol=1e-5)
     assert not np.allclose(draft(ids), target(ids), atol=1e-3)  # the third layer mattered
-    for bad in (0, 3, 4):
+    for bad in (0, 3, 4, True, 2.5):  # True used to be taken as 1, 2.5 to fail in a slice
         with pytest.raises(PicoGPTError, match="first layers"):
             first_layers(target, bad)
+
+
+@pytest.mark.parametrize("ngram_max", [0, True, 2.5])
+def test_prompt_lookup_takes_a_whole_number_of_tokens_per_n_gram(ngram_max):
+    with pytest.raises(PicoGPTError, match="ngram_max must be a whole number >= 1"):
+        PromptLookup(n_vocab=8, ngram_max=ngram_max)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,9 @@ def test_placeholder_and_non_numbers_are_not_yet_answers():
         assert not result and "placeholder None" in result.message
     result = check_block_params("seven million")
     assert not result and "expected a number" in result.message
+    for answer in (True, 10**400, float("nan")):  # 10**400 used to raise OverflowError, True to count as 1
+        result = check_number(answer, expected=1.0, how="method", solution="worked")
+        assert not result and "expected a number" in result.message
 
 
 def test_a_wrong_answer_gets_a_hint_but_not_the_number():

@@ -13,7 +13,7 @@ NUMBER_CHECKS = [  # (checker, right answer, a known mistake and a word of its h
     (ex.check_expected_tokens_per_loop, 3.3616, (3.2, "one more token")),
     (ex.check_p_accept, 0.6, (0.4, "P(reject)")),
     (ex.check_output_probability, 0.3, (0.1, "only accepted")),
-    (ex.check_paper_speedup, 1.8357, (2.3169, "not the share β")),
+    (ex.check_predicted_speedup, 1.8357, (2.3169, "not the share β")),
     (ex.check_best_K, 8, (4, "paper's choice")),
     (ex.check_point_mass_residual, 0.2 / 0.7, (0.2, "leaves x̃ out")),
     (ex.check_first_layers_cost, 0.2888, (0.25, "embedding and LM head")),

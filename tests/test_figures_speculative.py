@@ -1,5 +1,7 @@
-"""Notebook 03's and 05's pictures: the speculative loop as a table, the resample, tokens per
-loop, and the speedup plots, tested headless."""
+"""Notebooks 03, 05 and 06's pictures: the speculative loop as a table, the resample, tokens per
+loop, and the speedup plots with their whiskers, tested headless."""
+
+from types import SimpleNamespace
 
 import matplotlib
 
@@ -17,6 +19,7 @@ from picogpt.course import figures, panels
 from picogpt.measure import speedup
 from picogpt.errors import PicoGPTError
 from picogpt.speculative import LoopTrace, speculative_sampling
+from picogpt.measure.timing import Spread
 
 TOK = picogpt.tokenizer()
 A, B, C, D = (TOK.encode(word)[0] for word in (" And", " the", " LORD", " said"))
@@ -95,9 +98,30 @@ def test_speedup_plots_are_labelled():
     costs = speedup.Costs(t_draft_s=0.002, t_target_s=0.010, t_score_s={K: 0.010 + 0.001 * K for K in range(1, 9)})
     ax = figures.plot_loop_cost(costs, ax=Figure().subplots())
     assert labelled(ax) and "ms" in ax.get_ylabel()
+    calls = {K: Spread(t, t - 0.001, t + 0.002) for K, t in costs.t_score_s.items()}
+    ax = figures.plot_loop_cost(costs, calls, ax=Figure().subplots())
+    (_, _, (whiskers,)), = ax.containers  # the scoring calls' quartiles, in ms
+    assert np.allclose([segment[:, 1] for segment in whiskers.get_segments()],
+                       [(1e3 * (t - 0.001), 1e3 * (t + 0.002)) for t in costs.t_score_s.values()])
     Ks = list(range(1, 9))
-    ax = figures.plot_speedup(Ks, np.linspace(1, 2, 8), speedup.predictions(costs, 0.8, Ks), ax=Figure().subplots())
+    measured = [Spread(x, x - 0.1, x + 0.2) for x in np.linspace(1, 2, 8)]
+    ax = figures.plot_speedup(Ks, measured, speedup.predictions(costs, 0.8, Ks), ax=Figure().subplots())
     assert labelled(ax) and len(ax.get_legend().get_texts()) == 3  # two predictions and the measurement
+    (line, _, (whiskers,)), = ax.containers  # every measured point has its interquartile whisker
+    assert np.allclose(line.get_ydata(), np.linspace(1, 2, 8))
+    assert np.allclose([segment[:, 1] for segment in whiskers.get_segments()],
+                       [(r.q1, r.q3) for r in measured])
+
+
+def test_the_strategies_figure_draws_each_measured_speedup_with_its_whiskers():
+    found = {name: SimpleNamespace(speedup_runs=Spread(x, x - 0.1, x + 0.1), predicted=x + 0.05)
+             for name, x in (("prompt lookup", 0.8), ("draft model, fixed K = 4", 1.7))}
+    ax = figures.plot_strategies(found, ax=Figure().subplots())
+    assert labelled(ax) and len(ax.get_xticklabels()) == 2
+    measured = next(c for c in ax.containers if getattr(c, "errorbar", None) is not None)
+    assert [bar.get_height() for bar in measured] == pytest.approx([0.8, 1.7])
+    (whiskers,) = measured.errorbar.lines[2]
+    assert np.allclose([segment[:, 1] for segment in whiskers.get_segments()], [(0.7, 0.9), (1.6, 1.8)])
 
 
 def test_a_scoring_call_and_one_row_calls_agree_up_to_rounding():

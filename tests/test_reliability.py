@@ -9,6 +9,7 @@ import errno
 import io
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -328,24 +329,48 @@ def test_a_cache_of_another_context_length_is_refused():
 
 # ---- environment variables: one line, before any output -------------------------------------------
 
-@pytest.mark.parametrize("variable, value, message", [
-    ("PICOGPT_THREADS", "\u00b2", "expected a whole number of threads from 1 to"),  # superscript two
-    ("PICOGPT_THREADS", "\u0663", "expected a whole number of threads from 1 to"),  # Arabic-Indic three
-    ("PICOGPT_THREADS", "10000000000", "expected a whole number of threads from 1 to"),
-    ("PICOGPT_THREADS", "9" * 5000, "expected a whole number of threads from 1 to"),
-    ("PICOGPT_THREADS", "0", "expected a whole number of threads from 1 to"),
-    ("PICOGPT_COURSE_MODELS", "gpt3", "expected one of gpt2, tiny"),
-])
-def test_a_bad_environment_variable_is_one_line_before_any_output(capsys, monkeypatch, checkpoint,
-                                                                   variable, value, message):
-    """Such errors used to be printed after the prompt, on the same line (or as a traceback)."""
+COMMANDS = {  # each command, as a user runs it
+    "info": ["info", "tiny-draft"],
+    "download": ["download", "gpt2"],
+    "generate": ["generate", "-n", "3", "--seed", "1"],
+    "speculate": ["speculate", "-n", "3", "--seed", "1"],
+    "bench": ["bench", "--quick", "--models", "tiny-draft"],
+}
+# variable: (bad values, words of its error, the commands that read it)
+BAD_ENVIRONMENT = {
+    "PICOGPT_THREADS": (["\u00b2", "\u0663", "10000000000", "9" * 5000, "0"],  # superscript two, Arabic-Indic three
+                        "expected a whole number of threads from 1 to", COMMANDS),
+    "PICOGPT_COURSE_MODELS": (["gpt3"], "expected one of gpt2, tiny", COMMANDS),
+    "PICOGPT_KERNEL": (["fortran"], "expected 'auto', 'numba' or 'numpy'", ["generate", "speculate", "bench"]),
+    "HF_ENDPOINT": (["ftp://mirror.example"], "not a usable server address", ["download"]),
+}
+ANY_VALUE_GOES = {"PICOGPT_WEIGHTS_DIR", "XDG_CACHE_HOME"}  # any folder: a bad one is found on use
+
+
+@pytest.mark.parametrize("variable, value, message, command", [
+    (variable, value, message, command) for variable, (values, message, commands) in BAD_ENVIRONMENT.items()
+    for value in values for command in commands])
+def test_a_bad_environment_variable_is_one_line_before_any_output(capsys, monkeypatch, variable, value, message,
+                                                                   command):
+    """Such errors used to be printed after the prompt, on the same line (or as a traceback);
+    `speculate` read PICOGPT_KERNEL after printing its prompt."""
+    import picogpt.bench
+    import picogpt.io.download
     from picogpt.fast import threads
 
     threads.threads_for.cache_clear()
+    monkeypatch.setattr(picogpt.bench, "run_bench", lambda *a, **k: pytest.fail("bench measured"))
+    monkeypatch.setattr(picogpt.io.download, "download_spec", lambda *a, **k: pytest.fail("downloaded"))
     monkeypatch.setenv(variable, value)
-    code, out, err = run_main(capsys, "generate", "--model", str(checkpoint), "-n", "3", "--seed", "1")
+    code, out, err = run_main(capsys, *COMMANDS[command])
     line = one_error_line(err)
     assert code == 2 and out == "" and variable in line and message in line and len(line) < 300
+
+
+def test_every_environment_variable_picogpt_reads_is_checked_above():
+    source = "".join(path.read_text() for path in (EMBEDDED_DIR.parents[1]).rglob("*.py"))
+    named = set(re.findall(r"\"((?:PICOGPT|HF|XDG)_[A-Z_]+)\"", source))
+    assert named == set(BAD_ENVIRONMENT) | ANY_VALUE_GOES
 
 
 def test_an_absurd_thread_count_is_refused_in_python_too(monkeypatch):
@@ -391,3 +416,140 @@ def test_output_into_a_closed_pipe_ends_quietly(argv):
     """`python -m picogpt info tiny-draft | head -n1` used to end in a BrokenPipeError traceback."""
     result = run_into_closed_pipe(*argv)
     assert result.stderr == "" and result.returncode == 141
+
+
+# ---- huge integers and booleans are not numbers of the kind asked for -------------------------------
+
+@pytest.mark.parametrize("name, value", [("temperature", 10**400), ("temperature", True), ("top_p", 10**400),
+                                         ("top_p", True), ("top_k", True), ("K", True), ("N", True)])
+def test_a_huge_integer_or_a_boolean_control_is_refused(name, value):
+    """temperature=10**400 raised OverflowError from math.isfinite; temperature=True and
+    top_p=True were taken as 1."""
+    model = random_gpt2()
+    request = dict(N=2, temperature=1.0) | {name: value}
+    speculative = dict(K=2) | request
+    autoregressive = {key: v for key, v in request.items() if key != "K"}
+    with pytest.raises(PicoGPTError, match=f"{name}.* must be"):
+        speculative_sampling(model, model, [1, 2], **speculative, seed=0)
+    if name != "K":
+        with pytest.raises(PicoGPTError, match=f"{name}.* must be"):
+            autoregressive_sampling(model, [1, 2], **autoregressive, seed=0)
+
+
+def test_a_401_digit_layer_norm_epsilon_is_one_line(tmp_path, capsys):
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=8, n_ctx=6, n_vocab=11)
+    write_safetensors(tmp_path / "model.safetensors", random_tensors(config))
+    (tmp_path / "config.json").write_text(json.dumps(GOOD).replace("}", ', "layer_norm_epsilon": 1' + "0" * 400 + "}"))
+    with pytest.raises(CheckpointError, match="layer_norm_epsilon=10000.*…, expected a finite number > 0"):
+        load_checkpoint(tmp_path)
+    code, _, err = run_main(capsys, "info", str(tmp_path))
+    assert code == 2 and "expected a finite number > 0" in one_error_line(err) and len(err) < 400
+
+
+# ---- special files: a config.json that never ends ---------------------------------------------------
+
+def run_info_limited(folder):
+    """`python -m picogpt info FOLDER` in a process that may not take more than 2 GB of address
+    space (a read without end fails there, instead of filling the machine) or run a minute."""
+    import resource
+    import subprocess
+
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, resource.RLIM_INFINITY))  # noqa: E731
+    return subprocess.run([sys.executable, "-m", "picogpt", "info", str(folder)], capture_output=True, text=True,
+                          timeout=60, preexec_fn=limit)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
+def test_a_config_json_that_is_no_small_regular_file_is_one_line(tmp_path, checkpoint, kind):
+    """A FIFO used to hang `info` forever, a link to /dev/zero to read until memory ran out."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(checkpoint / "model.safetensors", folder)
+    config = folder / "config.json"
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "dev-zero":
+        config.symlink_to("/dev/zero")
+    else:  # valid JSON, but 2 MB of it
+        config.write_text(" " * 2_000_000 + (checkpoint / "config.json").read_text())
+    result = run_info_limited(folder)
+    line = one_error_line(result.stderr)
+    assert result.returncode == 2 and result.stdout == ""
+    assert {"fifo": "a FIFO", "dev-zero": "a device", "huge": "longer than 1,048,576 bytes"}[kind] in line
+
+
+# ---- nothing from a file or a server reaches the terminal raw ---------------------------------------
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[31m"  # retitles a terminal, then turns its text red
+
+
+def hand_made_checkpoint(folder, header):
+    """A safetensors file of this header (every tensor empty) and config.json."""
+    folder.mkdir()
+    text = json.dumps(header).encode()
+    (folder / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text)
+    (folder / "config.json").write_text(json.dumps(GOOD))
+    return folder
+
+
+@pytest.mark.parametrize("header", [
+    {"h.0.ln_1.weight": {"dtype": ESCAPES + "F64", "shape": [0], "data_offsets": [0, 0]}},
+    {ESCAPES: {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]},
+     "transformer." + ESCAPES: {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}},
+])
+def test_escape_sequences_in_a_header_are_printed_escaped(tmp_path, capsys, header):
+    folder = hand_made_checkpoint(tmp_path / "hand-made", header)
+    with pytest.raises(CheckpointError) as raised:
+        load_checkpoint(folder)
+    assert "\x1b" not in str(raised.value) and "\\x1b]0;pwned\\x07" in str(raised.value)
+    code, out, err = run_main(capsys, "info", str(folder))
+    assert code == 2 and "\\x1b]0;pwned\\x07" in one_error_line(err) and "\x1b" not in err + out
+
+
+def test_a_folder_s_name_is_printed_escaped(tmp_path, capsys, checkpoint):
+    folder = shutil.copytree(checkpoint, tmp_path / ("model" + ESCAPES))
+    assert load_checkpoint(folder).name == "model\\x1b]0;pwned\\x07\\x1b[31m"  # what every message says
+    code, out, err = run_main(capsys, "info", str(folder))
+    assert code == 0 and "\x1b" not in out + err and out.count("model\\x1b]0;pwned\\x07") == 2
+
+
+def test_text_a_model_writes_is_shown_not_obeyed_by_the_terminal(tmp_path, capsys, checkpoint):
+    """GPT-2 has a token for the byte ESC (215): a model that writes it used to send it to the
+    terminal raw."""
+    folder = shutil.copytree(checkpoint, tmp_path / "writes-escapes")
+    tensors = {name: np.array(array) for name, array in read_safetensors(folder / "model.safetensors").items()}
+    tensors["wte.weight"][:] = 0
+    tensors["wte.weight"][215] = 1  # the only token whose logit is not 0 ...
+    tensors["ln_f.weight"][:], tensors["ln_f.bias"][:] = 0, 1  # ... for every hidden state
+    write_safetensors(folder / "model.safetensors", tensors)
+    code, out, err = run_main(capsys, "generate", "--model", str(folder), "-n", "3", "--temperature", "0",
+                              "--prompt", "Hello")
+    assert code == 0, err
+    assert out.startswith("Hello\\x1b\\x1b\\x1b\n") and "\x1b" not in out
+
+
+# ---- a closed stdout: the command runs, its output discarded ----------------------------------------
+
+@pytest.mark.parametrize("argv", [["info", "tiny-draft"], ["generate", "--model", "tiny-target", "-n", "5"]])
+def test_a_closed_stdout_ends_quietly(argv):
+    """`python -m picogpt info tiny-draft >&-` used to end in "AttributeError: 'NoneType' object
+    has no attribute 'flush'"."""
+    import shlex
+    import subprocess
+
+    command = shlex.join([sys.executable, "-m", "picogpt", *argv]) + " >&-"
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == ""
+
+
+# ---- bench: a results folder that cannot be written is found before measuring ------------------------
+
+def test_bench_with_an_out_folder_it_cannot_write_is_refused_before_measuring(capsys, monkeypatch, tmp_path):
+    import picogpt.bench
+
+    monkeypatch.setattr(picogpt.bench, "run_bench", lambda *a, **k: pytest.fail("bench measured first"))
+    (tmp_path / "a-file").write_text("not a folder")
+    code, out, err = run_main(capsys, "bench", "--quick", "--models", "tiny-draft",
+                              "--out", str(tmp_path / "a-file" / "results"))
+    line = one_error_line(err)
+    assert code == 2 and out == "" and "cannot write to the bench's results folder" in line and "--out" in line

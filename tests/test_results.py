@@ -18,7 +18,7 @@ def measurement(speedups, runs, predicted_best=2):
 
 def test_a_best_K_whose_runs_overlap_others_is_said_not_resolved():
     m = measurement({1: 1.2, 2: 1.5, 3: 1.45}, {1: (1.1, 1.3), 2: (1.4, 1.6), 3: (1.35, 1.5)})
-    assert results.indistinguishable_from_best(m) == (2, [2, 3])
+    assert results.indistinguishable_from_best({K: m.by_K[K].speedup_runs for K in m.Ks}) == (2, [2, 3])
     lines = results.best_K_lines(m)
     assert "best K measured: 2" in lines[0] and lines[1].startswith("not resolved: K in [2, 3]")
     assert "falls among them" in lines[1]
@@ -27,6 +27,17 @@ def test_a_best_K_whose_runs_overlap_others_is_said_not_resolved():
 def test_a_clear_best_K_is_said_resolved():
     m = measurement({1: 1.2, 2: 1.8, 3: 1.3}, {1: (1.1, 1.3), 2: (1.7, 1.9), 3: (1.2, 1.4)})
     assert results.best_K_lines(m)[1].startswith("resolved")
+
+
+def test_any_choice_made_from_measured_speedups_says_whether_it_is_resolved():
+    runs = {"fixed K = 4": Spread(1.75, 1.67, 1.80), "adaptive K": Spread(1.67, 1.55, 1.76),
+            "the formula's K = 5": Spread(1.82, 1.75, 1.90)}
+    line = results.resolution_line(runs, "strategy", repeats=3, N=64)
+    assert line.startswith("not resolved: strategy in [fixed K = 4, adaptive K, the formula's K = 5]")
+    named = {"draft, K = 4": Spread(1.7, 1.6, 1.8), "draft, K = 5": Spread(1.75, 1.65, 1.85)}
+    assert "[draft, K = 4; draft, K = 5]" in results.resolution_line(named, "strategy", 3, 64)
+    apart = {1: Spread(1.1, 1.05, 1.12), 2: Spread(1.4, 1.35, 1.45)}
+    assert results.resolution_line(apart, "L", 5, 64).startswith("resolved: every other L's")
 
 
 def test_without_the_bench_file_everything_says_not_measured(tmp_path):

@@ -1,6 +1,7 @@
 """The one cost/speedup measurement (measure/speedup.py), on tiny random models: costs read inside
 the loops, a breakdown that adds up to the wall time, alpha pooled over every decision, the
-speedup as the ratio of the medians, predictions from the formulas, and a JSON round trip."""
+speedup as the median of the repeat-by-repeat ratios inside its own interquartile range, a draft
+that proposes nothing reported (not a crash), predictions from the formulas, and a JSON round trip."""
 
 import json
 
@@ -73,14 +74,18 @@ def test_in_loop_costs_are_the_planted_costs_with_the_prefill_left_out(clocked_p
     assert m.autoregressive_breakdown_s == {"target_s": 302.0, "other_s": 0.0}
 
 
-def test_the_breakdown_adds_up_and_the_speedup_is_the_ratio_of_the_medians(clocked_pair, recorded):
-    m = speedup.measure_speedup(*clocked_pair, PROMPT, N=20, Ks=[2, 3], repeats=3, warmup_tokens=0)
+def test_the_breakdown_adds_up_and_the_speedup_is_the_median_of_the_per_repeat_ratios(clocked_pair, recorded):
+    autoregressive = []
+    m = speedup.measure_speedup(*clocked_pair, PROMPT, N=20, Ks=[2, 3], repeats=3, warmup_tokens=0,
+                                on_run=lambda K, run: autoregressive.append(run.seconds) if K is None else None)
     for K, at in m.by_K.items():
         runs = recorded[K]
         assert len(runs) == 3
         seconds = [run.seconds for run in runs]
         assert at.seconds.median == np.median(seconds) and at.seconds.q1 <= at.seconds.median <= at.seconds.q3
-        assert at.speedup == m.autoregressive_s.median / np.median(seconds)
+        ratios = [ar / spec for ar, spec in zip(autoregressive, seconds)]  # the same repeat: the same seed
+        assert at.speedup == at.speedup_runs.median == np.median(ratios)
+        assert at.speedup_runs == speedup.Spread(np.median(ratios), *np.percentile(ratios, [25, 75]))
         b = at.breakdown_s
         assert b["other_s"] == 0.0  # the fake clock only moves inside model calls
         assert b["draft_s"] + b["score_s"] + b["decide_s"] + b["other_s"] == pytest.approx(np.mean(seconds))
@@ -111,7 +116,40 @@ def test_on_a_real_clock_the_breakdown_adds_up_to_the_wall_time(recorded):
     assert sum(parts.values()) == pytest.approx(np.mean([run.seconds for run in recorded[2]]), rel=1e-9)
     assert parts["other_s"] >= 0 and min(parts.values()) >= 0
     assert m.autoregressive_breakdown_s["other_s"] >= 0
-    assert at.speedup_runs.q1 <= at.speedup_runs.median <= at.speedup_runs.q3
+    assert at.speedup_runs.q1 <= at.speedup == at.speedup_runs.median <= at.speedup_runs.q3
+    assert speedup.speedup_text(at) == (f"{at.speedup:.2f}x (IQR {at.speedup_runs.q1:.2f}-"
+                                        f"{at.speedup_runs.q3:.2f})")
+
+
+class NoDrafts:
+    """A draft that never finds anything to propose (a prompt lookup on text that never repeats)."""
+    models = ()
+    name = "no drafts"
+
+    def __init__(self, n_vocab):
+        self.n_vocab = n_vocab
+
+    def start(self):
+        pass
+
+    def propose(self, sequence, K, controls, rng):
+        return [], np.zeros((0, self.n_vocab))
+
+    def roll_back(self, n_kept):
+        pass
+
+
+def test_a_draft_that_proposes_nothing_is_a_result_not_a_crash():
+    target = random_gpt2(1, n_ctx=64)
+    m = speedup.measure_speedup(NoDrafts(target.config.n_vocab), target, PROMPT, N=8, Ks=[3], repeats=3)
+    assert m.n_decisions == 0 and np.isnan(m.alpha_hat) and np.isnan(m.by_K[3].alpha_hat)
+    at = m.by_K[3]
+    assert at.tokens_per_loop == 1.0 and at.n_loops == 3 * 8  # every loop one plain target step
+    assert np.isfinite(at.speedup) and at.speedup_runs.q1 <= at.speedup <= at.speedup_runs.q3
+    text = "\n".join(speedup.text_lines(m))
+    assert speedup.NO_DRAFTS in text and "alpha undefined" in text
+    again = speedup.from_dict(json.loads(json.dumps(speedup.as_dict(m))))  # nan survives JSON
+    assert again.n_decisions == 0 and np.isnan(again.alpha_hat)
 
 
 def test_a_draft_identical_to_the_target_is_always_accepted():
@@ -125,6 +163,7 @@ def test_the_measurement_survives_json(clocked_pair):
     m = speedup.measure_speedup(*clocked_pair, PROMPT, N=8, Ks=[1, 2], repeats=2)
     again = speedup.from_dict(json.loads(json.dumps(speedup.as_dict(m))))
     assert again == m and again.by_K[2].seconds == m.by_K[2].seconds
+    assert "speedup" not in speedup.as_dict(m)["by_K"]["2"]  # derived from speedup_runs, never stored twice
 
 
 def test_bad_requests_are_refused():

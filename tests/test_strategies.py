@@ -1,6 +1,7 @@
 """Notebook 06's measurements (picogpt/course/strategies.py): the prediction for loops of varying
-K is notebook 05's when K is fixed, any draft goes through measure_speedup, and the byte count
-of a model's decoding step is the model's own."""
+K is notebook 05's when K is fixed, any draft goes through the same measurement, strategies raced
+together share their autoregressive runs, a draft that proposes nothing is reported, and the byte
+count of a model's decoding step is the model's own."""
 
 import dataclasses
 
@@ -11,6 +12,7 @@ from helpers import random_gpt2
 from picogpt import speculative_sampling, theory
 from picogpt.course import strategies
 from picogpt.drafts import AdaptiveK, PromptLookup, first_layers
+from picogpt.measure import speedup
 from picogpt.sampling import distribution
 from picogpt.speculative import LoopTrace
 
@@ -24,6 +26,11 @@ def test_with_one_K_the_loop_prediction_is_notebook_05s_arithmetic():
     loops = [loop(4, 2, 0.012), loop(4, 4, 0.014), loop(4, 0, 0.013)]
     expected = theory.predicted_speedup(alpha=0.7, K=4, t_draft_s=0.002, t_target_s=0.010, t_score_s=0.013)
     assert strategies.loop_prediction(loops, 0.7, 0.002, 0.010) == pytest.approx(expected)
+
+
+def test_loops_that_drafted_nothing_predict_one_token_each_whatever_alpha():
+    loops = [loop(0, 0, 0.011), loop(0, 0, 0.011)]
+    assert strategies.loop_prediction(loops, float("nan"), float("nan"), 0.010) == pytest.approx(0.010 / 0.011)
 
 
 def test_the_loop_prediction_sums_over_loops_of_different_K():
@@ -40,18 +47,58 @@ def pair():
 
 @pytest.mark.parametrize("make", [lambda d, t: d, lambda d, t: PromptLookup(t.config.n_vocab),
                                   lambda d, t: AdaptiveK(d, K_start=2), lambda d, t: first_layers(t, 1)])
-def test_every_draft_is_measured_by_measure_speedup(pair, make):
+def test_every_draft_is_measured_by_the_same_measurement(pair, make):
     draft, target = pair
-    result = strategies.measure_strategy("x", make(draft, target), target, [3, 1, 4, 3, 1], N=12, K=3, repeats=2)
+    result = strategies.measure_strategies({"x": (make(draft, target), 3)}, target, [3, 1, 4, 3, 1], N=12,
+                                           repeats=2)["x"]
     m = result.measurement
-    assert result.K_per_loop <= 3 and 0 <= result.alpha_hat <= 1 and result.measured > 0 and result.predicted > 0
+    assert result.K_per_loop <= 3 and result.measured > 0 and result.predicted > 0
+    assert result.speedup_runs.q1 <= result.measured <= result.speedup_runs.q3
     assert m.by_K[3].n_loops > 0 and np.isfinite(m.t_target_s)
-    assert len(strategies.strategy_lines([result])) == 2
+    assert len(strategies.strategy_lines([result])) == 2 + (m.n_decisions == 0)
+
+
+def test_strategies_raced_together_share_their_autoregressive_runs(pair):
+    draft, target = pair
+    seen = []
+    found = strategies.measure_strategies({"K = 1": (draft, 1), "K = 3": (draft, 3)}, target, [3, 1, 4], N=10,
+                                          repeats=3, on_run=lambda name, run: seen.append(name))
+    assert seen == ["K = 1", "K = 3", None] * 3  # interleaved: each strategy, then the target alone
+    one, three = found.values()
+    assert one.measurement.autoregressive_s == three.measurement.autoregressive_s
+    lines = strategies.best_strategy_lines(found)
+    assert lines[0].startswith("best strategy measured: K = ") and "resolved" in lines[1]
+
+
+class NoDrafts:
+    """A lookup that never finds its n-gram earlier in the text."""
+    models, name = (), "no drafts"
+
+    def __init__(self, n_vocab):
+        self.n_vocab = n_vocab
+
+    def start(self):
+        pass
+
+    def propose(self, sequence, K, controls, rng):
+        return [], np.zeros((0, self.n_vocab))
+
+    def roll_back(self, n_kept):
+        pass
+
+
+def test_a_strategy_that_proposes_nothing_is_reported_with_alpha_undefined(pair):
+    target = pair[1]
+    result = strategies.measure_strategies({"lookup": (NoDrafts(target.config.n_vocab), 4)}, target, [3, 1, 4],
+                                           N=8, repeats=2)["lookup"]
+    assert result.K_per_loop == 0 and np.isnan(result.alpha_hat) and np.isnan(result.c)
+    assert result.predicted == pytest.approx(1 / result.t_score_ratio)  # one token per scoring call
+    assert strategies.strategy_lines([result])[-1] == f"lookup: {speedup.NO_DRAFTS}"
 
 
 def test_a_fixed_K_measurement_reads_as_a_strategy(pair):
     draft, target = pair
-    result = strategies.measure_strategy("x", draft, target, [3, 1, 4], N=10, K=2, repeats=2)
+    result = strategies.measure_strategies({"x": (draft, 2)}, target, [3, 1, 4], N=10, repeats=2)["x"]
     again = strategies.measurement_result("x", result.measurement, 2)
     assert again.measured == result.measured and again.alpha_hat == result.alpha_hat and again.K_per_loop == 2
     assert again.predicted == result.measurement.by_K[2].predicted

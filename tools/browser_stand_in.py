@@ -4,9 +4,9 @@
 driving an HTML `P(accept) = …` readout and a matplotlib figure in an Output, and a
 `Run Monte-Carlo` button drawing a histogram into a second Output, and a residual switch
 (ToggleButtons) whose wrong choice reports `TV(output, q)`; computed with plain numpy.
-`broken` breaks it the ways students meet: sliders wired to nothing, and a widget whose model
-the page never received ("Error displaying widget: model not found"). The harness must pass
-on the first and fail on the second.
+`broken` breaks it the ways students meet: sliders wired to nothing, a widget whose model
+the page never received ("Error displaying widget: model not found"), and a figure the browser
+cannot draw (a PNG cut short). The harness must pass on the first and fail on the second.
 
 Not run on its own: tools/browser_test.py imports it (`.venv/bin/python tools/browser_test.py --stand-in`).
 """
@@ -81,6 +81,18 @@ ORPHAN_VIEW = {
 }
 
 
+FIGURE = """
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(4, 2.5))
+ax.plot([0, 1, 2], [1, 3, 2], "o-")
+ax.set(xlabel="x", ylabel="y", title="a figure")
+plt.show()
+"""
+# what a figure output looks like when its PNG is cut short: the page gets an <img> that never decodes
+BROKEN_FIGURE = ("from IPython.display import display\n"
+                 "display({'image/png': 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB', 'text/plain': '<Figure>'}, raw=True)")
+
+
 def notebook(*sources):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -90,7 +102,7 @@ def notebook(*sources):
 
 
 def write_stand_in(folder, kind="good"):
-    """Write 01-intro (no widgets), 02-widgets and 04-theorem-1 stand-ins into folder."""
+    """Write 01-intro (no widgets, a figure), 02-widgets and 04-theorem-1 stand-ins into folder."""
     folder.mkdir(parents=True, exist_ok=True)
     wiring = WIRED if kind == "good" else UNWIRED
     other = ("import ipywidgets as widgets\nwidgets.IntSlider(value=3, description='k')"
@@ -98,7 +110,7 @@ def write_stand_in(folder, kind="good"):
              f"import ipywidgets\nfrom IPython.display import display\n"
              f"display({json.dumps(ORPHAN_VIEW)}, raw=True)")
     notebooks = {
-        "01-intro.ipynb": notebook("print('hello')"),
+        "01-intro.ipynb": notebook("print('hello')", "%matplotlib inline", FIGURE if kind == "good" else BROKEN_FIGURE),
         "02-widgets.ipynb": notebook(other),
         "04-theorem-1.ipynb": notebook("%matplotlib inline", EXPLORER_CODE.replace("WIRING", wiring)),
     }

@@ -13,12 +13,17 @@ checks, with the ipywidgets 8 DOM classes named in the widget contract:
    redraws the figure and changes the readout, pressing `Run Monte-Carlo` draws a
    histogram into a second Output, and switching the residual to a wrong one ("resample from q")
    says so in the readout and redraws the histogram with the output's distance from q;
-3. every other notebook that uses widgets: runs to the end, every widget is drawn, none failed.
+3. every other notebook: runs to the end, every widget is drawn, none failed;
+4. in every notebook, every figure the kernel sent (an image/png output) is drawn: an <img> in its
+   cell's output with a non-zero natural size, decoded by the browser; and for each cell with a
+   figure, a screenshot with that figure scrolled into the middle of the window.
 
 The server serves a temporary copy of notebooks/ (nothing is written back) with its settings,
 workspaces and runtime files in a temporary folder, so no user state leaks in or out. Chromium
-runs with flags that stop it from calling outside. Screenshots (before and after each
-interaction) go to $BROWSER_TEST_OUT, else browser-test-out/. Exit status 0 = all checks passed.
+runs with flags that stop it from calling outside. JupyterLab keeps every cell in the page
+(notebook windowing off), so what is checked and photographed is what a student scrolling down
+sees. Screenshots (each figure, before and after each interaction) go to $BROWSER_TEST_OUT, else
+browser-test-out/. Exit status 0 = all checks passed.
 
     make browser-test                        # installs Chromium (apt) and Playwright (pip) first
     .venv/bin/python tools/browser_test.py --stand-in   # the harness against its own stand-in
@@ -56,8 +61,6 @@ EXPLORER = "04-theorem-1.ipynb"
 MC_BUTTON = "Run Monte-Carlo"
 WRONG_RESIDUAL = "wrong: resample from q"  # a button of the explorer's residual switch
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-# code that shows widgets: ipywidgets itself, interact, or a picogpt.course.widgets explorer
-WIDGET_CODE = re.compile(r"ipywidgets|\binteract(?:ive)?\(|_explorer\(")
 # what ipywidgets / jupyterlab_widgets write where a widget could not be drawn
 WIDGET_ERRORS = ("Error displaying widget", "Error rendering widget", "Error creating widget",
                  "Could not create a view")
@@ -68,11 +71,12 @@ WIDGET_REPR = re.compile(r"\b[A-Z]\w*\((?:children|value|description|layout|opti
 SERVER_START_S = 120
 PAGE_LOAD_S = 180
 KERNEL_READY_S = 120
-RUN_ALL_S = 300
+RUN_ALL_S = 600  # notebooks 05 and 06 time the models for a few minutes on a busy machine
 WIDGET_RENDER_S = 60
 INTERACTION_S = 60
 SECOND_SLIDER_S = 15  # the first slider gets INTERACTION_S; the others are a fallback
-TOTAL_S = 600
+FIGURES_S = 30  # for the browser to decode the last images
+TOTAL_S = 1200
 
 # top-level outputs of a cell (not the outputs nested inside an ipywidgets Output)
 CELL_OUTPUTS = ".jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output"
@@ -110,10 +114,12 @@ def isolated_env(state_dir):
 
 
 def write_lab_settings(settings_dir):
-    """No news pop-up, no update check, no autosave (the served copy stays as it was)."""
+    """No news pop-up, no update check, no autosave (the served copy stays as it was), and every
+    cell kept in the page (no windowing: a cell scrolled out of view is still drawn)."""
     settings = {
         "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
         "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+        "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
     }
     for plugin, values in settings.items():
         path = settings_dir / f"{plugin}.jupyterlab-settings"
@@ -230,19 +236,6 @@ class LabServer:
 # which notebooks, where
 
 
-def uses_widgets(notebook_path):
-    """A notebook whose code uses ipywidgets (or a widgets `…_explorer(`), or has stored widget outputs."""
-    nb = json.loads(notebook_path.read_text())
-    for cell in nb.get("cells", []):
-        source = "".join(cell.get("source", []))
-        if cell.get("cell_type") == "code" and re.search(WIDGET_CODE, source):
-            return True
-        for output in cell.get("outputs", []):
-            if WIDGET_VIEW_MIME in output.get("data", {}):
-                return True
-    return False
-
-
 def serve_copy(notebooks_dir, root_dir):
     """Copy the course notebooks (and anything beside them) to the folder the server serves."""
     shutil.copytree(notebooks_dir, root_dir, dirs_exist_ok=True,
@@ -322,6 +315,35 @@ WIDGET_COUNTS_JS = """([mime, outputsSelector]) => {
       if (cell.type === 'code') {
         for (let j = 0; j < cell.outputs.length; j++) {
           if (mime in (cell.outputs.get(j).data || {})) n++;
+        }
+      }
+      sent.push(n);
+    }
+  }
+  return {sent, drawn};
+}"""
+
+
+# per cell: image outputs in the notebook model, and <img> drawn in its output area (decoded,
+# with a non-zero natural size) at top level, i.e. not inside an ipywidgets Output
+FIGURE_COUNTS_JS = """(outputsSelector) => {
+  const app = window.jupyterapp;
+  const panel = app && app.shell.currentWidget;
+  const cells = Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell'));
+  const drawn = cells.map(c => Array.from(c.querySelectorAll(outputsSelector))
+      .filter(o => !o.querySelector(':scope > .jupyter-widgets'))
+      .flatMap(o => Array.from(o.querySelectorAll('img')))
+      .filter(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0).length);
+  let sent = null;
+  if (panel && panel.content && panel.content.model) {
+    const model = panel.content.model.cells;
+    sent = [];
+    for (let i = 0; i < model.length; i++) {
+      const cell = model.get(i);
+      let n = 0;
+      if (cell.type === 'code') {
+        for (let j = 0; j < cell.outputs.length; j++) {
+          if (Object.keys(cell.outputs.get(j).data || {}).some(m => m.startsWith('image/'))) n++;
         }
       }
       sent.push(n);
@@ -442,6 +464,36 @@ def check_widgets_drawn(page, name):
     if counts["sent"] is None:
         print("  (window.jupyterapp not available: counted drawn widgets only)")
     return n_widgets, n_sliders
+
+
+def check_figures_drawn(page, name, shots):
+    """Every figure the kernel sent is drawn (an <img> with a natural size in its cell), and each
+    cell with figures is photographed scrolled into view. Returns the number of figures."""
+    def counts():
+        return page.evaluate(FIGURE_COUNTS_JS, CELL_OUTPUTS)
+
+    def all_drawn():
+        c = counts()
+        sent = c["sent"] if c["sent"] is not None else c["drawn"]
+        return c if len(sent) == len(c["drawn"]) and all(d >= s for s, d in zip(sent, c["drawn"])) else None
+    try:
+        found = wait_for(all_drawn, FIGURES_S, "")
+    except CheckFailed:
+        c = counts()
+        sent = c["sent"] or []
+        missing = [i + 1 for i, (s, d) in enumerate(zip(sent, c["drawn"])) if d < s]
+        raise CheckFailed(f"{name}: figures sent by the kernel are not drawn (no decoded image of non-zero size) "
+                          f"in cells {missing} (image outputs per cell {sent}, drawn {c['drawn']})")
+    if found["sent"] is None:
+        print("  (window.jupyterapp not available: counted drawn figures only)")
+    cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+    for index, n in enumerate(found["drawn"]):
+        if n:
+            image = cells.nth(index).locator(f"{CELL_OUTPUTS} img").first
+            image.evaluate("img => img.scrollIntoView({block: 'center'})")
+            page.wait_for_timeout(300)  # let the page settle after the scroll
+            shots.take(page, f"{Path(name).stem}-figure-cell{index + 1}")
+    return sum(found["drawn"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -640,16 +692,18 @@ def start_notebook(page, server, name, workspace):
 
 
 def finish_notebook(page, name, shots, t0, how):
-    """Wait until the notebook started by start_notebook has run, then check its cells and widgets."""
+    """Wait until the notebook started by start_notebook has run, then check its cells, widgets
+    and figures."""
     prompts = wait_until_run(page, name, RUN_ALL_S)
     n_cells = check_all_ran(page, name, prompts)
     n_widgets, n_sliders = check_widgets_drawn(page, name)
     first_widget = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS} > .jupyter-widgets")
     if first_widget.count():
-        first_widget.first.scroll_into_view_if_needed(timeout=10_000)
-    shots.take(page, f"{Path(name).stem}-after-run-all")
+        first_widget.first.evaluate("widget => widget.scrollIntoView({block: 'center'})")
+        shots.take(page, f"{Path(name).stem}-after-run-all")
+    n_figures = check_figures_drawn(page, name, shots)
     return (f"{n_cells} code cells ran ({how}) in {time.monotonic() - t0:.0f} s; "
-            f"{n_widgets} widget outputs drawn, {n_sliders} sliders")
+            f"{n_widgets} widget outputs drawn, {n_sliders} sliders; {n_figures} figures drawn")
 
 
 def check_explorer(page, server, shots):
@@ -680,12 +734,12 @@ def launch_chromium(playwright):
 
 def run_checks(root_dir, notebooks, server, shots, results):
     """Every check in its own try, so one failure does not hide the others: the landing page,
-    the explorer notebook alone (its sliders are timed by hand), then every other notebook that
-    draws widgets, all running at once in their own tabs (each kernel on its own core; they are
-    checked for what they draw, not for how fast they run)."""
+    the explorer notebook alone (its sliders are timed by hand), then every other notebook, all
+    running at once in their own tabs (they are checked for what they draw, not for how fast
+    they run)."""
     from playwright.sync_api import sync_playwright
 
-    widget_notebooks = [n for n in notebooks if n != EXPLORER and uses_widgets(root_dir / n)]
+    other_notebooks = [n for n in notebooks if n != EXPLORER]
     checks = [("landing", lambda page: check_landing(page, server, notebooks, shots))]
     if EXPLORER in notebooks:
         checks.append((EXPLORER, lambda page: check_explorer(page, server, shots)))
@@ -704,7 +758,7 @@ def run_checks(root_dir, notebooks, server, shots, results):
                 page.close()
                 server.end_sessions()
             t0, started = time.monotonic(), []
-            for i, name in enumerate(widget_notebooks):  # Run All in every tab first ...
+            for i, name in enumerate(other_notebooks):  # Run All in every tab first ...
                 page, console = new_page(browser)
                 begun = report(results, name, page, console, shots,
                                lambda: start_notebook(page, server, name, f"nb{i}"), quiet=True)

@@ -88,9 +88,7 @@ def main(argv=None):
                                 repeats=args.repeats)
     print("\n".join(speedup.text_lines(m)), flush=True)
     measured_K, predicted_K = m.best_K
-    print(f"best K = {measured_K}: speedup {m.by_K[measured_K].speedup:.2f}x "
-          f"(IQR of the repeats {m.by_K[measured_K].speedup_runs.q1:.2f}-{m.by_K[measured_K].speedup_runs.q3:.2f}); "
-          f"predicted best K = {predicted_K}")
+    print(f"best K = {measured_K}: speedup {speedup.speedup_text(m.by_K[measured_K])}; predicted best K = {predicted_K}")
     warning = speedup.busy_warning(m, os.cpu_count())
     if warning:
         print(warning)

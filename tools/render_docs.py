@@ -87,12 +87,6 @@ def featured_K(m):
     return FEATURED_K if FEATURED_K in m.by_K else m.Ks[len(m.Ks) // 2]
 
 
-def speedup_with_spread(at):
-    """'2.21x (per-repeat IQR 2.10-2.30)': the ratio of the medians, and the interquartile range
-    of the ratios repeat by repeat."""
-    return f"{at.speedup:.2f}x (per-repeat IQR {at.speedup_runs.q1:.2f}-{at.speedup_runs.q3:.2f})"
-
-
 def main_pair(results):
     """(draft label, target label) of the bench's main pair, if both were measured."""
     pair = results.get("pairs", {}).get("main")
@@ -185,12 +179,14 @@ def end_to_end_table(results, source):
                      f"{ms(m.t_draft_s)} / {ms(m.t_target_s)} ms",
                      ("" if common else f"K = {', '.join(map(str, m.Ks))}: ") + speedups_cell(speedups, best),
                      speedups_cell([m.by_K[K].predicted for K in m.Ks]),
-                     f"K = {K}: {speedup_with_spread(m.by_K[K])}", f"{m.by_K[K].t_score_s / m.t_target_s:.2f}"])
+                     f"K = {K}: {speedup.speedup_text(m.by_K[K])}", f"{m.by_K[K].t_score_s / m.t_target_s:.2f}"])
     header = ["pair", "temperature", "α̂", "t_draft / t_target in the loop", f"measured speedup, K = {Ks}",
-              "predicted, same K", "one K: speedup (IQR of the per-repeat ratios)", "t_score / t_target at that K"]
+              "predicted, same K", "one K: speedup (IQR)", "t_score / t_target at that K"]
     first = found[0][1]
     return [f"N = {first.N} tokens after a prompt of {results['settings']['prompt_tokens']} tokens, {first.repeats} "
-            "repeats interleaved (autoregressive, then each K, the same seed per repeat):", "",
+            "repeats interleaved (each K, then autoregressive, the same seed per repeat); a speedup is the median "
+            "of the repeat-by-repeat ratios autoregressive / speculative seconds, its interquartile range in "
+            "brackets:", "",
             *table_lines(header, rows)]
 
 
@@ -281,11 +277,12 @@ def speed_end_to_end(results, source):
         K = featured_K(m)
         measured_K, predicted_K = m.best_K
         rows.append([pair_label(m), f"{m.controls['temperature']:g}", f"{m.alpha_hat:.2f}",
-                     f"K = {K}: {speedup_with_spread(m.by_K[K])}", f"{m.by_K[K].predicted:.2f}x",
+                     f"K = {K}: {speedup.speedup_text(m.by_K[K])}", f"{m.by_K[K].predicted:.2f}x",
                      f"K = {measured_K}: {m.by_K[measured_K].speedup:.2f}x", f"K = {predicted_K}"])
     first = found[0][1]
     return [f"Speculative against autoregressive sampling, N = {first.N} tokens, {first.repeats} repeats "
-            "interleaved, costs read inside the loops:", "",
+            "interleaved, costs read inside the loops; speedup = the median of the repeat-by-repeat ratios, "
+            "their interquartile range in brackets:", "",
             *table_lines(["draft -> target", "temperature", "acceptance α̂", "speedup", "predicted",
                           "best K, measured", "best K, predicted"], rows)]
 
@@ -334,6 +331,29 @@ def kernel_rows_table(results, source):
     return [f"`{results['command']}` on {machine['cpu']} ({machine['cores']} cores, {machine['threads']} threads), "
             f"numpy {machine['numpy']}; medians of {runs} passes, load average {load_range(loads)}:", "",
             *table_lines(["candidate", *(f"{b['model']} R={b['n_rows']}" for b in blocks)], rows)]
+
+
+def kernel_paths_table(results, source):
+    """candidates.py paths: each way of computing the products, end to end, GPT-2 small drafting
+    for XL: ms per token of both algorithms and the speedup repeat by repeat, beside the path
+    the package takes now."""
+    times = results["times_s_per_token"]
+    now = next(iter(times))  # the first path is the package's
+    rows = []
+    for path, t in times.items():
+        ratios = [a / s for a, s in zip(t["autoregressive"], t["speculative"])]
+        versus = [b / a for a, b in zip(times[now]["autoregressive"], t["autoregressive"])]
+        rows.append([f"**{path}**" if path == now else path, with_spread(t["autoregressive"]),
+                     with_spread(t["speculative"]), value_range(ratios, lambda v: f"{v:.2f}x"),
+                     "-" if path == now else value_range(versus, lambda v: f"{v:.2f}")])
+    machine, runs = results["machine"], len(times[now]["autoregressive"])
+    return [f"`{results['command']}` on {machine['cpu']} ({machine['cores']} cores, {machine['threads']} threads), "
+            f"numpy {machine['numpy']}; N = {results['tokens']} tokens, K = {results['K']}, temperature "
+            f"{results['temperature']:g}; medians of {runs} interleaved repeats, interquartile range in brackets, "
+            f"load average at the end {results['load']}:", "",
+            *table_lines(["path", "autoregressive, per token", "speculative, per token",
+                          "speedup, repeat by repeat", "autoregressive time / the package's, repeat by repeat"],
+                         rows)]
 
 
 def kernel_compute_table(results, source):
@@ -434,7 +454,7 @@ def teaching_pair_card(report, source):
     machine = report["machine"]
     K = featured_K(m)
     measured_K, predicted_K = m.best_K
-    rows = [[K_, f"{at.speedup:.2f}x", f"{at.speedup_runs.q1:.2f}-{at.speedup_runs.q3:.2f}x", f"{at.predicted:.2f}x",
+    rows = [[K_, speedup.speedup_text(at), f"{at.predicted:.2f}x",
              f"{at.t_score_s / m.t_target_s:.2f}", f"{at.alpha_hat:.3f}"] for K_, at in sorted(m.by_K.items())]
     cells = [abs(at.speedup / at.predicted - 1) for at in m.by_K.values()]
     return [f"`{report.get('command', 'tools/measure_teaching_pair.py')}` on {machine['cpu']} "
@@ -450,7 +470,8 @@ def teaching_pair_card(report, source):
             f"**{m.by_K[K].speedup:.2f}x at K = {K}**, best **{m.by_K[measured_K].speedup:.2f}x at K = "
             f"{measured_K}** (predicted best K: {predicted_K}); α̂ = {m.alpha_hat:.3f} pooled over "
             f"{m.n_decisions:,} decisions; measured within {max(cells):.0%} of predicted at every K.", "",
-            *table_lines(["K", "measured speedup", "per-repeat ratios, IQR", "predicted from in-loop costs and α̂",
+            *table_lines(["K", "measured speedup (median of the per-repeat ratios, IQR)",
+                          "predicted from in-loop costs and α̂",
                           "t_score(K) / t_target", "α̂ at this K"], rows)]
 
 
@@ -495,7 +516,8 @@ BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
                              "ready": (BENCH, ready_table), "end-to-end": (BENCH, end_to_end_table),
                              "prediction": (BENCH, prediction_table), "goals": (BENCH, goals_table),
                              "page-sizes": ("benchmarks/page-sizes.json", page_sizes_table)},
-    "benchmarks/kernels/README.md": {"rows": ("benchmarks/kernels/results-rows.json", kernel_rows_table),
+    "benchmarks/kernels/README.md": {"paths": ("benchmarks/kernels/results-paths.json", kernel_paths_table),
+                                     "rows": ("benchmarks/kernels/results-rows.json", kernel_rows_table),
                                      "compute": ("benchmarks/kernels/results-compute.json", kernel_compute_table),
                                      "one-row": ("benchmarks/kernels/results-one-row.json", kernel_one_row_table),
                                      "between": ("benchmarks/kernels/results-between.json", kernel_between_table)},

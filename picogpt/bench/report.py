@@ -83,11 +83,10 @@ def plot(results, path):
 
     for (label, m), color in zip(measurements(results), ("C0", "C1", "C2", "C3", "C4", "C5")):
         Ks = m.Ks
-        # the ratio of the medians, with the IQR of the repeat-by-repeat ratios (which need not
-        # contain it: a bar is drawn from the ratio to the far end of that range)
+        # measure/speedup.py's statistic: the median of the repeat-by-repeat ratios, whiskers at their quartiles
         speedups = [m.by_K[K].speedup for K in Ks]
-        low = [max(0.0, s - m.by_K[K].speedup_runs.q1) for s, K in zip(speedups, Ks)]
-        high = [max(0.0, m.by_K[K].speedup_runs.q3 - s) for s, K in zip(speedups, Ks)]
+        low = [s - m.by_K[K].speedup_runs.q1 for s, K in zip(speedups, Ks)]
+        high = [m.by_K[K].speedup_runs.q3 - s for s, K in zip(speedups, Ks)]
         ax_pred.errorbar(Ks, speedups, fmt="-o", color=color, yerr=[low, high], label=f"{label}: measured")
         ax_pred.plot(Ks, [m.by_K[K].predicted for K in Ks], "--", color=color,
                      label=f"{label}: predicted from in-loop costs")

@@ -35,12 +35,13 @@ def not_answered(answer):
 
 
 def as_number(answer):
-    """The answer as a float, or None when it is not a number."""
+    """The answer as a float, or None when it is not a finite number (True is not one, nor an
+    integer too large for a float)."""
     try:
         value = float(answer)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return value if math.isfinite(value) else None
+    return value if math.isfinite(value) and not isinstance(answer, bool) else None
 
 
 def check_number(answer, expected, how, solution, mistakes=(), rel_tol=0.01):

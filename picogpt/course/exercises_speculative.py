@@ -178,7 +178,7 @@ def check_capstone_prediction(alpha, c, best_K, predicted_speedup, K_max=CAPSTON
 # Notebook 05: speedup
 # ---------------------------------------------------------------------------------------------
 
-def check_paper_speedup(answer, alpha=0.7, K=4, t_draft_ms=1.8, t_target_ms=14.1):
+def check_predicted_speedup(answer, alpha=0.7, K=4, t_draft_ms=1.8, t_target_ms=14.1):
     """With the paper's measured costs (t_draft = 1.8 ms, t_target = 14.1 ms, K = 4), what speedup
     does Jay Mody's arithmetic (K t_draft + t_target per loop) predict if each draft is accepted
     independently with alpha = 0.7? (Chen et al. write down no speedup formula.)"""

@@ -1,5 +1,5 @@
 """The course's matplotlib figures: next-token bars, timings and attention (notebooks 01-02),
-Theorem 1 (04), the speculative loop (03) and the speedup (05), each labelled (axes with units,
+Theorem 1 (04), the speculative loop (03) and the speedup (05, 06), each labelled (axes with units,
 legend clear of the bars, title). Every `plot_…(…, ax=None)` draws on the Axes you pass (to build
 a grid of panels) or on a new figure, and returns it; the numbers come from `panels`.
 
@@ -8,6 +8,7 @@ raises the figure resolution to DPI = 110, readable on a projector.
 """
 
 import io
+import textwrap
 
 import numpy as np
 
@@ -253,7 +254,7 @@ def plot_tv_curve(ns, tvs, ax=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Algorithm 2 (notebook 03) and the speedup (notebook 05)
+# Algorithm 2 (notebook 03) and the speedup (notebooks 05 and 06)
 # ---------------------------------------------------------------------------------------------
 
 def plot_tokens_per_loop(loops, K, alpha=None, ax=None):
@@ -273,13 +274,16 @@ def plot_tokens_per_loop(loops, K, alpha=None, ax=None):
     return ax
 
 
-def plot_loop_cost(costs, ax=None):
+def plot_loop_cost(costs, t_score_spread=None, ax=None):
     """What one loop costs against what its best case replaces, in milliseconds, for each K:
-    K t_draft + t_score(K) (one loop) vs (K + 1) t_target (K + 1 autoregressive steps)."""
+    K t_draft + t_score(K) (one loop) vs (K + 1) t_target (K + 1 autoregressive steps).
+    t_score_spread {K: Spread of the scoring calls loop by loop} adds whiskers at their quartiles."""
     ax = new_ax(ax, (6, 3.6))
     Ks = np.array(sorted(costs.t_score_s))
     t_score = np.array([costs.t_score_s[K] for K in Ks])
-    ax.plot(Ks, 1e3 * t_score, "o-", label="t_score(K): one target call on K + 1 positions")
+    whiskers = None if t_score_spread is None else 1e3 * np.array(quartile_whiskers([t_score_spread[K] for K in Ks]))
+    ax.errorbar(Ks, 1e3 * t_score, yerr=whiskers, fmt="o-", capsize=3, label="t_score(K): one target call on K + 1 positions"
+                + (" (whiskers: quartiles of the calls)" if whiskers is not None else ""))
     ax.plot(Ks, 1e3 * (Ks * costs.t_draft_s + t_score), "s-", label="one loop: K t_draft + t_score(K)")
     ax.plot(Ks, 1e3 * (Ks + 1) * costs.t_target_s, "--", color="grey", label="(K + 1) t_target: K + 1 target steps")
     ax.axhline(1e3 * costs.t_target_s, color="black", lw=0.8, label=f"t_target = {1e3 * costs.t_target_s:.1f} ms")
@@ -290,17 +294,42 @@ def plot_loop_cost(costs, ax=None):
     return ax
 
 
-def plot_speedup(Ks, measured, predicted, ax=None):
-    """Measured speedup (one value per K) against each prediction ({label: one value per K})."""
+def quartile_whiskers(runs):
+    """errorbar's yerr of Spreads: [distance down to q1, distance up to q3] for each."""
+    return [[r.median - r.q1 for r in runs], [r.q3 - r.median for r in runs]]
+
+
+def plot_speedup(xs, measured, predicted, ax=None, xlabel="K (tokens drafted per loop)",
+                 title="Speculative sampling: predicted vs measured speedup"):
+    """Measured speedups (one Spread of repeat-by-repeat speedups per x: its median, whiskers at its
+    quartiles) against each prediction ({label: one value per x})."""
     ax = new_ax(ax, (10, 4))
     for (label, values), style in zip(predicted.items(), ("s--", "^:", "v:", "d:")):
-        ax.plot(Ks, values, style, label=f"predicted: {label}")
-    ax.plot(Ks, measured, "o-", color="black", lw=2, label="measured (median wall time)")
+        ax.plot(xs, values, style, label=f"predicted: {label}")
+    ax.errorbar(xs, [r.median for r in measured], yerr=quartile_whiskers(measured), fmt="o-", color="black", lw=2,
+                capsize=4, label="measured: median of the per-repeat ratios, whiskers at their quartiles")
     ax.axhline(1, color="grey", lw=0.8)
-    ax.set_xticks(Ks)
-    ax.set(xlabel="K (tokens drafted per loop)", ylabel="speedup over autoregressive (×)",
-           title="Speculative sampling: predicted vs measured speedup")
+    ax.set_xticks(xs)
+    ax.set(xlabel=xlabel, ylabel="speedup over autoregressive (×)", title=title)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
+    return ax
+
+
+def plot_strategies(found, ax=None, title="Every draft, predicted and measured"):
+    """One bar per strategy {name: course.strategies.StrategyResult}: its measured speedup (the
+    median of the per-repeat ratios, whiskers at their quartiles) beside its prediction."""
+    ax = new_ax(ax, (12, 4.4))
+    names = list(found)
+    x = np.arange(len(names))
+    runs = [found[name].speedup_runs for name in names]
+    ax.bar(x - 0.2, [found[name].predicted for name in names], 0.4, color="lightgray", label="predicted from in-loop costs")
+    bars = ax.bar(x + 0.2, [r.median for r in runs], 0.4, color=COLOURS["q"], yerr=quartile_whiskers(runs), capsize=4,
+                  label="measured: median of the per-repeat ratios, whiskers at their quartiles")
+    ax.bar_label(bars, [f"{r.median:.2f}" for r in runs], fontsize=8, label_type="center")  # clear of the whiskers
+    ax.axhline(1, color="grey", ls=":", label="autoregressive sampling (1x)")
+    ax.set_xticks(x, [textwrap.fill(name, 20) for name in names], fontsize=8)
+    ax.set(xlabel="draft strategy", ylabel="speedup over autoregressive (×)", title=title)
+    room_for_legend(ax, [r.q3 for r in runs], [found[name].predicted for name in names])
     return ax
 
 

@@ -1,5 +1,5 @@
 """Reading measurements for the notebooks, so that their prose never quotes a figure: whether a
-run resolves its best K, what the bench committed (benchmarks/bench.json) for GPT-2 small and
+run resolves its best choice (a K, a number of layers, a strategy), what the bench committed (benchmarks/bench.json) for GPT-2 small and
 XL, and others' published figures of the same pair, each printed with what differs from ours.
 """
 
@@ -8,35 +8,48 @@ from pathlib import Path
 
 import numpy as np
 
+from ..measure import speedup
 from ..measure.results import BENCH_JSON, bench_measurements
 
 
 # ---------------------------------------------------------------------------------------------
-# Does a measurement resolve its best K?
+# Does a measurement resolve its best choice?
 # ---------------------------------------------------------------------------------------------
 
-def indistinguishable_from_best(m):
-    """(best K measured, [every K whose run-by-run speedups overlap the best's]): K is kept when the
-    upper quartile of its repeat-by-repeat speedups reaches the best K's lower quartile."""
-    best = max(m.Ks, key=lambda K: m.by_K[K].speedup)
-    floor = m.by_K[best].speedup_runs.q1
-    return best, [K for K in m.Ks if m.by_K[K].speedup_runs.q3 >= floor]
+def indistinguishable_from_best(runs):
+    """(the best choice, [every choice the repeats cannot tell from it]) of runs {choice: Spread of
+    its repeat-by-repeat speedups}: the best has the highest median, and a choice is kept when the
+    upper quartile of its speedups reaches the best's lower quartile. A rough test, not a
+    significance test: with 3 to 5 repeats, overlapping interquartile ranges mean that these runs
+    do not order the two."""
+    best = max(runs, key=lambda choice: runs[choice].median)
+    return best, [choice for choice in runs if runs[choice].q3 >= runs[best].q1]
+
+
+def resolution_line(runs, what, repeats, N, name=str):
+    """Whether these repeats resolve the best of runs {choice: Spread of speedups}, as a sentence:
+    'resolved: ...' or 'not resolved: ...'. `what` names a choice ('K', 'L'), name(choice) prints one."""
+    best, tied = indistinguishable_from_best(runs)
+    size = f"{repeats} repeats of {N} tokens"
+    if tied == [best]:
+        return (f"resolved: every other {what}'s repeat-by-repeat speedups stay below {what} = {name(best)}'s "
+                f"(interquartile ranges over {size})")
+    names = [name(choice) for choice in tied]
+    separator = "; " if any("," in n for n in names) else ", "  # names with commas of their own
+    return (f"not resolved: {what} in [{separator.join(names)}] cannot be told apart by "
+            f"{size} (their repeat-by-repeat interquartile ranges overlap the best's)")
 
 
 def best_K_lines(m):
     """The best K measured and predicted, and whether these repeats can tell the best K apart."""
-    best, tied = indistinguishable_from_best(m)
+    runs = {K: m.by_K[K].speedup_runs for K in m.Ks}
+    best, tied = indistinguishable_from_best(runs)
     predicted = m.best_K[1]
-    lines = [f"best K measured: {best} ({m.by_K[best].speedup:.2f}x); best K predicted (in-loop t_score(K)): "
-             f"{predicted} ({m.by_K[predicted].predicted:.2f}x)"]
-    if tied == [best]:
-        lines.append(f"resolved: every other K's run-by-run speedups stay below K = {best}'s "
-                     f"(interquartile ranges over {m.repeats} repeats of {m.N} tokens)")
-    else:
-        lines.append(f"not resolved: K in {tied} cannot be told apart by {m.repeats} repeats of {m.N} tokens "
-                     "(their run-by-run interquartile ranges overlap the best's); the prediction "
-                     + ("falls among them" if predicted in tied else "falls outside them"))
-    return lines
+    line = resolution_line(runs, "K", m.repeats, m.N)
+    if tied != [best]:
+        line += "; the prediction " + ("falls among them" if predicted in tied else "falls outside them")
+    return [f"best K measured: {best} ({m.by_K[best].speedup:.2f}x); best K predicted (in-loop t_score(K)): "
+            f"{predicted} ({m.by_K[predicted].predicted:.2f}x)", line]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,7 +137,7 @@ def others_lines(m=None, label="picogpt"):
     at = m.by_K.get(mody["K"])
     source = bench_source(read_bench(), m.target) if label == "the bench" else "the weights loaded here"
     lines.append(f"{label}: {m.draft} -> {m.target}, K = {mody['K']}: "
-                 + (f"{at.speedup:.2f}x" if at else "K = 4 not measured"))
+                 + (speedup.speedup_text(at) if at else "K = 4 not measured"))
     lines.append(f"  setup: {source}, temperature {m.controls.get('temperature', 1.0):g} (sampling: alpha_hat "
                  f"{m.alpha_hat:.2f} is set by how much the two models agree at that temperature), a KV cache, "
                  f"N = {m.N}, median of {m.repeats} repeats, {label}'s machine")

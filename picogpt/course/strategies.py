@@ -1,11 +1,15 @@
 """Notebook 06's numbers: other drafts measured the way notebook 05 measures a draft model.
 
-Every strategy runs through the same `speculative_sampling` and is timed by the same function,
-`measure.speedup.measure_speedup` (its `on_run` hands over each run's loops). A strategy may
-propose a different number of drafts in each loop (prompt lookup finds 0 to K tokens; adaptive
-K changes K as it goes), so its prediction is Jay Mody's arithmetic (theory.predicted_speedup)
-summed over the loops it actually ran: the tokens each loop should emit at the measured alpha,
-over what each loop should cost at the measured in-loop costs.
+Every strategy runs through the same `speculative_sampling` and is timed by the same machinery,
+`measure.speedup`: the strategies raced against each other are interleaved in one measurement
+(`measure_strategies`: per repeat, each strategy and then the target alone, with the same seed), so
+each speedup is a ratio against the same autoregressive runs and a busy moment hits them alike;
+the measured speedup is measure.speedup's one statistic (the median of the repeat-by-repeat
+ratios, with their interquartile range), and course/results.py says whether the repeats resolve
+the best. A strategy may propose a different number of drafts in each loop (prompt lookup finds 0
+to K tokens; adaptive K changes K as it goes), so its prediction is Jay Mody's arithmetic
+(theory.predicted_speedup) summed over the loops it actually ran: the tokens each loop should emit
+at the measured alpha, over what each loop should cost at the measured in-loop costs.
 """
 
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from .. import theory
 from ..io.params import expected_shapes
 from ..measure import speedup, timing
 from ..sampling import distribution
+from . import results
 
 
 def steady_loops(runs):
@@ -32,61 +37,86 @@ def loop_prediction(loops, alpha, t_draft_s, t_target_s):
     """Predicted speedup of loops that drafted K_i tokens each: the arithmetic of notebook 05
     summed over them, Σ (1 - alpha^(K_i+1)) / (1 - alpha) / Σ (K_i t_draft + t_score(K_i)) × t_target,
     t_score(K) the median scoring time of the loops with that K. With one K for every loop it is
-    notebook 05's prediction."""
+    notebook 05's prediction. A loop that drafted nothing emits one token whatever alpha is (alpha
+    is undefined, nan, when no loop drafted anything)."""
     Ks = np.array([loop.K for loop in loops])
     t_score_s = median_t_score_s(loops)
-    tokens = float(np.sum(theory.expected_tokens_per_loop(alpha, Ks)))
-    seconds = float(np.sum(Ks * t_draft_s) + sum(t_score_s[K] for K in Ks))
+    tokens = float(np.sum(np.where(Ks == 0, 1.0, theory.expected_tokens_per_loop(np.nan_to_num(alpha), Ks))))
+    seconds = float(np.sum(Ks * np.nan_to_num(t_draft_s)) + sum(t_score_s[K] for K in Ks))
     return tokens / seconds * t_target_s
 
 
 @dataclass(frozen=True)
 class StrategyResult:
-    """One strategy, measured by measure_speedup and predicted from its own in-loop costs."""
+    """One strategy, measured by measure.speedup and predicted from its own in-loop costs."""
     name: str
     measurement: object  # the SpeedupMeasurement
     K: int  # the lookahead asked for (a cap, for strategies that choose their own)
     K_per_loop: float  # drafts proposed per loop, mean over the timed runs
-    alpha_hat: float  # accepted / judged, every timed run
     c: float  # t_draft / t_target, in the loop (nan if it never drafted)
     t_score_ratio: float  # median in-loop scoring call / t_target
     predicted: float
-    measured: float  # median autoregressive time / median speculative time
+
+    @property
+    def alpha_hat(self):
+        """Accepted / judged, every timed run (nan if it never drafted)."""
+        return self.measurement.alpha_hat
+
+    @property
+    def speedup_runs(self):
+        """The repeat-by-repeat speedups (their median is `measured`)."""
+        return self.measurement.by_K[self.K].speedup_runs
+
+    @property
+    def measured(self):
+        return self.speedup_runs.median
 
 
-def measure_strategy(name, draft, target, ids, N, K, repeats=3, **controls):
-    """measure_speedup on one strategy and one K, with its loops kept for the prediction."""
-    runs = []
-    m = speedup.measure_speedup(draft, target, ids, N, [K], repeats=repeats,
-                                on_run=lambda K, run: runs.append(run) if K is not None else None, **controls)
-    loops = steady_loops(runs)
-    at = m.by_K[K]
-    t_draft_s = m.t_draft_s if np.isfinite(m.t_draft_s) else 0.0  # a draft that never proposed costs nothing
-    return StrategyResult(
-        name=name, measurement=m, K=K, K_per_loop=float(np.mean([loop.K for loop in loops])),
-        alpha_hat=m.alpha_hat, c=m.t_draft_s / m.t_target_s,
-        t_score_ratio=float(np.median([loop.t_score_s for loop in loops])) / m.t_target_s,
-        predicted=loop_prediction(loops, m.alpha_hat, t_draft_s, m.t_target_s), measured=at.speedup)
+def measure_strategies(strategies, target, ids, N, repeats=3, seed=0, on_run=None, **controls):
+    """Race strategies {name: (draft, K)} against autoregressive sampling of N tokens from `target`
+    in one interleaved measurement (measure.speedup.timed_runs, with its warm-up); `on_run(name,
+    run)` sees each timed run (name None: autoregressive). Returns {name: StrategyResult}."""
+    controls = {"temperature": 1.0, "top_k": None, "top_p": None, **controls}
+    ar_runs, spec_runs, loads = speedup.timed_runs(strategies, target, ids, N, repeats, seed, 4, controls,
+                                                   on_run=on_run)
+    found = {}
+    for name, (draft, K) in strategies.items():
+        m = speedup.summarise(name, target.name, N, controls, ar_runs, {K: spec_runs[name]}, *loads)
+        loops = steady_loops(spec_runs[name])
+        found[name] = StrategyResult(
+            name=name, measurement=m, K=K, K_per_loop=float(np.mean([loop.K for loop in loops])),
+            c=m.t_draft_s / m.t_target_s,
+            t_score_ratio=float(np.median([loop.t_score_s for loop in loops])) / m.t_target_s,
+            predicted=loop_prediction(loops, m.alpha_hat, m.t_draft_s, m.t_target_s))
+    return found
 
 
 def measurement_result(name, m, K):
     """A StrategyResult from a SpeedupMeasurement at one fixed K, without its loops (the bench's:
     benchmarks/bench.json keeps the summary only); its prediction is the measurement's own."""
     at = m.by_K[K]
-    return StrategyResult(name=name, measurement=m, K=K, K_per_loop=float(K), alpha_hat=m.alpha_hat,
-                          c=m.t_draft_s / m.t_target_s, t_score_ratio=at.t_score_s / m.t_target_s,
-                          predicted=at.predicted, measured=at.speedup)
+    return StrategyResult(name=name, measurement=m, K=K, K_per_loop=float(K), c=m.t_draft_s / m.t_target_s,
+                          t_score_ratio=at.t_score_s / m.t_target_s, predicted=at.predicted)
 
 
-def strategy_lines(results):
-    """The strategies side by side, as text: one line each."""
+def strategy_lines(found):
+    """The strategies side by side, as text: one line each, and the sentence for one that proposed
+    nothing (its alpha is undefined)."""
     lines = [f"{'strategy':46} {'drafts/loop':>11} {'α̂':>5} {'c':>6} {'t_score/t_target':>16} "
-             f"{'predicted':>9} {'measured':>8}  (IQR of runs)"]
-    for r in results:
-        runs = r.measurement.by_K[r.K].speedup_runs
+             f"{'predicted':>9}  measured (IQR of the per-repeat ratios)"]
+    for r in found:
         lines.append(f"{r.name:46} {r.K_per_loop:11.2f} {r.alpha_hat:5.2f} {r.c:6.3f} {r.t_score_ratio:16.2f} "
-                     f"{r.predicted:8.2f}x {r.measured:7.2f}x  ({runs.q1:.2f}-{runs.q3:.2f})")
-    return lines
+                     f"{r.predicted:8.2f}x  {speedup.speedup_text(r.measurement.by_K[r.K])}")
+    return lines + [f"{r.name}: {speedup.NO_DRAFTS}" for r in found if r.measurement.n_decisions == 0]
+
+
+def best_strategy_lines(found, what="strategy"):
+    """The best of strategies measured together ({name: StrategyResult}, one measurement) and
+    whether their repeats resolve it (course/results.py)."""
+    first = next(iter(found.values())).measurement
+    best, _ = results.indistinguishable_from_best({name: r.speedup_runs for name, r in found.items()})
+    return [f"best {what} measured: {best} ({found[best].measured:.2f}x)",
+            results.resolution_line({name: r.speedup_runs for name, r in found.items()}, what, first.repeats, first.N)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Everything picogpt writes (checkpoints, config.json, the bench's JSON and figure
 `atomic_write`:
 
     1. write into a temporary file beside the target, of a name no other writer uses
-       (`<name>.<pid>-<random>.tmp`: the process id says whose it is);
+       (`<name>.<pid>-<random>.tmp`: the process id says whose it is), holding an OS lock on
+       it (flock) until it is in place;
     2. flush it to the disk (fsync), so that a crash just after step 3 cannot leave an empty file;
     3. rename it over the target (os.replace: atomic on one file system).
 
@@ -12,7 +13,11 @@ A write that fails (a full disk, Ctrl-C, any exception) deletes its temporary fi
 SIGTERM and SIGHUP, which would otherwise end the process on the spot, delete the temporary
 files being written and then end it as the signal would (while a write runs in the main thread:
 Python delivers signals only there). A temporary file that survives all of that (SIGKILL, a
-power cut) is deleted by the next write of the same file, once its process no longer exists.
+power cut) is deleted by the next write of the same file, at once: the OS releases a lock
+however its process ends, so a temporary file whose lock is free has no writer left. The lock,
+not the process id, decides: an id can be reused by a new process, and means nothing to a
+process in another PID namespace (a container) sharing the folder. Where there are no file
+locks (Windows, some network file systems) a left temporary file stays until deleted by hand.
 """
 
 import contextlib
@@ -22,10 +27,12 @@ import re
 import secrets
 import signal
 import threading
-import time
 from pathlib import Path
 
-STALE_AFTER_S = 60  # a temporary file untouched this long, of a process that is gone, is stale
+from ..errors import PicoGPTError
+from .files import is_same_file, regular_opener, try_lock
+
+LOCKS = os.name != "nt"  # Windows renames only a closed file, so its temporary files are not locked
 CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 _being_written = set()  # temporary files this process is writing now (any thread)
@@ -42,40 +49,45 @@ def writer_pid(temporary, path):
     return int(match[1]) if match else None
 
 
-def process_exists(pid):
-    """Whether a process with this id exists (signal 0 asks without sending anything). On
-    Windows, where signal 0 would interrupt the process, every process counts as existing."""
-    if os.name == "nt":
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists and belongs to someone else
-        return True
-    return True
-
-
-def is_stale(temporary, path, now):
-    """A temporary file of `path` whose writer is gone and that nobody has touched for a
-    while (the age guards against a writer in another PID namespace, a container)."""
+def remove_if_stale(temporary, path):
+    """Delete `temporary`, a temporary file of `path`, if another process wrote it and has ended:
+    nobody holds its lock. It is deleted while this process holds the lock, so that a writer
+    locking its new file just after us finds it gone (create_temporary). A link, a FIFO or
+    anything else that is not a regular file is left alone. Returns whether it was deleted."""
     pid = writer_pid(temporary, path)
-    if pid is None or pid == os.getpid() or process_exists(pid):
+    if not LOCKS or pid is None or pid == os.getpid():
         return False
     try:
-        return now - temporary.stat().st_mtime > STALE_AFTER_S
-    except OSError:
-        return False
+        with open(temporary, "rb", opener=regular_opener(follow=False)) as f:
+            if try_lock(f) and is_same_file(f, temporary):
+                temporary.unlink()
+                return True
+    except (OSError, PicoGPTError):  # gone already, not a regular file, or a file system without locks
+        pass
+    return False
 
 
 def remove_stale_temporaries(path):
-    """Delete the temporary files of `path` left by processes that no longer exist; returns them."""
-    now = time.time()
-    stale = [t for t in map(Path, glob.glob(glob.escape(str(path)) + ".*.tmp")) if is_stale(t, path, now)]
-    for temporary in stale:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-    return stale
+    """Delete the temporary files of `path` whose writers have ended; returns them."""
+    return [t for t in map(Path, glob.glob(glob.escape(str(path)) + ".*.tmp")) if remove_if_stale(t, path)]
+
+
+def create_temporary(path, text):
+    """A new temporary file of `path`, open for writing and locked: (its name, the file). A
+    cleaner that took the lock in the instant between our creating the file and locking it has
+    deleted it: then try again under a new name."""
+    while True:
+        temporary = temporary_path(path)
+        f = open(temporary, "x" if text else "xb", encoding="utf-8" if text else None)
+        _being_written.add(temporary)
+        try:
+            mine = not LOCKS or try_lock(f) and is_same_file(f, temporary)
+        except OSError:  # a file system without locks: written unlocked
+            mine = True
+        if mine:
+            return temporary, f
+        f.close()
+        _being_written.discard(temporary)
 
 
 def delete_and_resignal(signum, frame):
@@ -89,10 +101,9 @@ def delete_and_resignal(signum, frame):
 
 
 @contextlib.contextmanager
-def deleted_on_signal(temporary):
-    """Within the block, SIGTERM and SIGHUP delete `temporary` (and any other file being
-    written) before ending the process. A handler the program installed itself is left alone."""
-    _being_written.add(temporary)
+def deleted_on_signal():
+    """Within the block, SIGTERM and SIGHUP delete the files being written (_being_written)
+    before ending the process. A handler the program installed itself is left alone."""
     installed = []
     if threading.current_thread() is threading.main_thread():
         for signum in CLEANUP_SIGNALS:
@@ -102,7 +113,6 @@ def deleted_on_signal(temporary):
     try:
         yield
     finally:
-        _being_written.discard(temporary)
         for signum in installed:
             signal.signal(signum, signal.SIG_DFL)
 
@@ -114,18 +124,23 @@ def atomic_write(path, text=False):
     it with an exception deletes it, and `path` stays as it was."""
     path = Path(path)
     remove_stale_temporaries(path)
-    temporary = temporary_path(path)
-    with deleted_on_signal(temporary):
+    with deleted_on_signal():
+        temporary, f = create_temporary(path, text)
         try:
-            with open(temporary, "x" if text else "xb", encoding="utf-8" if text else None) as f:
+            with f:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(temporary, path)
+                if LOCKS:
+                    os.replace(temporary, path)  # while still open and locked: no cleaner takes it
+            if not LOCKS:
+                os.replace(temporary, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 temporary.unlink()
             raise
+        finally:
+            _being_written.discard(temporary)
 
 
 def write_text_atomically(path, text):

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, shown
 from .atomic import atomic_write
+from .files import regular_opener
 
 DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
@@ -37,9 +38,10 @@ def _bf16_to_f32(raw):
 
 
 def open_checkpoint(path):
-    """Open a checkpoint for reading, or say why it cannot be read (permissions, a folder...)."""
+    """Open a checkpoint for reading, or say why it cannot be read (permissions, a folder, a
+    FIFO or a device: io/files.py)."""
     try:
-        return open(path, "rb")
+        return open(path, "rb", opener=regular_opener(advice="give the path of a model.safetensors file"))
     except FileNotFoundError:
         raise CheckpointError(f"{path} not found") from None
     except OSError as e:
@@ -63,13 +65,6 @@ class DuplicateName(ValueError):
     """A name that appears twice in one JSON object of a header."""
 
 
-def shown(name, limit=80):
-    """A tensor name as error messages quote it: hand-made headers may hold very long names,
-    or line breaks and control characters (shown as escapes)."""
-    name = name if name.isprintable() else repr(name)[1:-1]
-    return name if len(name) <= limit else name[:limit] + "…"
-
-
 def count(n):
     """A count of bytes as error messages show it: exact, or its order of magnitude when a
     hand-made header gives a number too long to print."""
@@ -91,7 +86,7 @@ def read_raw_header_from(f, path):
     try:
         header = json.loads(f.read(n_header), object_pairs_hook=no_duplicate_names)
     except DuplicateName as e:
-        raise CheckpointError(f"{path}: the header names '{shown(str(e))}' twice; which one is meant "
+        raise CheckpointError(f"{path}: the header names '{shown(e, 80)}' twice; which one is meant "
                               "cannot be told (corrupt or hand-made header)") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
@@ -134,20 +129,20 @@ def _validate_entry(path, name, info, n_data):
     except (KeyError, TypeError, ValueError):
         ok = False
     if not ok:
-        raise CheckpointError(f"{path}: tensor '{shown(name)}' has a malformed header entry: {str(info)[:200]}")
+        raise CheckpointError(f"{path}: tensor '{shown(name, 80)}' has a malformed header entry: {str(info)[:200]}")
     if len(shape) > MAX_DIMS:
-        raise CheckpointError(f"{path}: tensor '{shown(name)}' has {len(shape)} dimensions; picogpt reads "
+        raise CheckpointError(f"{path}: tensor '{shown(name, 80)}' has {len(shape)} dimensions; picogpt reads "
                               f"at most {MAX_DIMS} (GPT-2's tensors have 1 to 4): corrupt or hand-made header")
     if dtype not in DTYPES:
-        raise CheckpointError(f"{path}: tensor '{shown(name)}' has dtype {dtype[:20]}; "
+        raise CheckpointError(f"{path}: tensor '{shown(name, 80)}' has dtype {shown(dtype, 20)}; "
                               f"picogpt reads {', '.join(DTYPES)}")
     if not begin <= end <= n_data:
-        raise CheckpointError(f"{path}: tensor '{shown(name)}' has offsets [{count(begin)}, {count(end)}] "
+        raise CheckpointError(f"{path}: tensor '{shown(name, 80)}' has offsets [{count(begin)}, {count(end)}] "
                               f"outside the {n_data:,} bytes of tensor data (truncated file?)")
     expected = math.prod(shape) * DTYPES[dtype].itemsize  # exact: Python integers never overflow
     if end - begin != expected:
-        raise CheckpointError(f"{path}: tensor '{shown(name)}' holds {count(end - begin)} bytes but {dtype} "
-                              f"x {shown(str(shape))} needs {count(expected)}")
+        raise CheckpointError(f"{path}: tensor '{shown(name, 80)}' holds {count(end - begin)} bytes but {dtype} "
+                              f"x {shown(shape, 80)} needs {count(expected)}")
     return dtype, tuple(shape), begin, end
 
 
@@ -155,7 +150,7 @@ def _validate_no_overlap(path, entries):
     spans = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
     for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
         if begin_b < end_a:
-            raise CheckpointError(f"{path}: tensors '{shown(a)}' and '{shown(b)}' overlap in the file "
+            raise CheckpointError(f"{path}: tensors '{shown(a, 80)}' and '{shown(b, 80)}' overlap in the file "
                                   "(corrupt header)")
 
 
@@ -200,8 +195,6 @@ class MappedCheckpoint:
 def map_checkpoint(path):
     """Open a safetensors file, validate its header and memory-map it; no tensor is read yet."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path} not found")
     with open_checkpoint(path) as f:
         stat = os.fstat(f.fileno())
         header, data_start = read_raw_header_from(f, path)

@@ -16,7 +16,10 @@ published sha256 before it is put in place:
     4. if writing fails (a full disk, a file system that cannot hold the file), the `.part` file
        is deleted, freeing the disk, and the error says how much room the file needs.
 
-So there is never a file at the final path that was not verified. `config.json` is written from
+So there is never a file at the final path that was not verified. The weights folder may be
+shared (a classroom's PICOGPT_WEIGHTS_DIR): the lock and the `.part` are opened without
+following links and must be regular files of this user's with one name, and the file at the
+final path must be a regular file, never a link (io/files.py). `config.json` is written from
 the known hyperparameters (no network needed). Only the standard library speaks HTTP; tqdm draws
 the progress bar. Set `HF_ENDPOINT` to use a mirror (it is checked to be an http(s) URL before
 any request).
@@ -27,7 +30,9 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
+import stat
 import time
 import urllib.error
 import urllib.parse
@@ -35,14 +40,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
-    import msvcrt
-
-from ..errors import DownloadError
+from ..errors import DownloadError, shown
 from .atomic import write_text_atomically
+from .files import ensure_writable_folder, is_same_file, kind_of, refuse, regular_opener, try_lock
 from .params import hf_config
 from .registry import EMBEDDED, PRETRAINED, weights_dir
 
@@ -51,6 +51,7 @@ CHUNK_BYTES = 1 << 20  # read and hash 1 MiB at a time
 TIMEOUT_S = 60  # for connecting and for each read
 SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download
 LOCK_POLL_S = 0.5  # a second download of the same model checks this often whether it may start
+ADVICE = "delete it and run the same command again"  # for a file in the way in the weights folder
 
 
 @dataclass(frozen=True)
@@ -141,15 +142,33 @@ def spec_for(name):
 # Small pieces: hashing, disk space, HTTP
 # ---------------------------------------------------------------------------------------------
 
-def sha256_of(path, label=None):
-    """The sha256 of a file, hashed in chunks (a 6 GB checkpoint never sits in memory); with a
-    label, a progress bar (tqdm) says what is being checked."""
+def open_in_folder(path, mode="rb"):
+    """Open a file of the weights folder: never through a link, and only a regular file (a FIFO
+    or a device there would make a hash run forever); "ab" and "a+" also refuse a file that is not
+    this user's own with one name (io/files.py)."""
+    return open(path, mode, opener=regular_opener(follow=False, own=mode != "rb", advice=ADVICE))
+
+
+def file_in_folder(path):
+    """os.lstat of a file of the weights folder, None if there is none; refuses a link, a FIFO,
+    a device or a folder at that name."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        refuse(path, kind_of(info.st_mode), ADVICE)
+    return info
+
+
+def sha256_of(f, label=None):
+    """The sha256 of the open file f from its start, hashed in chunks (a 6 GB checkpoint never
+    sits in memory); with a label, a progress bar (tqdm) says what is being checked."""
     from tqdm.auto import tqdm
 
     hasher = hashlib.sha256()
-    with open(path, "rb") as f, tqdm(total=os.fstat(f.fileno()).st_size, unit="B", unit_scale=True,
-                                      unit_divisor=1024, desc=label, disable=label is None,
-                                      dynamic_ncols=True) as bar:
+    with tqdm(total=os.fstat(f.fileno()).st_size, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
+              disable=label is None, dynamic_ncols=True) as bar:
         while chunk := f.read(CHUNK_BYTES):
             hasher.update(chunk)
             bar.update(len(chunk))
@@ -174,23 +193,36 @@ def open_url(url, start_byte=0):
     except urllib.error.HTTPError as e:
         if e.code == 416:  # range not satisfiable: the .part is already as long as the file (or longer)
             return e
-        if 300 <= e.code < 400:  # urllib gives up on a redirect loop (or too many redirects)
-            raise DownloadError(f"{url} redirects in a loop (HTTP {e.code}): check HF_ENDPOINT, "
-                                "or try again later") from None
+        if 300 <= e.code < 400:  # a redirect urllib would not follow
+            raise DownloadError(f"{url} {redirect_problem(e)}: check HF_ENDPOINT, or try again later") from None
         hint = ("the file or revision is not on the server; check HF_ENDPOINT"
                 if e.code == 404 else "the server refused; try again later")
-        raise DownloadError(f"HTTP {e.code} {' '.join(str(e.reason).split())} for {url}: {hint}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:  # ValueError: a URL http.client cannot use
-        reason = getattr(e, "reason", e)
-        raise DownloadError(f"could not connect to {url} ({reason}): check your network "
+        raise DownloadError(f"HTTP {e.code} {shown(e.reason, 100)} for {url}: {hint}") from None
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:  # ValueError: a URL
+        reason = getattr(e, "reason", e)  # http.client cannot use; HTTPException: a garbled status line
+        raise DownloadError(f"could not connect to {url} ({shown(reason, 200)}): check your network "
                             "connection (or HF_ENDPOINT) and run the same command again") from None
 
 
+def redirect_problem(error):
+    """Why urllib stopped at a redirect (an HTTPError of status 3xx): it leads somewhere other
+    than http(s), it says nowhere, or it goes round in a loop (or too many times)."""
+    location = error.headers.get("Location") or error.headers.get("URI")
+    if not location:
+        return f"answered HTTP {error.code}, a redirect, without saying where to"
+    scheme = urllib.parse.urlsplit(location).scheme
+    if scheme and scheme not in ("http", "https"):
+        return (f"redirects to {shown(location, 200)}, a {shown(scheme, 20)}: address, which picogpt does not "
+                "follow (only http and https)")
+    return f"redirects in a loop (HTTP {error.code})"
+
+
 def header_count(response, name, text):
-    """A byte count from an HTTP header, or a DownloadError if the server sent something else."""
-    if not text.strip().isdigit():
-        raise DownloadError(f"{response.geturl()}: the server sent an invalid {name} header {text[:40]!r} "
-                            "(expected a number of bytes): check HF_ENDPOINT, or try again later")
+    """A byte count from an HTTP header: ASCII digits, at most 20 of them (str.isdigit() also
+    takes '²', which int() refuses); a DownloadError if the server sent something else."""
+    if not re.fullmatch(r"[0-9]{1,20}", text.strip(), re.ASCII):
+        raise DownloadError(f"{shown(response.geturl(), 200)}: the server sent an invalid {name} header "
+                            f"{shown(repr(text), 40)} (expected a number of bytes): check HF_ENDPOINT, or try again later")
     return int(text)
 
 
@@ -227,16 +259,17 @@ class TooLong(Exception):
 def stream_to_part(response, part, n_have, n_total, label, progress):
     """Append the response body to the .part file, never past n_total bytes, and flush it to
     the disk. Returns the bytes held. Raises DownloadError if the connection breaks, TooLong if
-    the server sends more than n_total bytes, PartWriteError if writing fails."""
+    the server sends more than n_total bytes, PartWriteError if writing fails. Each read returns
+    what has arrived (read1), so a server that stalls mid-body loses nothing already received."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=n_total, initial=n_have, unit="B", unit_scale=True, unit_divisor=1024,
                desc=label, disable=not progress, dynamic_ncols=True)
     try:
-        with open(part, "ab") as f:
+        with open_in_folder(part, "ab") as f:
             while True:
                 try:
-                    chunk = response.read(CHUNK_BYTES)
+                    chunk = response.read1(CHUNK_BYTES)
                 except (OSError, ValueError, http.client.HTTPException) as e:  # reset, timeout, IncompleteRead
                     raise DownloadError(f"connection lost after {n_have:,} bytes ({type(e).__name__})") from None
                 if not chunk:
@@ -255,6 +288,12 @@ def stream_to_part(response, part, n_have, n_total, label, progress):
         response.close()
 
 
+def held_bytes(part):
+    """Bytes the .part file holds (0 if there is none); a .part that is not a regular file is refused."""
+    info = file_in_folder(part)
+    return info.st_size if info else 0
+
+
 def delete_part(part):
     """Delete the .part file, freeing its disk space (nothing was put at the final path)."""
     with contextlib.suppress(OSError):
@@ -264,16 +303,22 @@ def delete_part(part):
 def install_verified(part, final, spec, n_expected, progress):
     """Rename the .part into place only if the file *on disk* has the expected size and the
     pinned sha256 (not the bytes this process meant to write: another writer, or a disk, could
-    have changed them); otherwise delete it and say so."""
-    n_on_disk = part.stat().st_size
-    digest = sha256_of(part, f"{spec.name} sha256" if progress else None)
-    if n_on_disk != n_expected or digest != spec.sha256:
+    have changed them); otherwise delete it and say so. The file hashed must be the file that
+    lands at the final path: if another was put at the .part's name meanwhile, it is removed."""
+    with open_in_folder(part, "a+b") as f:  # a regular file of this user's own, with one name
+        f.seek(0)
+        hashed = os.fstat(f.fileno())
+        digest = sha256_of(f, f"{spec.name} sha256" if progress else None)
+    if hashed.st_size != n_expected or digest != spec.sha256:
         delete_part(part)
-        raise DownloadError(f"{spec.url()} gave {n_on_disk:,} bytes with sha256 {digest}, but "
+        raise DownloadError(f"{spec.url()} gave {hashed.st_size:,} bytes with sha256 {digest}, but "
                             f"{spec.name} must be {n_expected:,} bytes with sha256 {spec.sha256}; "
                             f"the partial file {part} was deleted — run the same command again "
                             "(if it keeps failing, check HF_ENDPOINT)")
     os.replace(part, final)
+    if not os.path.samestat(hashed, os.lstat(final)):
+        final.unlink()
+        raise DownloadError(f"{part} was replaced while it was being verified: run the same command again")
 
 
 def write_config(folder, spec):
@@ -287,44 +332,13 @@ def write_config(folder, spec):
     return path
 
 
-def make_folder(folder):
-    """Create the download folder, or explain why it cannot be (not writable, under a file)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".picogpt-write-test-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise DownloadError(f"cannot write to the weights folder {folder} ({e.strerror or e}): set "
-                            "PICOGPT_WEIGHTS_DIR to a folder you can write to") from None
-
-
 def already_verified(final, spec):
     """Is the final file there with the pinned size and sha256? (Re-hashing takes seconds.)"""
-    return (final.exists() and spec.n_bytes in (None, final.stat().st_size)
-            and sha256_of(final) == spec.sha256)
-
-
-def try_lock(f):
-    """Take an exclusive OS lock on the open file f without waiting: False if another process
-    holds it. The OS releases it when the process ends, however it ends."""
-    try:
-        if fcntl is not None:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        else:
-            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
-    except (BlockingIOError, PermissionError):
+    info = file_in_folder(final)
+    if info is None or spec.n_bytes not in (None, info.st_size):
         return False
-    return True
-
-
-def is_same_file(f, path):
-    """Whether the open file f is still the file at `path` (a lock holder deletes its lock file
-    when done; a lock taken on the deleted file counts for nothing)."""
-    try:
-        return os.path.samestat(os.fstat(f.fileno()), os.stat(path))
-    except OSError:
-        return False
+    with open_in_folder(final) as f:
+        return sha256_of(f) == spec.sha256
 
 
 @contextlib.contextmanager
@@ -333,11 +347,11 @@ def download_lock(lock, name, log):
     second process says which process holds it and waits its turn (Ctrl-C stops waiting)."""
     said = False
     while True:
-        f = open(lock, "a+")
+        f = open_in_folder(lock, "a+")
         while not try_lock(f):
             if not said:
                 f.seek(0)
-                holder = f.read().strip()[:20] or "?"
+                holder = shown(f.read(40).strip(), 20) or "?"
                 log(f"{name}: another download (process {holder}) is writing {lock.parent}; waiting "
                     "for it to finish (Ctrl-C to stop)")
                 said = True
@@ -363,7 +377,7 @@ def open_resumable(url, part, name, log):
     A server that ignores Range answers 200 with the whole file: start again from zero (the
     same when it cannot satisfy the range, 416, or answers some other range).
     """
-    n_have = part.stat().st_size if part.exists() else 0
+    n_have = held_bytes(part)
     response = open_url(url, n_have)
     if n_have and not resumes_at(response, n_have):
         part.unlink()
@@ -396,12 +410,13 @@ def expected_bytes(spec, response, n_have, url, log):
 def download_spec(spec, folder, progress=True, log=print):
     """Fetch spec's file into folder/<spec.filename>, verified, resuming a .part if there is one.
 
-    Returns the final path. Raises DownloadError (one readable message) on any failure, and
-    never leaves an unverified file at the final path.
+    Returns the final path. Raises a PicoGPTError (one readable message) on any failure (a
+    DownloadError for what the server sent and a full disk), and never leaves an unverified
+    file at the final path.
     """
     url = spec.url()  # a bad HF_ENDPOINT is refused before anything else
     folder = Path(folder)
-    make_folder(folder)
+    ensure_writable_folder(folder, "the weights folder", "set PICOGPT_WEIGHTS_DIR to a folder you can write to")
     with download_lock(folder / (spec.filename + ".lock"), spec.name, log):
         return download_locked(spec, folder, url, progress, log)
 
@@ -413,14 +428,13 @@ def download_locked(spec, folder, url, progress, log):
         log(f"{spec.name}: {final} already present and verified (sha256 {spec.sha256[:12]}…), skipped")
         write_config(folder, spec)
         return final
-    if final.exists():
-        raise DownloadError(f"{final} exists but does not match {spec.name}'s sha256 {spec.sha256}: "
-                            "delete it and run the same command again")
+    if file_in_folder(final):
+        raise DownloadError(f"{final} exists but does not match {spec.name}'s sha256 {spec.sha256}: {ADVICE}")
 
     if spec.n_bytes is not None:  # check the disk before touching the network
-        if part.exists() and part.stat().st_size > spec.n_bytes:
+        if held_bytes(part) > spec.n_bytes:
             part.unlink()  # a .part longer than the file can only be garbage
-        ensure_disk_space(folder, spec.n_bytes - (part.stat().st_size if part.exists() else 0))
+        ensure_disk_space(folder, spec.n_bytes - held_bytes(part))
     response, n_have = open_resumable(url, part, spec.name, log)
     try:
         n_expected = expected_bytes(spec, response, n_have, url, log)

@@ -6,16 +6,16 @@ Every name and shape is checked against the config before the model runs.
 """
 
 import json
-import math
-import numbers
 import re
-from pathlib import Path
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, PicoGPTError, shown
 from ..gpt2 import GPT2Config
+from ..sampling import is_finite_number, is_whole
+from .files import read_small_text
 
 N_VOCAB = 50257  # GPT-2's BPE vocabulary (OpenAI's published checkpoints)
 N_CTX = 1024  # GPT-2's context length
+MAX_CONFIG_BYTES = 1 << 20  # a Hugging Face config.json is a few kB
 
 # The public OpenAI GPT-2 checkpoints on the Hugging Face hub (openai-community/<name>).
 PRETRAINED = {
@@ -89,7 +89,7 @@ def strip_names(tensors, path="checkpoint"):
         if bare.endswith((".attn.bias", ".attn.masked_bias")) or bare == "lm_head.weight":
             continue
         if bare in out:
-            raise CheckpointError(f"{path}: holds both '{bare}' and 'transformer.{bare}', the same tensor "
+            raise CheckpointError(f"{path}: holds both '{shown(bare, 80)}' and 'transformer.{shown(bare, 80)}', the same tensor "
                                   "under two names (perhaps with different values): keep one of them")
         out[bare] = array
     return out
@@ -114,15 +114,15 @@ def validate_config(config, path="config"):
     for key, json_key in (("n_layer", "n_layer"), ("n_head", "n_head"), ("n_embd", "n_embd"),
                           ("n_ctx", "n_positions"), ("n_vocab", "vocab_size")):
         value = getattr(config, key)
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        if not is_whole(value) or value < 1:
             raise CheckpointError(f"{path}: {json_key}={value!r}, expected a whole number >= 1; "
                                   "fix config.json (it must describe the checkpoint beside it)")
     if config.n_embd % config.n_head:
         raise CheckpointError(f"{path}: n_embd={config.n_embd} is not divisible by n_head={config.n_head} "
                               "(each head takes n_embd / n_head of the width); fix config.json")
     eps = config.layer_norm_epsilon
-    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps) or eps <= 0:
-        raise CheckpointError(f"{path}: layer_norm_epsilon={eps!r}, expected a finite number > 0 "
+    if not is_finite_number(eps) or eps <= 0:
+        raise CheckpointError(f"{path}: layer_norm_epsilon={shown(repr(eps), 40)}, expected a finite number > 0 "
                               "(GPT-2 uses 1e-05); fix config.json")
     return config
 
@@ -130,13 +130,15 @@ def validate_config(config, path="config"):
 def config_from_json(path):
     """Read the Hugging Face config.json keys GPT-2 needs, and validate them."""
     try:
-        hf = json.loads(Path(path).read_text())
+        hf = json.loads(read_small_text(path, MAX_CONFIG_BYTES))
         config = GPT2Config(
             n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
             n_ctx=hf.get("n_positions", hf.get("n_ctx")), n_vocab=hf["vocab_size"],
             layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
+    except PicoGPTError:  # not a regular file, or far too long (io/files.py): said already
+        raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-        raise CheckpointError(f"{path}: not a usable GPT-2 config.json ({type(e).__name__}: {e})") from None
+        raise CheckpointError(f"{path}: not a usable GPT-2 config.json ({type(e).__name__}: {shown(e, 200)})") from None
     return validate_config(config, path)
 
 

@@ -1,5 +1,6 @@
 """Speculative against autoregressive sampling on this machine: the one measurement of the
-costs and the speedup (used by `python -m picogpt bench`, notebook 05 and the model card's tool).
+costs and the speedup (used by `python -m picogpt bench`, `speculate --compare`, notebooks 05 and 06
+and the model card's tool).
 
 Every cost is timed where a user pays it, inside the sampling loops:
 - t_target_s: one token of autoregressive sampling (Algorithm 1): a cached target call on one
@@ -16,11 +17,26 @@ they stay in the wall times and in the breakdown, which adds up to the wall time
 
 A warm-up run of every variant first pays what a process pays once (first reads of the weights,
 loading the compiled kernels). The timed runs are interleaved (per repeat: each K, then
-autoregressive, all with the same seed), so a busy moment hits every variant alike. Figures are
-medians over the repeats with their interquartile range. The measured speedup is median
-autoregressive time / median speculative time; the predicted one is Jay Mody's arithmetic
-(theory.predicted_speedup) fed the in-loop costs and alpha_hat, the acceptance rate pooled over
-every accept/reject decision.
+autoregressive, all with the same seed), so a busy moment hits every variant alike. Run times
+are medians over the repeats with their interquartile range; the costs are medians over the
+steps and loops after the first (the scoring calls' interquartile range is kept too).
+
+The measured speedup, everywhere picogpt prints one (this module's text, the command line's
+--compare, the bench, notebooks 05 and 06, the rendered results documents), is one statistic:
+the median over the repeats of the ratio autoregressive seconds / speculative seconds *of the same
+repeat*, with the interquartile range of those same ratios (`speedup_text` writes it). Why this one:
+- the two runs of a repeat ran next to each other with the same seed, so a slow stretch of a busy
+  machine slows both and cancels in their ratio; a ratio of two medians pairs runs from different
+  moments, and its bracket (of other numbers) can miss the point itself ("1.62x (1.29-1.52)");
+- the point and its bracket are quartiles of the same few numbers, so q1 <= median <= q3 always;
+- with the 3 to 5 repeats a run can afford, a bootstrap interval would resample too few numbers
+  to mean more than the interquartile range, which a reader can check by hand.
+Whether two speedups differ is read from these ranges (course/results.py's resolution check).
+
+The predicted speedup is Jay Mody's arithmetic (theory.predicted_speedup) fed the in-loop costs
+and alpha_hat, the acceptance rate pooled over every accept/reject decision. A draft that proposed
+nothing made no decision: alpha_hat is then undefined (nan), not an error, and every loop was one
+target step (`text_lines` and the notebooks say so).
 """
 
 import dataclasses
@@ -84,8 +100,7 @@ class AtK:
     """Speculative sampling with one K, over every repeat."""
     K: int
     seconds: Spread  # wall time of one run
-    speedup: float  # median autoregressive seconds / seconds.median
-    speedup_runs: Spread  # of the ratios repeat by repeat (autoregressive / speculative, same seed)
+    speedup_runs: Spread  # the ratios repeat by repeat (autoregressive / speculative, same repeat, same seed)
     predicted: float  # predicted_at(costs, alpha_hat, K), from the in-loop costs
     t_score_s: float  # median in-loop scoring call on K + 1 positions (first loops excluded)
     t_decide_s: float  # median in-loop accept/reject + roll-back, per loop (first loops excluded)
@@ -94,11 +109,17 @@ class AtK:
     n_decisions: int  # accept/reject decisions made, all runs
     n_loops: int
     breakdown_s: dict  # mean seconds per run: draft_s + score_s + decide_s + other_s = mean wall time
+    t_score_spread: Spread = None  # the in-loop scoring calls loop by loop: median (t_score_s) and IQR
+
+    @property
+    def speedup(self):
+        """The measured speedup: the median of the repeat-by-repeat ratios (the module's docstring)."""
+        return self.speedup_runs.median
 
     @property
     def alpha_hat(self):
-        """The acceptance rate observed at this K alone."""
-        return self.n_accepted / self.n_decisions if self.n_decisions else float("nan")
+        """The acceptance rate observed at this K alone (nan if no draft was proposed)."""
+        return ratio_or_nan(self.n_accepted, self.n_decisions)
 
 
 @dataclass(frozen=True)
@@ -148,7 +169,11 @@ def as_dict(measurement):
 def from_dict(data):
     """as_dict's inverse (also for data read back from JSON)."""
     spreads = lambda d, keys: {k: Spread(**d[k]) if k in keys else v for k, v in d.items()}  # noqa: E731
-    by_K = {int(K): AtK(**spreads(at, ("seconds", "speedup_runs"))) for K, at in data["by_K"].items()}
+    # "speedup" is derived from speedup_runs; a stored one (a ratio of medians, in files written
+    # when that was the statistic) is not read
+    by_K = {int(K): AtK(**spreads({k: v for k, v in at.items() if k != "speedup" and v is not None},
+                                  ("seconds", "speedup_runs", "t_score_spread")))
+            for K, at in data["by_K"].items()}
     return SpeedupMeasurement(**{**spreads(data, ("autoregressive_s",)), "by_K": by_K})
 
 
@@ -158,6 +183,11 @@ def from_dict(data):
 
 def median_or_nan(values):
     return float(np.median(values)) if len(values) else float("nan")
+
+
+def ratio_or_nan(accepted, decisions):
+    """Accepted drafts / accept-reject decisions; nan (undefined) when no draft was judged."""
+    return accepted / decisions if decisions else float("nan")
 
 
 def speculative_breakdown(run):
@@ -179,24 +209,23 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
     t_target_s = median_or_nan([t for run in ar_runs for t in run.token_times_s[1:]])
     t_draft_s = median_or_nan([loop.t_draft_s / loop.K for loops in steady.values() for loop in loops if loop.K])
     ar_seconds = [run.seconds for run in ar_runs]
-    ar_median_s = float(np.median(ar_seconds))
     loops = {K: [loop for run in runs for loop in run.loops] for K, runs in spec_runs.items()}
     n_accepted = {K: sum(loop.n_accepted for loop in all_loops) for K, all_loops in loops.items()}
     n_decisions = {K: sum(loop.decisions for loop in all_loops) for K, all_loops in loops.items()}
-    alpha_hat = sum(n_accepted.values()) / sum(n_decisions.values())
-    t_score_s = {K: median_or_nan([loop.t_score_s for loop in steady[K] if loop.K == K]) for K in spec_runs}
+    alpha_hat = ratio_or_nan(sum(n_accepted.values()), sum(n_decisions.values()))
+    t_score_loops = {K: spread([loop.t_score_s for loop in steady[K] if loop.K == K]) for K in spec_runs}
+    t_score_s = {K: t_score_loops[K].median for K in spec_runs}
     costs = Costs(t_draft_s, t_target_s, t_score_s)
     by_K = {}
     for K, runs in spec_runs.items():
         seconds = spread([run.seconds for run in runs])
         by_K[K] = AtK(
-            K=K, seconds=seconds, speedup=ar_median_s / seconds.median,
-            speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, runs)]),
+            K=K, seconds=seconds, speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, runs)]),
             predicted=float(predicted_at(costs, alpha_hat, K)), t_score_s=t_score_s[K],
             t_decide_s=median_or_nan([loop.t_decide_s for loop in steady[K]]),
             tokens_per_loop=sum(len(loop.tokens) for loop in loops[K]) / len(loops[K]),
             n_accepted=n_accepted[K], n_decisions=n_decisions[K], n_loops=len(loops[K]),
-            breakdown_s=mean_breakdown([speculative_breakdown(run) for run in runs]))
+            breakdown_s=mean_breakdown([speculative_breakdown(run) for run in runs]), t_score_spread=t_score_loops[K])
     ar_breakdown = mean_breakdown([{"target_s": sum(run.token_times_s),
                                     "other_s": run.seconds - sum(run.token_times_s)} for run in ar_runs])
     return SpeedupMeasurement(
@@ -219,49 +248,63 @@ def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=
     `on_loop(trace)` sees every loop of the first speculative run (the command line streams its
     text); `progress` shows a bar over the runs. `draft` is a model or any draft
     speculative_sampling takes (picogpt/drafts.py); `on_run(K, result)` sees every timed run as
-    it ends, K None for an autoregressive one (notebook 06 reads the loops, notebooks draw their
-    bars, the command line keeps the first run of each to print)."""
+    it ends, K None for an autoregressive one (notebooks draw their bars, the command line keeps
+    the first run of each to print)."""
     Ks = [int(K) for K in Ks]
-    if not Ks or repeats < 1 or N < 2:
-        raise PicoGPTError(f"measure_speedup needs at least one K (got {Ks}), repeats >= 1 (got {repeats}) "
-                           f"and N >= 2 (got {N}): the first token reads the prompt, the costs come after it")
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    ar_runs, spec_runs, loads = timed_runs({K: (draft, K) for K in Ks}, target, ids, N, repeats, seed, warmup_tokens,
+                                           controls, on_loop, progress, on_run)
+    return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, *loads)
+
+
+def timed_runs(variants, target, ids, N, repeats, seed, warmup_tokens, controls, on_loop=None, progress=False,
+               on_run=None):
+    """The runs of one measurement: variants {key: (draft, K)} are the speculative samplers to time
+    (measure_speedup's keys are the Ks; notebook 06 races several drafts); a warm-up of each, then
+    `repeats` interleaved rounds. Returns ([SamplingResult] per repeat, {key: [SpeculativeResult] per
+    repeat}, (load average before, after))."""
+    if not variants or repeats < 1 or N < 2:
+        raise PicoGPTError(f"a speedup measurement needs at least one K (got {list(variants)}), repeats >= 1 "
+                           f"(got {repeats}) and N >= 2 (got {N}): the first token reads the prompt, the costs "
+                           "come after it")
     load_before = load_average()
-    warm_up(draft, target, ids, Ks, min(N, warmup_tokens), seed, controls)
-    ar_runs, spec_runs = interleaved_runs(draft, target, ids, N, Ks, repeats, seed, controls, on_loop, progress, on_run)
-    return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, load_before, load_average())
+    warm_up(variants, target, ids, min(N, warmup_tokens), seed, controls)
+    ar_runs, spec_runs = interleaved_runs(variants, target, ids, N, repeats, seed, controls, on_loop, progress, on_run)
+    return ar_runs, spec_runs, (load_before, load_average())
 
 
-def warm_up(draft, target, ids, Ks, n_tokens, seed, controls):
-    """A short run of each variant, not counted: it pays what a process pays once (the weights'
-    first reads from disk, the compiled kernels' loading, the threads' start) before any timing.
-    Every call shape the timed runs make is made here: one position, K + 1 positions, the prompt."""
+def warm_up(variants, target, ids, n_tokens, seed, controls):
+    """A short run of each variant {key: (draft, K)}, not counted: it pays what a process pays once
+    (the weights' first reads from disk, the compiled kernels' loading, the threads' start) before
+    any timing. Every call shape the timed runs make is made here: one position, K + 1 positions,
+    the prompt."""
     if n_tokens < 1:
         return
     autoregressive_sampling(target, ids, n_tokens, seed=seed, **controls)
-    for K in Ks:
+    for draft, K in variants.values():
         speculative_sampling(draft, target, ids, n_tokens, K=K, seed=seed, **controls)
 
 
-def interleaved_runs(draft, target, ids, N, Ks, repeats, seed, controls, on_loop=None, progress=False, on_run=None):
-    """([SamplingResult] per repeat, {K: [SpeculativeResult] per repeat}): per repeat, speculative
-    sampling at each K, then autoregressive sampling, all with seed + repeat, so that a busy
+def interleaved_runs(variants, target, ids, N, repeats, seed, controls, on_loop=None, progress=False, on_run=None):
+    """([SamplingResult] per repeat, {key: [SpeculativeResult] per repeat}): per repeat, each
+    variant {key: (draft, K)}, then autoregressive sampling, all with seed + repeat, so that a busy
     moment hits every variant alike. With `progress`, a bar over the runs on a terminal (after
     the first run when on_loop streams that one's text)."""
-    runs = [(repeat, K) for repeat in range(repeats) for K in [*Ks, None]]  # K None: autoregressive
-    ar_runs, spec_runs = [], {K: [] for K in Ks}
+    runs = [(repeat, key) for repeat in range(repeats) for key in [*variants, None]]  # None: autoregressive
+    ar_runs, spec_runs = [], {key: [] for key in variants}
     bar = None
-    for i, (repeat, K) in enumerate(runs):
+    for i, (repeat, key) in enumerate(runs):
         if progress and bar is None and (on_loop is None or i > 0):
             bar = tqdm(total=len(runs), initial=i, desc="timed runs", unit="run", file=sys.stderr, leave=False,
                        delay=0.5, disable=None)
-        if K is None:
+        if key is None:
             ar_runs.append(run := autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
         else:
-            spec_runs[K].append(run := speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat,
-                                                            on_loop=on_loop if i == 0 else None, **controls))
+            draft, K = variants[key]
+            spec_runs[key].append(run := speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat,
+                                                              on_loop=on_loop if i == 0 else None, **controls))
         if on_run is not None:
-            on_run(K, run)
+            on_run(key, run)
         if bar is not None:
             bar.update()
     if bar is not None:
@@ -277,7 +320,8 @@ def gap_accounting(m):
     - loop_time: the loop the formula prices, K t_draft + t_score(K), / a loop's mean measured
       time (the first loop also reads the prompt; decide, roll-back and the rest; means vs medians);
     - autoregressive: N t_target / the mean autoregressive run (its prompt prefill, the rest);
-    - rest: what these leave (the last loop's tokens past N, medians of runs vs means).
+    - rest: what these leave (the last loop's tokens past N; the measured speedup is a median of
+      per-repeat ratios, the other factors are built from means).
     {K: {predicted, measured, tokens, loop_time, autoregressive, rest}}."""
     ar_mean_s = sum(m.autoregressive_breakdown_s.values())
     autoregressive = m.N * m.t_target_s / ar_mean_s
@@ -296,20 +340,36 @@ def gap_accounting(m):
 # One speedup measurement as text
 # ---------------------------------------------------------------------------------------------
 
+NO_DRAFTS = ("no drafts proposed: alpha undefined; every loop was one plain target step, so the speedup is "
+             "1 minus what looking for drafts and the loop's bookkeeping cost")
+
+
+def speedup_text(at):
+    """The measured speedup as every text prints it: '1.62x (IQR 1.55-1.70)', the median of the
+    repeat-by-repeat ratios and their interquartile range (the module's docstring)."""
+    runs = at.speedup_runs
+    return f"{runs.median:.2f}x (IQR {runs.q1:.2f}-{runs.q3:.2f})"
+
+
+def alpha_text(m):
+    """'alpha_hat 0.88 (4242 decisions)', or the sentence for a draft that proposed nothing."""
+    return f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions)" if m.n_decisions else NO_DRAFTS
+
+
 def text_lines(m, label=None):
     """One end-to-end measurement as text: costs, then per K measured vs predicted and the breakdown."""
     label = label or f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}"
     lines = [f"speculative vs autoregressive sampling, {label}, N={m.N}, {m.repeats} repeats: "
-             f"alpha_hat {m.alpha_hat:.2f} ({m.n_decisions} decisions); autoregressive "
+             f"{alpha_text(m)}; autoregressive "
              f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}); "
              f"load average {m.load_average_before} -> {m.load_average_after}",
              f"  in the loop: t_draft {m.t_draft_s * 1e3:.1f} ms per token, t_target {m.t_target_s * 1e3:.1f} ms",
-             "  K   speculative s (IQR)    measured  predicted  t_score/t_target  "
+             "  K   speculative s (IQR)    speedup (IQR of the per-repeat ratios)  predicted  t_score/t_target  "
              "per run: draft + score + decide + other s"]
     for K in m.Ks:
         at, b = m.by_K[K], m.by_K[K].breakdown_s
         lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
-                     f"{at.speedup:7.2f}x  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
+                     f"{speedup_text(at):>39}  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
                      f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
     return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
 
