@@ -140,22 +140,12 @@ def running_residuals(rows, q):
 
 def verdict_lines(m):
     """Which variant emitted the most per target call, which was fastest, and whether the repeats
-    resolve the fastest (course/results.py's check: interquartile ranges of the repeat-by-repeat
-    speedups that overlap the best's cannot be told from it)."""
-    from types import SimpleNamespace
-
-    from .results import indistinguishable_from_best
-    most = max(m.variants.values(), key=lambda v: v.tokens_per_call)
-    best, tied = indistinguishable_from_best(SimpleNamespace(Ks=list(m.variants), by_K=m.variants))
-    lines = [f"most tokens per target call: {most.name} ({most.tokens_per_call:.2f}); fastest: {best} "
-             f"({m.variants[best].speedup:.2f}x autoregressive)"]
-    if tied == [best]:
-        lines.append(f"resolved: every other variant's repeat-by-repeat speedups stay below {best}'s "
-                     f"(interquartile ranges over {m.repeats} repeats of {m.N} tokens)")
-    else:
-        lines.append(f"not resolved: {', '.join(tied)} cannot be told apart by {m.repeats} repeats of {m.N} tokens "
-                     "(their repeat-by-repeat interquartile ranges overlap the best's)")
-    return lines
+    resolve the fastest (course/results.py's check on the repeat-by-repeat speedups)."""
+    from .results import indistinguishable_from_best, resolution_line
+    runs = {name: v.speedup_runs for name, v in m.variants.items()}
+    most, (best, _) = max(m.variants.values(), key=lambda v: v.tokens_per_call), indistinguishable_from_best(runs)
+    return [f"most tokens per target call: {most.name} ({most.tokens_per_call:.2f}); fastest: {best} "
+            f"({m.variants[best].speedup:.2f}x autoregressive)", resolution_line(runs, "variant", m.repeats, m.N)]
 
 
 def bench_tree_lines(path=None):

@@ -1,9 +1,9 @@
 """Token trees against chains against autoregressive sampling, measured the way measure/speedup.py
 measures chains (used by notebook 07 and `python -m picogpt bench`).
 
-Per repeat each variant runs, then autoregressive sampling, all with seed + repeat, so a busy
-moment hits every variant alike; a chain runs the library's Algorithm 2 (speculative_sampling),
-a tree tree_sampling (picogpt/tree.py). Costs are read inside the loops, the first loop of each
+The runs are speedup.py's (timed_runs): per repeat each variant, then autoregressive sampling,
+all with seed + repeat, so a busy moment hits every variant alike; a chain runs the library's
+Algorithm 2 (speculative_sampling), a tree tree_sampling (picogpt/tree.py). Costs are read inside the loops, the first loop of each
 run (which also reads the prompt) left out. The speedup is speedup.py's one statistic: the
 median over the repeats of autoregressive seconds / this variant's seconds of the same repeat,
 with the interquartile range of those ratios.
@@ -21,10 +21,8 @@ import numpy as np
 
 from .. import theory
 from ..errors import PicoGPTError
-from ..sampling import autoregressive_sampling, distribution
-from ..speculative import speculative_sampling
-from ..tree import tree_sampling
-from .machine import load_average
+from ..sampling import distribution
+from . import speedup
 from .timing import Spread, spread
 
 
@@ -84,28 +82,15 @@ class TreeMeasurement:
     load_average_after: list
 
 
-def run_variant(draft, target, ids, N, shape, seed, controls):
-    """A chain runs the library's Algorithm 2 (speculative_sampling); a tree runs tree_sampling."""
-    if set(shape) == {1}:
-        return speculative_sampling(draft, target, ids, N, K=len(shape), seed=seed, **controls)
-    return tree_sampling(draft, target, ids, N, shape=shape, seed=seed, **controls)
-
-
 def measure_trees(draft, target, ids, N, shapes, repeats=5, seed=0, **controls):
-    """Autoregressive sampling, chains and trees of `shapes`, interleaved, after a short warm-up of
-    each (see the module's docstring). Returns a TreeMeasurement."""
+    """Autoregressive sampling, chains and trees of `shapes`, interleaved by speedup.timed_runs after
+    a short warm-up of each (see the module's docstring). Returns a TreeMeasurement."""
     shapes = [tuple(shape) for shape in shapes]
-    if repeats < 1 or N < 2 or not shapes:
-        raise PicoGPTError(f"measure_trees needs shapes, repeats >= 1 and N >= 2, got {shapes}, {repeats}, {N}")
-    load_before = load_average()
-    for shape in shapes:
-        run_variant(draft, target, ids, 4, shape, seed, controls)
-    autoregressive_sampling(target, ids, 4, seed=seed, **controls)
-    runs, ar_runs = {shape: [] for shape in shapes}, []
-    for repeat in range(repeats):
-        for shape in shapes:
-            runs[shape].append(run_variant(draft, target, ids, N, shape, seed + repeat, controls))
-        ar_runs.append(autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
+    if not shapes or any(not shape for shape in shapes):
+        raise PicoGPTError(f"measure_trees needs at least one shape (1, .., 1) or (m_1, .., m_D), got {shapes}")
+    variants = {shape: (draft, len(shape) if set(shape) == {1} else shape) for shape in shapes}  # a chain: K
+    ar_runs, runs, (load_before, load_after) = speedup.timed_runs(variants, target, ids, N, repeats, seed,
+                                                                  warmup_tokens=4, controls=controls)
     alphas = mean_acceptances(draft, target, list(ids) + ar_runs[0].tokens, max(max(s) for s in shapes), **controls)
     t_target = spread([t for run in ar_runs for t in run.token_times_s[1:]])
     variants = {}
@@ -123,7 +108,7 @@ def measure_trees(draft, target, ids, N, shapes, repeats=5, seed=0, **controls):
     return TreeMeasurement(draft=draft.name, target=target.name, N=N, repeats=repeats, controls=dict(controls),
                            alphas=[float(a) for a in alphas], autoregressive_s=spread([run.seconds for run in ar_runs]),
                            t_target=t_target, variants=variants, load_average_before=load_before,
-                           load_average_after=load_average())
+                           load_average_after=load_after)
 
 
 def as_dict(m):
@@ -147,10 +132,9 @@ def text_lines(m):
              f"t_target {m.t_target.median * 1e3:.1f} ms; alpha_1..{len(m.alphas)} "
              + " ".join(f"{a:.2f}" for a in m.alphas) + f"; load average {m.load_average_before} -> {m.load_average_after}",
              f"  {'':16} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms':>10} "
-             f"{'measured (IQR of repeats)':>26} {'predicted':>9}"]
+             f"{'measured':>26} {'predicted':>9}"]
     for v in m.variants.values():
         lines.append(f"  {v.name:16} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
                      f"{v.t_score.median * 1e3:7.1f} ({v.t_score.q1 * 1e3:.1f}-{v.t_score.q3 * 1e3:.1f}) "
-                     f"{v.t_draft_s * 1e3:10.1f} {v.speedup:15.2f}x ({v.speedup_runs.q1:.2f}-{v.speedup_runs.q3:.2f}) "
-                     f"{v.predicted:8.2f}x")
+                     f"{v.t_draft_s * 1e3:10.1f} {speedup.speedup_text(v):>26} {v.predicted:8.2f}x")
     return lines
