@@ -231,11 +231,15 @@ def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k
                   step=accept_among):
     """Sample N tokens from `target` (q), with `draft` (p) proposing a tree of `shape` per loop:
     (m_1, .., m_D) candidates at each level below each node; (1,) * K is Algorithm 2's chain.
-    `draft` is a model (wrapped in TreeDraft) or an object with TreeDraft's members. The sampling
+    `draft` is a model (wrapped in TreeDraft) or an object with TreeDraft's members (`models`,
+    `start`, `propose`, `keep`; not a chain's draft, speculative_sampling's). The sampling
     controls apply to p and q; one numpy Generator from `seed` drives every draw. `step` replaces
     the multi-candidate step (notebook 07's exercise). Near the end of the context the tree gets
     shallower so that its deepest node fits."""
-    drafter = draft if hasattr(draft, "propose") else TreeDraft(draft)
+    if hasattr(draft, "roll_back") and not hasattr(draft, "keep"):
+        raise PicoGPTError(f"{draft.name} drafts a chain (speculative_sampling's drafts); tree_sampling grows a "
+                           "tree from a model: pass the draft model itself")
+    drafter = draft if hasattr(draft, "keep") else TreeDraft(draft)
     shape = validate_shape(shape)
     prompt = validate_sampling_args(ids, N, (*drafter.models, target), temperature=temperature, top_k=top_k,
                                     top_p=top_p)

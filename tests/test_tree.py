@@ -272,6 +272,12 @@ def test_greedy_tree_sampling_equals_greedy_autoregressive(pair, prompt):
         assert tree_sampling(draft, target, prompt, N, shape=shape, temperature=0, seed=1).tokens == expected, shape
 
 
+def test_a_chains_draft_is_refused_with_what_to_pass_instead(pair):
+    from picogpt.speculative import ModelDraft
+    with pytest.raises(PicoGPTError, match="drafts a chain .* pass the draft model itself"):
+        tree_sampling(ModelDraft(pair[0]), pair[1], [1], 4)
+
+
 @pytest.mark.parametrize("shape", [(), [0], (2, 1.5), "22", None])
 def test_a_malformed_shape_is_refused(pair, shape):
     with pytest.raises(PicoGPTError, match="shape is the number of candidates per level"):
