@@ -1,4 +1,5 @@
-# picogpt — the two commands a newcomer needs are `make test` and `make lab`.
+# picogpt — a newcomer needs `make lab` (the course) and `make test` (the tests); `make install`
+# makes the virtual environment alone.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -7,7 +8,11 @@ OLDEST := .venv-oldest
 BROWSER_STAMP := $(VENV)/.installed-browser
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: test quick unit notebooks test-oldest browser-test lab weights bench classroom classroom-check clean
+.PHONY: install test quick unit notebooks test-oldest browser-test lab weights bench classroom classroom-check clean
+
+## make install: create .venv and install picogpt with the course's dependencies (`[dev]`), nothing else
+install: $(STAMP)
+	@echo "installed into $(VENV): run the command line as $(BIN)/python -m picogpt (or source $(BIN)/activate first)"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -86,10 +91,19 @@ classroom-check: $(STAMP)
 weights: $(STAMP)
 	$(BIN)/python -m picogpt download gpt2 gpt2-xl
 
-## make bench: measure decode, scoring and load speed (results in build/bench/, which git ignores;
-## `python -m picogpt bench --save` writes benchmarks/ and renders its tables)
+## make bench: measure decode, scoring and speculative sampling on this machine (results in build/bench/,
+## which git ignores; `python -m picogpt bench --save` writes benchmarks/). Without GPT-2 downloaded it
+## first writes random-weight checkpoints of GPT-2 small's and XL's shapes into weights/random-gpt2*/.
 bench: $(STAMP)
+	@echo "make bench: about half an hour on a 2-core machine. Without GPT-2 downloaded it first writes random-weight"
+	@echo "  checkpoints of GPT-2 small's and XL's shapes, about 7 GB, into weights/random-gpt2/ and weights/random-gpt2-xl/"
+	@echo "  (once; they are reused). Results go to build/bench/. Remove both with: make clean"
 	$(BIN)/python -m picogpt bench
 
+## make clean: the clone as it was cloned. Removes the virtual environments, build/ (unsaved results),
+## browser-test-out/, classroom/, the egg-info, every cache (__pycache__, with numba's compiled kernels;
+## .pytest_cache) and the benches' random-weight checkpoints; keeps downloaded GPT-2 weights.
 clean:
-	rm -rf $(VENV) $(OLDEST) .pytest_cache classroom
+	rm -rf $(VENV) $(OLDEST) build browser-test-out classroom .pytest_cache *.egg-info weights/random-* weights/kernel-bench
+	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
+	@echo "kept: downloaded GPT-2 weights in weights/gpt2*/ (7 GB from make weights; remove them by hand if you want)"

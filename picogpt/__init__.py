@@ -13,6 +13,25 @@
     out = picogpt.tree_sampling(draft, target, ids, N=40, shape=(2, 2), seed=0) # token trees
 """
 
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it; CHANGELOG.md says what changed)
+
+import sys
+
+DEPENDENCIES = ("numpy", "threadpoolctl", "tiktoken", "tqdm")  # pyproject.toml's, as Python imports them
+
+try:
+    for _module in DEPENDENCIES:
+        __import__(_module)
+except ModuleNotFoundError as missing:
+    if sys.argv[:1] == ["-m"]:  # `python -m picogpt`: Python imports this package first, argv[0] still "-m"
+        print(f"error: {sys.executable} (Python {sys.version.split()[0]}) has no module {missing.name!r}, which "
+              "picogpt needs: in the repository run `make install` (it makes .venv with everything), then "
+              "`.venv/bin/python -m picogpt` (or `source .venv/bin/activate` first); or `pip install -e .` into "
+              "this Python", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise
+del _module
+
 from .course import course_models, course_pair_names
 from .errors import CheckpointError, DownloadError, PicoGPTError
 from .gpt2 import GPT2Config

@@ -118,11 +118,11 @@ def validate_request(args, ids, models=()):
 
 def parse_request(args):
     """Tokenise the prompt, check the request, and pick a seed if none was given."""
-    from .sampling import random_generator
-
     ids = encode_prompt(args.prompt)
     validate_request(args, ids)
-    random_generator(args.seed)  # a bad seed (-1) is reported before any model loads
+    if args.seed is not None and args.seed < 0:  # reported before any model loads
+        raise PicoGPTError(f"--seed {args.seed}: the seed must be a whole number >= 0 (leave --seed out for "
+                           "a random one, which is printed so that the run can be repeated)")
     if args.seed is None:
         args.seed = secrets.randbelow(2**31)  # reported, so the run can be repeated
     return ids
@@ -206,11 +206,18 @@ def cmd_speculate(args):
         print(json.dumps(speculate_report(args, draft, target, result, ars, measurement)))
         return
     print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}, seed {args.seed}]")
-    print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s), "
-          f"{len(result.loops)} loops, {result.tokens_per_loop:.2f} tokens per loop, "
-          f"observed acceptance alpha_hat = {result.alpha_hat:.2f}")
+    print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s); "
+          f"{loops_line(result)}; observed acceptance alpha_hat = {result.alpha_hat:.2f}")
     if measurement is not None:
         print_comparison(args, result, ars, measurement)
+
+
+def loops_line(result):
+    """The loops, as in '18 loops emitted 67 tokens (3.72 tokens per loop), the last 3 past N = 64 not kept'."""
+    emitted = sum(len(loop.tokens) for loop in result.loops)
+    extra = emitted - len(result.tokens)
+    return (f"{len(result.loops)} loops emitted {emitted} tokens ({result.tokens_per_loop:.2f} tokens per loop)"
+            + (f", the last {extra} past N = {len(result.tokens)} not kept" if extra else ""))
 
 
 def print_comparison(args, result, ars, m):
@@ -355,7 +362,10 @@ def parse_args(argv=None):
 
 
 def build_parser():
+    from . import __version__
+
     parser = Parser(prog="python -m picogpt", description=DESCRIPTION, epilog=EXAMPLES[None], formatter_class=formatter)
+    parser.add_argument("--version", action="version", version=f"picogpt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     info = add_command(commands, "info", cmd_info, "print a model's config, parameter count and bytes")

@@ -36,6 +36,7 @@ from .errors import PicoGPTError
 
 TOP_P_ROUNDING = 1e-12  # cumulative sums within this of top_p count as reaching it
 MIN_TEMPERATURE = 1e-30  # smallest positive temperature accepted (0 is greedy); see above
+CDF_BLOCK = 256  # tokens per block of `sample`'s two-level cumulative sums
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,9 +89,16 @@ def autoregressive_sampling(model, ids, N, *, temperature=1.0, top_k=None, top_p
 # From logits to the distribution we sample from
 # ---------------------------------------------------------------------------------------------
 
-def softmax64(x):
-    exp_x = np.exp(x - x.max(axis=-1, keepdims=True))
-    return exp_x / exp_x.sum(axis=-1, keepdims=True)
+def softmax64(x, temperature=1.0):
+    """softmax(x / temperature) over the last axis, in float64: [..., n] -> [..., n], a new array.
+    Its one float64 copy of x is worked on in place (each step one pass, no temporaries)."""
+    probs = np.array(x, np.float64)
+    if temperature != 1:
+        probs /= temperature
+    probs -= probs.max(axis=-1, keepdims=True)
+    np.exp(probs, out=probs)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
 
 
 def greedy(logits):
@@ -142,13 +150,13 @@ def distribution(logits, temperature=1.0, top_k=None, top_p=None):
     logits [n_vocab] -> [n_vocab], or [n, n_vocab] -> [n, n_vocab] (each row separately).
     """
     validate_controls(temperature, top_k, top_p)
-    logits = np.asarray(logits, np.float64)
+    logits = np.asarray(logits)
     if not np.isfinite(logits).all():
         raise PicoGPTError("the logits hold NaN or inf, so they give no distribution: the model's "
                            "weights or config are bad (a GPT2 model says which model)")
     if temperature == 0:
         return greedy(logits)
-    probs = softmax64(logits / temperature if temperature != 1 else logits)
+    probs = softmax64(logits, temperature)
     if top_k is not None:
         probs = top_k_filter(probs, top_k)
     if top_p is not None:
@@ -158,10 +166,22 @@ def distribution(logits, temperature=1.0, top_k=None, top_p=None):
 
 def sample(probs, rng):
     """One token from probs [n_vocab] by inverse CDF: the first id whose cumulative probability
-    exceeds u * total, u ~ U[0, 1). Zero-probability tokens are never returned."""
-    cdf = np.asarray(probs, np.float64).cumsum()
-    token = int(cdf.searchsorted(rng.random() * cdf[-1], side="right"))
-    return min(token, len(cdf) - 1)
+    exceeds u * total, u ~ U[0, 1). Zero-probability tokens are never returned.
+
+    The cumulative sums are taken in two levels, because a cumsum adds one number after another
+    (over 50,257 tokens that is most of a draw's time): the sums of blocks of CDF_BLOCK tokens
+    find the block where the cumulative probability crosses u * total, and a cumsum inside that
+    block finds the token, the one a single cumsum over every token would find (up to rounding)."""
+    probs = np.asarray(probs, np.float64)
+    block_cdf = np.add.reduceat(probs, np.arange(0, len(probs), CDF_BLOCK)).cumsum()  # [n_blocks]
+    target = rng.random() * block_cdf[-1]  # u * total
+    block = int(block_cdf.searchsorted(target, side="right"))  # the first block whose cdf exceeds it
+    start = block * CDF_BLOCK
+    in_block = probs[start: start + CDF_BLOCK]
+    token = int(in_block.cumsum().searchsorted(target - (block_cdf[block - 1] if block else 0.0), side="right"))
+    if token == len(in_block):  # the subtraction rounded up to the block's whole sum: its last possible token
+        token = int(np.flatnonzero(in_block)[-1])
+    return start + token
 
 
 # ---------------------------------------------------------------------------------------------

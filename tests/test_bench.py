@@ -248,21 +248,24 @@ def test_a_block_the_renderer_does_not_know_or_a_missing_block_is_an_error(saved
 
 
 def test_the_quick_start_block_shows_what_the_command_printed_and_each_step(tmp_path):
-    run = {"seed": 0, "seconds": 11.2, "speedup": 1.1, "compiled_here": True,
+    run = {"seconds": 11.2, "speedup": 1.1, "compiled_here": True, "load_average": [0.4, 0.5, 0.6],
            "stdout": "And God said unto Moses\n[speculative: ...]\n"}
     results = {"cores": 2, "steps": {"install_s": 95.0, "make_test_s": 290.0, "lab_start_s": 6.0},
-               "speculate": {"command": "python -m picogpt speculate --compare", "median_speedup": 1.6,
-                             "runs": [run, {**run, "seed": 1, "seconds": 4.4, "speedup": 1.6, "compiled_here": False},
-                                      {**run, "seed": 2, "seconds": 3.9, "speedup": 1.7, "compiled_here": False}]},
+               "speculate": {"command": ".venv/bin/python -m picogpt speculate --seed 0 --compare",
+                             "median_speedup": 1.6, "low": 1.1, "high": 1.7,
+                             "runs": [run, {**run, "seconds": 4.4, "speedup": 1.6, "compiled_here": False},
+                                      {**run, "seconds": 3.9, "speedup": 1.7, "compiled_here": False}]},
                "in_process": {"speedup": 1.55}}
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "first-hour.json").write_text(json.dumps(results))
     blocks = {"quick-start": docs.BLOCKS["README.md"]["quick-start"]}
     text = docs.render_text(block("quick-start", "benchmarks/first-hour.json"), blocks, tmp_path)
-    assert "```text\n$ python -m picogpt speculate --compare\nAnd God said unto Moses\n[speculative: ...]\n```" in text
-    assert "`make test` takes 4.8 minutes (95 s of it installing)" in text
-    assert "takes 11 s the first time (it compiles picogpt's fast kernels" in text and "and 4 s after" in text
-    assert "seeds 0-2: 1.10x, 1.60x, 1.70x (median 1.60x; " in text and "in one process" in text
+    assert ("```text\n$ .venv/bin/python -m picogpt speculate --seed 0 --compare\nAnd God said unto Moses\n"
+            "[speculative: ...]\n```") in text
+    assert "3 fresh runs of this command on a 2-core machine (load average 0.4) printed 1.10x to 1.70x (median 1.60x)" \
+        in text  # the range a newcomer's run moves in, not one run's number
+    assert "`make test` took 4.8 minutes (95 s of it installing)" in text
+    assert "took 11 s the first time (it compiled picogpt's fast kernels" in text and "and 4 s after" in text
     with pytest.raises(PicoGPTError, match="missing: \\['quick-start'\\]"):  # committed results need their block
         docs.render_text("no markers", blocks, tmp_path)
 

@@ -202,3 +202,25 @@ def test_nothing_close_suggests_nothing(capsys):
     with pytest.raises(SystemExit):
         main(["speculate", "--zzzzzz"])
     assert "did you mean" not in capsys.readouterr().err
+
+
+def test_a_negative_seed_is_refused_in_words_the_command_line_can_act_on(capsys):
+    code, out, err = run_main(capsys, "speculate", "--prompt", "Hi", "--seed", "-3")
+    assert code == 2 and out == ""
+    assert "--seed -3" in err and "leave --seed out" in err and "None" not in err
+
+
+def test_the_loop_line_says_what_it_counts(capsys, checkpoints):
+    """'L loops emitted E tokens (E / L tokens per loop), the last E - N past N not kept': the figures multiply out."""
+    argv = ["speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"], "--prompt", "Hi", "-K", "8"]
+    seen_extra = False
+    for seed in range(4):
+        code, out, _ = run_main(capsys, *argv, "-n", "10", "--seed", str(seed))
+        run = speculative_sampling(load(checkpoints["draft"]), load(checkpoints["target"]), encode_prompt("Hi"), 10,
+                                   K=8, seed=seed)
+        emitted = sum(len(loop.tokens) for loop in run.loops)
+        assert code == 0
+        assert f"{len(run.loops)} loops emitted {emitted} tokens ({emitted / len(run.loops):.2f} tokens per loop)" in out
+        assert (f"the last {emitted - 10} past N = 10 not kept" in out) == (emitted > 10)
+        seen_extra |= emitted > 10
+    assert seen_extra  # the case the line explains happened at least once

@@ -301,7 +301,20 @@ def test_connection_refused(monkeypatch, capsys):
     line = error_line(err)
     assert status == 2
     assert "could not connect" in line and f"127.0.0.1:{port}" in line and "run the same command again" in line
-    assert not files.final.exists()
+    assert "teaching pair" in line  # what runs meanwhile
+    assert not files.final.parent.exists()  # no empty weights/<name>/ left behind
+
+
+def test_a_failed_download_into_an_existing_folder_leaves_the_folder(monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: refused
+    files = register(monkeypatch)
+    files.final.parent.mkdir(parents=True)
+    (files.final.parent / "notes.txt").write_text("mine")
+    assert run_cli(capsys, "toy")[0] == 2
+    assert (files.final.parent / "notes.txt").read_text() == "mine"
+    files.config.parent.joinpath("notes.txt").unlink()
+    assert run_cli(capsys, "toy")[0] == 2
+    assert files.final.parent.is_dir()  # it was there before this download: not ours to remove
 
 
 def test_not_enough_disk_space(server, monkeypatch, capsys):

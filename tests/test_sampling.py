@@ -84,6 +84,51 @@ def test_sampling_is_reproducible_and_follows_the_distribution():
     assert chi_square_test(counts, probs)[2] > 1e-3
 
 
+class FixedUniform:
+    """A generator whose uniform draws are the numbers given, in turn."""
+
+    def __init__(self, *u):
+        self.u = list(u)
+
+    def random(self):
+        return self.u.pop(0)
+
+
+def one_cumsum_inverse_cdf(probs, u):
+    """The textbook inverse CDF over one cumulative sum: the first id whose cdf exceeds u * total."""
+    cdf = np.cumsum(probs)
+    return int(np.searchsorted(cdf, u * cdf[-1], side="right")), cdf
+
+
+@pytest.mark.parametrize("n_vocab", [1, 5, 255, 256, 257, 1000, 50257])
+def test_sample_finds_the_token_of_one_cumulative_sum(n_vocab):
+    rng = np.random.default_rng(n_vocab)
+    for zeros in (0.0, 0.5):  # dense, and half the tokens at probability 0 (as after top-k)
+        probs = rng.random(n_vocab) ** 4 * (rng.random(n_vocab) >= zeros)
+        probs[rng.integers(n_vocab)] += 1.0
+        probs /= probs.sum()
+        for u in rng.random(500):
+            token = sample(probs, FixedUniform(u))
+            expected, cdf = one_cumsum_inverse_cdf(probs, u)
+            # the two ways round apart only when u * total lies within rounding of a cdf value
+            assert token == expected or abs(cdf[min(token, expected)] - u) < 1e-12, (n_vocab, u, token, expected)
+            assert probs[token] > 0
+
+
+def test_sample_never_returns_a_zero_probability_token_even_at_u_0_and_u_near_1():
+    below_1 = np.nextafter(1.0, 0)
+    for n_vocab, positive in [(7, [3]), (600, [0]), (600, [599]), (600, [10, 300]), (50257, [50256]), (50257, [1, 2])]:
+        probs = np.zeros(n_vocab)
+        probs[positive] = 1.0 / len(positive)
+        assert sample(probs, FixedUniform(0.0)) == positive[0]
+        assert sample(probs, FixedUniform(below_1)) == positive[-1]
+    # block 0 holds a, block 1 holds b: u * total lands where (a + b) rounded up, and u * total - a
+    # is then b itself, past block 1's own cumulative sum: still token 256, the only one there
+    probs = np.zeros(512)
+    probs[0], probs[256] = 0.03284456985493208, 0.06948155789785682
+    assert sample(probs, FixedUniform(below_1)) == 256
+
+
 # ---------------------------------------------------------------------------------------------
 # Argument checks: one readable PicoGPTError before any model runs
 # ---------------------------------------------------------------------------------------------

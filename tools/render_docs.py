@@ -1,5 +1,5 @@
 """The results documents, rendered from the committed JSON: benchmarks/README.md's tables,
-README.md's speed tables, the kernel candidates' tables (benchmarks/kernels/README.md) and the
+README.md's quick start, docs/speed.md's tables, the kernel candidates' tables (benchmarks/kernels/README.md) and the
 teaching pair's measurements in weights/README.md.
 
 A document holds generated blocks between two markers, and hand-written prose about the method
@@ -228,7 +228,7 @@ def goals_table(results, source):
 
 
 # ---------------------------------------------------------------------------------------------
-# benchmarks/bench.json -> README.md's speed section
+# benchmarks/bench.json -> docs/speed.md
 # ---------------------------------------------------------------------------------------------
 
 def speed_table(results, source):
@@ -416,23 +416,54 @@ def kernel_between_table(results, source):
 
 
 def quick_start(results, source):
-    """tools/first_hour.py: the README's command as a fresh clone printed it the first time, then
-    how long each step of the quick start took there and the speedup of every fresh process."""
-    runs, steps = results["speculate"]["runs"], results["steps"]
-    speedups = ", ".join(f"{run['speedup']:.2f}x" for run in runs)
-    make_test = (f"`make test` takes {steps['make_test_s'] / 60:.1f} minutes ({steps['install_s']:.0f} s of it "
-                 "installing), " if "make_test_s" in steps else f"installing takes {steps['install_s']:.0f} s, ")
-    later = (f" and {max(run['seconds'] for run in runs[1:]):.0f} s after" if len(runs) > 1 else "")
-    first = ("it compiles picogpt's fast kernels, once per install, with a progress bar"
+    """tools/first_hour.py: the README's command as a fresh clone printed it the first time, the
+    range of speedups it printed run after run, and how long each step of the quick start took."""
+    s, steps = results["speculate"], results["steps"]
+    runs = s["runs"]
+    load = runs[0].get("load_average") or results.get("load_average_before")
+    make_test = (f"`make test` took {steps['make_test_s'] / 60:.1f} minutes ({steps['install_s']:.0f} s of it "
+                 "installing), " if "make_test_s" in steps else f"installing took {steps['install_s']:.0f} s, ")
+    later = (f" and {value_range([run['seconds'] for run in runs[1:]], lambda v: f'{v:.0f}')} s after"
+             if len(runs) > 1 else "")
+    first = ("it compiled picogpt's fast kernels, once per install, with a progress bar"
              if runs[0]["compiled_here"] else "the kernels were compiled already")
-    return ["```text", f"$ {results['speculate']['command']}", *runs[0]["stdout"].rstrip("\n").splitlines(), "```", "",
-            f"On a fresh clone, on a {results['cores']}-core machine: {make_test}`make lab` serves the course "
-            f"{steps['lab_start_s']:.0f} s after it starts, and the command above takes {runs[0]['seconds']:.0f} s "
-            f"the first time ({first}){later}. Its speedup in {len(runs)} fresh processes, seeds "
-            f"{runs[0]['seed']}-{runs[-1]['seed']}: {speedups} (median {results['speculate']['median_speedup']:.2f}x; "
-            f"the same measurement in one process, measure/speedup.measure_speedup: "
-            f"{results['in_process']['speedup']:.2f}x). Measured by `tools/first_hour.py` "
-            "(`benchmarks/first-hour.json`)."]
+    return ["```text", f"$ {s['command']}", *runs[0]["stdout"].rstrip("\n").splitlines(), "```", "",
+            f"The text repeats run after run (`--seed 0`); the speedup does not: {len(runs)} fresh runs of this "
+            f"command on a {results['cores']}-core machine"
+            + (f" (load average {load[0]:.1f})" if load else "")
+            + f" printed {s['low']:.2f}x to {s['high']:.2f}x (median {s['median_speedup']:.2f}x). There, on a fresh "
+            f"clone, {make_test}`make lab` served the course {steps['lab_start_s']:.0f} s after it started, and the "
+            f"command took {runs[0]['seconds']:.0f} s the first time ({first}){later}. Measured by "
+            "`tools/first_hour.py` (`benchmarks/first-hour.json`)."]
+
+
+def busy_machine(results, source):
+    """tools/busy_machine.py: the teaching pair's speedup idle and beside busy processes."""
+    K = results["idle"]["by_K"]
+    K = "4" if "4" in K else next(iter(K))
+    idle, busy = (speedup.from_dict(results[which]) for which in ("idle", "busy"))
+    slower = results["slower_when_busy"]
+    return [f"Beside {results['busy_processes']} busy processes on {results['cores']} cores (the load a browser "
+            f"and a second notebook kernel put on a laptop), the same pair at N = {idle.N}, K = {K}, measured in one "
+            f"process, went from "
+            f"{idle.by_K[int(K)].speedup:.2f}x to {busy.by_K[int(K)].speedup:.2f}x: speculative sampling "
+            f"{slower['speculative']:.2f}x slower, autoregressive {slower['autoregressive']:.2f}x "
+            "(`tools/busy_machine.py`, `benchmarks/busy.json`)."]
+
+
+def loop_costs_table(results, source):
+    """tools/loop_costs.py: each part of the sampling loops for the README's command."""
+    s, u, machine = results["setting"], results["uninstrumented"], results["machine"]
+    rows = [[row["part"], f"{row['seconds'] * 1e6:,.0f} µs", row["per"], f"{row['share_of_run']:.1%}"]
+            for row in results["rows"]]
+    return [f"`{results['command']}` on {machine['cpu']} ({results['cores']} cores): {name_of(s['draft'])} drafting "
+            f"for the {name_of(s['target'])}, {s['prompt']!r}, N = {s['N']}, K = {s['K']}, temperature "
+            f"{s['temperature']:g}, seeds {s['seeds'][0]}-{s['seeds'][-1]}; each part's mean per unit in a run, median "
+            f"over the runs; load average {results['load_average_before'][0]:.1f} before, "
+            f"{results['load_average_after'][0]:.1f} after. Without the timers the same runs took "
+            f"{u['speculative_s'] * 1e3:.0f} ms speculative and {u['autoregressive_s'] * 1e3:.0f} ms autoregressive "
+            f"(medians; {u['speedup']:.2f}x):", "",
+            *table_lines(["part", "time", "per", "share of its algorithm's run"], rows)]
 
 
 def teaching_payoff(results, source):
@@ -511,7 +542,9 @@ BENCH = "benchmarks/bench.json"
 BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
     "notebooks/TEACHING.md": {"payoff": ("benchmarks/first-hour.json", teaching_payoff)},
     "README.md": {"quick-start": ("benchmarks/first-hour.json", quick_start),
-                  "speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end)},
+                  "busy-machine": ("benchmarks/busy.json", busy_machine)},
+    "docs/speed.md": {"speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end),
+                      "loop-costs": ("benchmarks/loop-costs.json", loop_costs_table)},
     "benchmarks/README.md": {"run": (BENCH, run_summary), "decode": (BENCH, decode_table),
                              "ready": (BENCH, ready_table), "end-to-end": (BENCH, end_to_end_table),
                              "prediction": (BENCH, prediction_table), "goals": (BENCH, goals_table),

@@ -116,7 +116,10 @@ def table(results):
              f"{machine['versions']['numpy']}, BLAS {machine['blas'].get('name')} "
              f"({machine['blas'].get('runtime core')}); load average "
              f"{results['load_average_before']} -> {results['load_average_after']}",
-             f"bandwidth ceiling, one-row products over {c['bytes'] / 1e9:.2f} GB: " + ceiling_text(c), ""]
+             f"bandwidth ceiling, one-row products over {c['bytes'] / 1e9:.2f} GB: " + ceiling_text(c),
+             "every figure below was measured in this run (nothing is read from committed results): a model's "
+             "floor is its bytes per token at the ceiling measured beside it, the fastest a decode could read "
+             "them; 'x floor' is a decode's time in floors", ""]
     for label, m in results["models"].items():
         r = m["ready"]
         made = f"; {r['bytes_written_beside_checkpoint']:,} bytes written beside the checkpoint"

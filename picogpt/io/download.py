@@ -201,7 +201,8 @@ def open_url(url, start_byte=0):
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:  # ValueError: a URL
         reason = getattr(e, "reason", e)  # http.client cannot use; HTTPException: a garbled status line
         raise DownloadError(f"could not connect to {url} ({shown(reason, 200)}): check your network "
-                            "connection (or HF_ENDPOINT) and run the same command again") from None
+                            "connection (or HF_ENDPOINT) and run the same command again; meanwhile the "
+                            "course and every command run on the embedded teaching pair") from None
 
 
 def redirect_problem(error):
@@ -416,9 +417,16 @@ def download_spec(spec, folder, progress=True, log=print):
     """
     url = spec.url()  # a bad HF_ENDPOINT is refused before anything else
     folder = Path(folder)
+    made_here = not folder.exists()
     ensure_writable_folder(folder, "the weights folder", "set PICOGPT_WEIGHTS_DIR to a folder you can write to")
-    with download_lock(folder / (spec.filename + ".lock"), spec.name, log):
-        return download_locked(spec, folder, url, progress, log)
+    try:
+        with download_lock(folder / (spec.filename + ".lock"), spec.name, log):
+            return download_locked(spec, folder, url, progress, log)
+    except BaseException:
+        if made_here:  # a first download that failed leaves no empty folder (a kept .part keeps it)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
 
 def download_locked(spec, folder, url, progress, log):
