@@ -10,6 +10,7 @@
     draft, target = picogpt.course_models()
     out = picogpt.speculative_sampling(draft, target, ids, N=40, K=4, seed=0)   # Algorithm 2
     out = picogpt.autoregressive_sampling(target, ids, N=40, seed=0)            # Algorithm 1
+    out = picogpt.tree_sampling(draft, target, ids, N=40, shape=(2, 2), seed=0) # token trees
 """
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it; CHANGELOG.md says what changed)
@@ -38,12 +39,14 @@ from .io.registry import model_names, weights_dir
 from .io.tokenizer import tokenizer
 from .kv_cache import KVCache
 from .model import GPT2, load
-from . import rejection, sampling, speculative, theory
+from . import rejection, sampling, speculative, theory, tree
 from .sampling import autoregressive_sampling
 from .speculative import speculative_sampling
+from .tree import tree_sampling
 
 __all__ = [
     "GPT2", "GPT2Config", "course_models", "course_pair_names", "KVCache", "load", "model_names", "weights_dir", "tokenizer",
     "PicoGPTError", "CheckpointError", "DownloadError",
-    "autoregressive_sampling", "speculative_sampling", "sampling", "rejection", "speculative", "theory",
+    "autoregressive_sampling", "speculative_sampling", "tree_sampling", "sampling", "rejection", "speculative",
+    "theory", "tree",
 ]

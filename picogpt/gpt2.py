@@ -84,38 +84,48 @@ def merge_heads(x):
     return x.transpose(1, 0, 2).reshape(n_seq, n_head * head_dim)  # [n_seq, n_embd]
 
 
-def mha(x, attn, n_head, cache=None, layer=0, matmul=np.matmul):
-    """Causal multi-head self-attention; with a cache, attends over the past positions too."""
+def mha(x, attn, n_head, cache=None, layer=0, matmul=np.matmul, mask=None):
+    """Causal multi-head self-attention; with a cache, attends over the past positions too.
+    `mask` [n_new, n_past + n_new] replaces the causal mask (a token tree's: picogpt/tree.py)."""
     qkv = linear(x, attn["c_attn"], matmul)  # [n_new, n_embd] -> [n_new, 3*n_embd]
     q, k, v = (split_heads(part, n_head) for part in np.split(qkv, 3, axis=-1))
     n_past = 0
     if cache is not None:
         n_past = len(cache)
         k, v = cache.store(layer, k, v)  # [n_head, n_past + n_new, head_dim]
-    out = attention(q, k, v, causal_mask(x.shape[0], n_past))  # [n_head, n_new, head_dim]
+    if mask is None:
+        mask = causal_mask(x.shape[0], n_past)  # [n_new, n_past + n_new]
+    out = attention(q, k, v, mask)  # [n_head, n_new, head_dim]
     return linear(merge_heads(out), attn["c_proj"], matmul)  # [n_new, n_embd]
 
 
-def transformer_block(x, block, n_head, eps, cache=None, layer=0, matmul=np.matmul):
+def transformer_block(x, block, n_head, eps, cache=None, layer=0, matmul=np.matmul, mask=None):
     """Pre-LayerNorm residual block: x + attention(ln_1(x)), then x + mlp(ln_2(x))."""
-    x = x + mha(layer_norm(x, block["ln_1"], eps), block["attn"], n_head, cache, layer, matmul)
+    x = x + mha(layer_norm(x, block["ln_1"], eps), block["attn"], n_head, cache, layer, matmul, mask)
     return x + ffn(layer_norm(x, block["ln_2"], eps), block["mlp"], matmul)  # [n_new, n_embd]
 
 
-def gpt2(ids, params, config, cache=None, matmul=np.matmul):
+def gpt2(ids, params, config, cache=None, matmul=np.matmul, positions=None, mask=None):
     """Logits for each position of `ids` [n_new] -> [n_new, n_vocab].
 
     Without a cache, `ids` is the whole sequence. With one, `ids` continue the positions the
     cache already holds, and their keys/values are appended to it. `matmul(x, weight)`
     multiplies by every weight matrix: np.matmul, or a faster function of the same product.
+
+    By default the new tokens form a chain: token i sits at position n_past + i and sees the
+    past and the new tokens up to itself. A token tree (picogpt/tree.py) scores several
+    continuations in one call instead: `positions` [n_new] gives each token's position number
+    (its depth in the tree, after the past) and `mask` [n_new, n_past + n_new] which keys it
+    may see (0) or not (-inf): the past, its ancestors and itself.
     """
     n_past = len(cache) if cache is not None else 0
     if cache is not None:
         cache.reserve(len(ids))
-    positions = np.arange(n_past, n_past + len(ids))
+    if positions is None:
+        positions = np.arange(n_past, n_past + len(ids))  # a chain: one position after another
     x = params["wte"]["weight"][ids] + params["wpe"]["weight"][positions]  # [n_new, n_embd]
     for layer, block in enumerate(params["h"]):
-        x = transformer_block(x, block, config.n_head, config.layer_norm_epsilon, cache, layer, matmul)
+        x = transformer_block(x, block, config.n_head, config.layer_norm_epsilon, cache, layer, matmul, mask)
     if cache is not None:
         cache.advance(len(ids))
     x = layer_norm(x, params["ln_f"], config.layer_norm_epsilon)

@@ -2,7 +2,8 @@
 
 Decoding token t needs the keys and values of tokens 0..t-1 in every layer. Recomputing them
 is what makes naive decoding quadratic; keeping them is the cache. Speculative sampling also
-needs to *forget*: when a drafted token is rejected, both models roll back with `truncate`.
+needs to *forget*: when a drafted token is rejected, both models roll back with `truncate`;
+after a token tree's call (picogpt/tree.py), `keep` keeps the accepted branch and drops the rest.
 
 Storage is one array per keys and values, [n_layer, n_head, capacity, head_dim], grown by
 doubling, so appending a token copies only that token (plus an occasional doubling), never the
@@ -43,7 +44,8 @@ class KVCache:
             return
         while capacity < needed:
             capacity *= 2
-        capacity = min(max(capacity, needed), self.n_ctx)
+        # never past the context, except by the few extra branches of a token tree until `keep`
+        capacity = min(max(capacity, needed), max(self.n_ctx, needed))
         for name in ("k", "v"):
             old = getattr(self, name)
             new = np.empty(old.shape[:2] + (capacity,) + old.shape[3:], np.float32)
@@ -82,3 +84,20 @@ class KVCache:
             raise PicoGPTError(f"cannot truncate a cache of {self.length} positions to {n} "
                                f"(expected 0 <= n <= {self.length})")
         self.length = int(n)
+
+    def keep(self, start, rows):
+        """After a token tree's call: keep the first `start` positions and, after them, the tree's
+        positions start + i for i in `rows` (one branch, root first, so increasing), moved into
+        place; drop the rest. truncate(n) is keep(n, [])."""
+        rows = np.asarray(rows, np.int64).reshape(-1)  # [len(branch)]
+        if not isinstance(start, numbers.Integral) or isinstance(start, (bool, np.bool_)) or not 0 <= start <= self.length:
+            raise PicoGPTError(f"cannot keep a branch after position {start!r} of a cache of {self.length} "
+                               f"positions: expected a whole number 0 <= start <= {self.length}")
+        if np.any(rows < 0) or np.any(np.diff(rows) <= 0) or (rows.size and start + rows[-1] >= self.length):
+            raise PicoGPTError(f"cannot keep rows {rows.tolist()} after position {start} of a cache of {self.length} "
+                               f"positions: expected increasing rows from 0 to {self.length - start - 1}")
+        stop = start + rows.size
+        for name in ("k", "v"):  # [n_layer, n_head, capacity, head_dim]; the fancy index copies first
+            array = getattr(self, name)
+            array[:, :, start:stop] = array[:, :, start + rows]
+        self.length = int(stop)

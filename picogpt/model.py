@@ -27,7 +27,8 @@ ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they
 
 
 class GPT2:
-    """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes.
+    """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes;
+    `model(ids, cache, positions, mask)` scores a token tree (gpt2.gpt2, picogpt/tree.py).
 
     Both run `gpt2` with `self.matmul`, the product fast/kernels.py chose when the model was
     prepared (the fast path), which reads the same weights once for all rows on all cores;
@@ -80,6 +81,14 @@ class GPT2:
         return KVCache(**self.shape_of_cache())
 
     def validate_ids(self, ids, n_past=0):
+        ids = self.validate_vocabulary(ids)
+        if n_past + ids.size > self.config.n_ctx:
+            raise PicoGPTError(f"{n_past + ids.size} positions exceed {self.name}'s context of "
+                               f"{self.config.n_ctx} tokens; shorten the prompt or generate fewer")
+        return ids
+
+    def validate_vocabulary(self, ids):
+        """ids as int64, if they are a non-empty 1-D sequence of ids in the vocabulary."""
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise PicoGPTError(f"expected a non-empty 1-D sequence of token ids, got shape "
@@ -88,9 +97,6 @@ class GPT2:
         if bad.size:
             raise PicoGPTError(f"token id {int(bad[0])} is outside {self.name}'s vocabulary "
                                f"of {self.config.n_vocab} (ids 0..{self.config.n_vocab - 1})")
-        if n_past + ids.size > self.config.n_ctx:
-            raise PicoGPTError(f"{n_past + ids.size} positions exceed {self.name}'s context of "
-                               f"{self.config.n_ctx} tokens; shorten the prompt or generate fewer")
         return ids.astype(np.int64)
 
     def shape_of_cache(self):
@@ -106,9 +112,29 @@ class GPT2:
             raise PicoGPTError(f"this cache was made for a model with {made_for}, not {self.name} "
                                f"({mine}): give each model its own cache, from {self.name}.new_cache()")
 
-    def validate_inputs(self, ids, cache):
+    def validate_inputs(self, ids, cache, positions=None, mask=None):
         self.validate_cache(cache)
-        return self.validate_ids(ids, len(cache) if cache is not None else 0)
+        n_past = len(cache) if cache is not None else 0
+        if positions is None and mask is None:
+            return self.validate_ids(ids, n_past)
+        return self.validate_tree(ids, n_past, positions, mask)
+
+    def validate_tree(self, ids, n_past, positions, mask):
+        """A token tree's call (picogpt/tree.py): ids in the vocabulary, `positions` [n_new] whole
+        numbers below the context (a tree's positions go as deep as its depth, not as far as its
+        number of nodes: its branches share position numbers) and `mask` [n_new, n_past + n_new]."""
+        ids = self.validate_vocabulary(ids)
+        positions = np.asarray(positions if positions is not None else np.arange(n_past, n_past + ids.size))
+        if positions.shape != ids.shape or not np.issubdtype(positions.dtype, np.integer) or positions.min() < 0:
+            raise PicoGPTError(f"a tree's positions must be {ids.size} whole numbers >= 0, one per token, "
+                               f"got shape {positions.shape} of {positions.dtype}")
+        if positions.max() >= self.config.n_ctx:
+            raise PicoGPTError(f"position {int(positions.max())} is past {self.name}'s context of "
+                               f"{self.config.n_ctx} tokens (positions 0..{self.config.n_ctx - 1}); draft a shallower tree")
+        if mask is not None and np.shape(mask) != (ids.size, n_past + ids.size):
+            raise PicoGPTError(f"a tree's mask must be [n_new, n_past + n_new] = [{ids.size}, {n_past + ids.size}], "
+                               f"got {np.shape(mask)}")
+        return ids
 
     def ensure_finite(self, logits):
         """The logits, if every one is finite; else a PicoGPTError naming the likely cause.
@@ -146,21 +172,23 @@ class GPT2:
             self.matmul, self.fast_params = matmul, fast_params
         return self
 
-    def __call__(self, ids, cache=None):
-        ids = self.validate_inputs(ids, cache)
+    def __call__(self, ids, cache=None, positions=None, mask=None):
+        ids = self.validate_inputs(ids, cache, positions, mask)
         if self.reads_checkpoint():
             self.ensure_checkpoint_unchanged()
         self.prepare()
         with unchanged_on_error(cache):
-            return self.ensure_finite(gpt2(ids, self.fast_params, self.config, cache, matmul=self.matmul))
+            return self.ensure_finite(gpt2(ids, self.fast_params, self.config, cache, self.matmul, positions,
+                                           float32_or_none(mask)))
 
-    def plain(self, ids, cache=None):
+    def plain(self, ids, cache=None, positions=None, mask=None):
         """The same logits from the checkpoint's arrays as they are, by gpt2.py with np.matmul:
         the reference path (it always reads the checkpoint file, in_memory or not)."""
-        ids = self.validate_inputs(ids, cache)
+        ids = self.validate_inputs(ids, cache, positions, mask)
         self.ensure_checkpoint_unchanged()
         with unchanged_on_error(cache):
-            return self.ensure_finite(gpt2(ids, self.params, self.config, cache))
+            return self.ensure_finite(gpt2(ids, self.params, self.config, cache, positions=positions,
+                                           mask=float32_or_none(mask)))
 
 
 class ModelView:
@@ -177,8 +205,8 @@ class ModelView:
     def validate_ids(self, ids, n_past=0):
         return self.model.validate_ids(ids, n_past)
 
-    def __call__(self, ids, cache=None):
-        return self.model(ids, cache)
+    def __call__(self, ids, cache=None, positions=None, mask=None):
+        return self.model(ids, cache, positions, mask)
 
 
 def copied_into_memory(params, name):
@@ -197,6 +225,11 @@ def copied_into_memory(params, name):
     if n_bytes >= ANNOUNCE_BYTES:
         print(f"picogpt: copying {name}'s weights into memory ({n_bytes / 1e9:.1f} GB)", file=sys.stderr)
     return map_leaves(np.array, params)
+
+
+def float32_or_none(mask):
+    """A tree's attention mask in float32, so that adding it keeps the scores in float32."""
+    return None if mask is None else np.asarray(mask, np.float32)
 
 
 def unchanged_on_error(cache):

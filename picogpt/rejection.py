@@ -82,3 +82,50 @@ def output_distribution(p, q, resample_from=None):
     kept = p * accept_probabilities(p, q)  # P(draft x and keep it) [n_vocab]
     p_reject = 1.0 - kept.sum()
     return kept + p_reject * (residual(p, q) if resample_from is None else np.asarray(resample_from, np.float64))
+
+
+# ---------------------------------------------------------------------------------------------
+# Many candidates for one token (a token tree's node): the step tried again on what is missing
+# ---------------------------------------------------------------------------------------------
+#
+# Candidates c_1 .. c_m for the same token, c_i drawn from p_i. Try them in turn: keep c_i with
+# probability min(1, q_i(c_i) / p_i(c_i)); after a rejection the next candidate is judged against
+# what is still missing, q_{i+1} = (q_i - p_i)+; if all m are rejected, sample from q_{m+1}.
+# q_1 = q. (SpecInfer's multi-step speculative sampling, Miao et al. 2023, arXiv 2305.09781;
+# recursive rejection sampling, Jeon et al. 2024, arXiv 2402.14160.)
+#
+# Exact when each c_i is drawn from p_i *given the candidates before it* (and not from the
+# uniforms r): by Theorem 1 at q_i, round i emits min(p_i, q_i) through acceptance and passes
+# P(reject) (q_i - p_i)+ = max(0, q_i - p_i) on to the rounds after it, which (by induction from
+# the last, a plain sample from q_{m+1}) emit that as q_{i+1}; together q_i. q_{i+1} depends on
+# p_i and q_i only, not on which c_i was rejected, so the induction holds for both drawings:
+# - independent draws from one p (p_i = p: SpecInfer with one draft model); the same token may
+#   come twice, and the second time it is rejected for sure (q_{i+1}(c_i) = 0);
+# - draws without replacement (p_i = p without c_1 .. c_{i-1}, renormalised: Jeon et al.), the
+#   drawing picogpt/tree.py uses: no candidate is wasted on a token already rejected.
+
+def accept_among(candidates, p, q, rng):
+    """The multi-candidate step: candidates c_1 .. c_m, p [m, n_vocab] (row i: the distribution
+    c_i was drawn from, given c_1 .. c_{i-1}), q [n_vocab]. Returns the token emitted: an accepted
+    candidate, or a sample from the last residual. With one candidate it is accept_or_resample;
+    with none, a sample from q (a leaf of a tree: the extra token)."""
+    q = np.asarray(q, np.float64)
+    for x, p_i in zip(candidates, p):
+        if rng.random() < accept_probability(p_i, q, x):  # r ~ U[0, 1) against min(1, q_i(x) / p_i(x))
+            return int(x)
+        q = residual(p_i, q)  # q_{i+1} = (q_i - p_i)+: what the next candidate must supply
+    return sample(q, rng)
+
+
+def output_distribution_among(candidates, p, q):
+    """The exact distribution [n_vocab] of the token accept_among emits for these candidates:
+    P(keep c_i) = P(reach round i) min(1, q_i(c_i) / p_i(c_i)), plus P(reject all) q_{m+1}.
+    Averaged over the candidates' drawing, it is q (see above)."""
+    q = np.asarray(q, np.float64)
+    emitted, reached = np.zeros_like(q), 1.0
+    for x, p_i in zip(candidates, p):
+        kept = accept_probability(p_i, q, x)
+        emitted[x] += reached * kept
+        reached *= 1.0 - kept
+        q = residual(p_i, q)
+    return emitted + reached * q

@@ -82,3 +82,34 @@ def best_K(alpha, c, K_max=32):
     Ks_grid = Ks.reshape((-1,) + (1,) * len(shape))  # [K_max, 1, ...] against [...]
     speedups = np.asarray(predicted_speedup_leviathan(alpha, Ks_grid, c))  # [K_max, ...]
     return as_result(Ks[np.argmax(speedups, axis=0)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Token trees (picogpt/tree.py, notebook 07)
+# ---------------------------------------------------------------------------------------------
+
+def acceptance_with_candidates(p, q, m):
+    """alpha_m: the chance that the multi-candidate step (rejection.accept_among) keeps one of m
+    candidates drawn independently from p, when the target is q:
+        alpha_m = 1 - prod_{i=1..m} (1 - sum_x min(p(x), q_i(x))),  q_1 = q, q_{i+1} = (q_i - p)+.
+    Round i rejects with probability 1 - sum min(p, q_i) whatever was drawn before, and q_{i+1}
+    does not depend on which candidate it rejected, so the rounds' rejections multiply. alpha_1 is
+    acceptance_rate. (Candidates drawn without replacement, as picogpt/tree.py's draft draws them,
+    have no such product: their rows change with each candidate.) p, q [..., n_vocab] -> [...]."""
+    p, q_i = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    rejected = np.ones(np.broadcast_shapes(p.shape, q_i.shape)[:-1])
+    for _ in range(m):
+        rejected = rejected * (1 - np.sum(np.minimum(p, q_i), axis=-1))
+        positive = np.maximum(0.0, q_i - p)
+        mass = positive.sum(axis=-1, keepdims=True)
+        q_i = np.where(mass > 0, positive / np.where(mass > 0, mass, 1.0), q_i)  # mass 0: never rejected again
+    return as_result(1 - rejected)
+
+
+def expected_tokens_per_tree_loop(alphas):
+    """1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_D: the mean tokens one loop of tree sampling emits
+    when the walk goes past level d with probability a_d, the same at every node of that level
+    (alphas [..., D]; a level of m candidates per node: acceptance_with_candidates(p, q, m)). With
+    a_d = alpha at every level it is Leviathan et al.'s Eq. 1 for a chain of D drafts,
+    (1 - alpha^(D+1)) / (1 - alpha), under the same assumption: the acceptances do not depend on the text."""
+    return as_result(1 + np.sum(np.cumprod(np.asarray(alphas, np.float64), axis=-1), axis=-1))

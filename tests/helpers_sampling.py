@@ -36,11 +36,14 @@ class MemoModel(ModelView):
                 self.table[prefix[: i + 1]] = logits[i]
         return self.table[prefix]
 
-    def __call__(self, ids, cache):
-        cache.tokens.extend(ids)
+    def __call__(self, ids, cache, positions=None, mask=None):
+        cache.tokens.extend(int(t) for t in ids)
+        n = len(cache.tokens)
+        if mask is not None:  # a token tree: each row sees the tokens its mask lets it see (0), in order
+            return np.stack([self.next_logits(tuple(t for t, m in zip(cache.tokens, row) if m == 0))
+                             for row in mask])
         if len(ids) == 1:  # the common case, kept cheap
             return self.next_logits(tuple(cache.tokens))[None]  # [1, n_vocab]
-        n = len(cache.tokens)
         return np.stack([self.next_logits(tuple(cache.tokens[:i])) for i in range(n - len(ids) + 1, n + 1)])
 
 

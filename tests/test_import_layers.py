@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "picogpt"
-CORE = ("gpt2", "kv_cache", "sampling", "rejection", "speculative", "theory")
+CORE = ("gpt2", "kv_cache", "sampling", "rejection", "speculative", "theory", "tree")
 FORBIDDEN = ("fast", "measure", "bench", "course", "io", "cli", "model")  # picogpt.<these> and below
 ALLOWED_OUTSIDE = {"numpy"}  # besides Python's standard library
 

@@ -74,6 +74,14 @@ def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
     assert "✔ right" in capsys.readouterr().out or c >= 1  # a 1-layer draft as slow as a 24-layer step: never seen
 
 
+def test_notebook_07_solution_passes_and_runs_in_the_tree_loop(capsys):
+    from picogpt import tree_sampling
+    from picogpt.course.tree_exercise import check_multi_candidate_step
+    step = run(solutions("07-token-trees.ipynb"), {"np": np})["my_accept_among"]
+    assert check_multi_candidate_step(step), capsys.readouterr().out
+    assert len(tree_sampling(random_gpt2(1), random_gpt2(2), [3, 1], 10, shape=(2, 2), seed=0, step=step).tokens) == 10
+
+
 def test_notebook_02_top_k_solution_passes():
     from picogpt.course.exercises import check_top_k
     assert check_top_k(run(solutions("02-autoregressive-sampling.ipynb"), {"np": np})["my_top_k"])
@@ -81,7 +89,7 @@ def test_notebook_02_top_k_solution_passes():
 
 @pytest.mark.parametrize("name", ["01-gpt2-in-numpy.ipynb", "02-autoregressive-sampling.ipynb",
                                   "03-speculative-sampling.ipynb", "04-theorem-1.ipynb",
-                                  "06-beyond-one-draft-model.ipynb"])
+                                  "06-beyond-one-draft-model.ipynb", "07-token-trees.ipynb"])
 def test_every_placeholder_exercise_has_a_solution_to_reveal(name):
     texts = ["".join(c["source"]) for c in cells(name)]
     exercises = [i for i, t in enumerate(texts) if "answer = None" in t or "(None" in t]

@@ -1,10 +1,13 @@
 """Theorem 1 (Chen et al. 2023): the modified rejection step emits tokens distributed exactly as q."""
 
+from itertools import permutations, product
+
 import numpy as np
 import pytest
 
 from helpers_sampling import chi_square_test
-from picogpt.rejection import accept_or_resample, accept_probability, output_distribution, residual
+from picogpt.rejection import (accept_among, accept_or_resample, accept_probability, output_distribution,
+                               output_distribution_among, residual)
 from picogpt.sampling import sample
 
 
@@ -76,3 +79,101 @@ def test_accept_or_resample_returns_the_uniform_it_compared():
         accepted, token, r = accept_or_resample(p, q, 0, rng)
         assert 0 <= r < 1 and accepted == (r < 0.5)
         assert token == (0 if accepted else 1)  # (q - p)+ is all on token 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Many candidates: exact under independent draws and under draws without replacement
+# ---------------------------------------------------------------------------------------------
+
+def drawings(p, m, replacement):
+    """Every way to draw m candidates from p: [(candidates, rows [m, V] each was drawn from, probability)].
+    With replacement every row is p; without, row i is p without the candidates before it, renormalised."""
+    V = len(p)
+    if replacement:
+        return [(c, np.array([p] * m), float(np.prod(p[list(c)]))) for c in product(range(V), repeat=m)]
+    out = []
+    for c in permutations(range(V), m):
+        rows, prob, left = [], 1.0, np.array(p, np.float64)
+        for x in c:
+            if left.sum() <= 0:
+                break
+            rows.append(left / left.sum())
+            prob *= rows[-1][x]
+            left[x] = 0.0
+        if len(rows) == m and prob > 0:
+            out.append((c, np.array(rows), prob))
+    return out
+
+
+def emitted_over_drawings(p, q, m, replacement, step_distribution=output_distribution_among):
+    return sum(prob * step_distribution(list(c), rows, q) for c, rows, prob in drawings(p, m, replacement))
+
+
+MULTI_PAIRS = [pair for pair in distribution_pairs() if len(pair[0]) <= 8]
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("p, q", MULTI_PAIRS)
+def test_the_multi_candidate_step_emits_q_averaged_over_the_candidates_drawing(p, q, m, replacement):
+    emitted = emitted_over_drawings(p, q, m, replacement)
+    if not replacement and np.count_nonzero(p) < m:
+        return  # fewer tokens than candidates: this drawing cannot make m
+    assert np.max(np.abs(emitted - q)) <= 1e-12
+
+
+def test_with_one_candidate_it_is_theorem_1s_step():
+    for p, q in MULTI_PAIRS:
+        np.testing.assert_allclose(emitted_over_drawings(p, q, 1, True), output_distribution(p, q), atol=1e-15)
+
+
+def judged_against_q(candidates, p, q):
+    """A broken rule: every candidate judged against q itself (the residual never updated)."""
+    emitted, reached = np.zeros_like(q), 1.0
+    for x, p_i in zip(candidates, p):
+        kept = accept_probability(p_i, q, x)
+        emitted[x] += reached * kept
+        reached *= 1 - kept
+    return emitted + reached * residual(p[0], q)
+
+
+def fallback_from_q(candidates, p, q):
+    """A broken rule: the residual updated between candidates, but the fallback drawn from q."""
+    emitted, reached, q_i = np.zeros_like(q), 1.0, q
+    for x, p_i in zip(candidates, p):
+        kept = accept_probability(p_i, q_i, x)
+        emitted[x] += reached * kept
+        reached *= 1 - kept
+        q_i = residual(p_i, q_i)
+    return emitted + reached * q
+
+
+@pytest.mark.parametrize("broken", [judged_against_q, fallback_from_q])
+@pytest.mark.parametrize("replacement", [True, False])
+def test_the_same_enumeration_catches_a_broken_multi_candidate_step(broken, replacement):
+    p, q = np.array([0.5, 0.3, 0.1, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
+    tv = 0.5 * np.abs(emitted_over_drawings(p, q, 2, replacement, broken) - q).sum()
+    print(f"{broken.__name__}, replacement={replacement}: TV(output, q) = {tv:.3f}")
+    assert tv > 0.02
+
+
+def test_stopping_at_the_first_rejection_is_exact_but_keeps_fewer_candidates():
+    p, q = np.array([0.5, 0.3, 0.1, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
+    first_only = lambda c, rows, q: output_distribution_among(c[:1], rows[:1], q)  # noqa: E731
+    np.testing.assert_allclose(emitted_over_drawings(p, q, 3, False, first_only), q, atol=1e-12)
+    kept = lambda step: sum(prob * sum(step(list(c), rows, q)[x] for x in set(c))  # P(a candidate comes out)
+                            for c, rows, prob in drawings(p, 3, False))
+    assert kept(first_only) < kept(output_distribution_among) - 0.1
+
+
+@pytest.mark.parametrize("candidates", [[0, 1], [3, 0, 2], [], [1]])
+def test_accept_among_samples_its_exact_distribution(candidates):
+    rng = np.random.default_rng(1)
+    p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
+    rows, left = [], p.copy()
+    for x in candidates:  # drawn without replacement: each row is p without the candidates before it
+        rows.append(left / left.sum())
+        left[x] = 0
+    rows = np.array(rows).reshape(len(candidates), 4)
+    counts = np.bincount([accept_among(candidates, rows, q, rng) for _ in range(20_000)], minlength=4)
+    assert chi_square_test(counts, output_distribution_among(candidates, rows, q))[2] > 1e-3

@@ -1,9 +1,13 @@
 """The speed-up formulas: acceptance rate, tokens per loop, predicted speed-ups, the best K."""
 
+from itertools import product
+
 import numpy as np
 import pytest
 
 from picogpt import PicoGPTError
+from picogpt.rejection import output_distribution_among
+from picogpt import theory
 from picogpt.theory import (acceptance_rate, best_K, expected_tokens_per_loop, predicted_speedup_leviathan,
                             predicted_speedup)
 
@@ -73,3 +77,25 @@ def test_best_K_maximises_the_predicted_speedup():
     assert best_K(1.0, 0.0, K_max=12) == 12  # a free, perfect draft: as far as allowed
     assert best_K(0.0, 0.5) == 1  # a useless draft: the smallest K
     assert list(best_K(np.array([0.5, 0.8, 0.9]), 0.05)) == [best_K(a, 0.05) for a in (0.5, 0.8, 0.9)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Token trees
+# ---------------------------------------------------------------------------------------------
+
+def test_acceptance_with_m_independent_candidates_is_the_enumerated_chance_one_is_kept():
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+        for m in (1, 2, 3):
+            kept = sum(np.prod(p[list(c)]) * sum(output_distribution_among(list(c), [p] * m, q)[x] for x in set(c))
+                       for c in product(range(4), repeat=m))  # P(the emitted token is a candidate)
+            assert theory.acceptance_with_candidates(p, q, m) == pytest.approx(kept, abs=1e-12)
+        assert theory.acceptance_with_candidates(p, q, 1) == pytest.approx(theory.acceptance_rate(p, q))
+    np.testing.assert_allclose(theory.acceptance_with_candidates(np.eye(3)[[0, 1]], np.eye(3)[[1, 1]], 2), [0, 1])
+
+
+def test_a_chain_shaped_tree_expects_leviathans_eq_1():
+    for alpha, K in [(0.3, 1), (0.8, 4), (0.95, 7), (1.0, 3)]:
+        assert theory.expected_tokens_per_tree_loop([alpha] * K) == pytest.approx(theory.expected_tokens_per_loop(alpha, K))
+    assert theory.expected_tokens_per_tree_loop([0.9, 0.5]) == pytest.approx(1 + 0.9 + 0.45)

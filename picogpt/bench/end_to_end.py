@@ -1,11 +1,12 @@
 """Speculative against autoregressive sampling, end to end, with measure/speedup.py's one
 measurement: GPT-2 small drafting for GPT-2 XL on random weights of the published shapes (the
 acceptance rate alpha is set by the temperature: two random models agree more the flatter their
-distributions), and the teaching pair as trained."""
+distributions), and the teaching pair as trained; then token trees against a chain of the same
+size, by measure/trees.py (the same method: costs read inside the loops, predicted vs measured)."""
 
 from ..io.registry import PRETRAINED
 from ..model import load_checkpoint
-from ..measure import speedup
+from ..measure import speedup, trees
 from .checkpoints import random_checkpoint
 from .decode import prompt_ids
 
@@ -20,18 +21,26 @@ def end_to_end_path(label, path):
 
 
 def end_to_end(pair, paths, temperatures, s, log):
-    """One speedup.measure_speedup per temperature for draft -> target: [{pair, source,
-    measurement}] as bench.json holds them (report.bench_measurements reads them back)."""
+    """One speedup.measure_speedup per temperature for draft -> target, then at the first
+    temperature measure/trees.py's chains and trees of s["tree_shapes"]: ([{pair, source,
+    measurement}], [{pair, source, trees}]) as bench.json holds them under "speculative" and
+    "trees" (report.bench_measurements reads the first back)."""
     (draft_path, draft_source), (target_path, target_source) = (end_to_end_path(label, paths[label]) for label in pair)
     draft, target = load_checkpoint(draft_path, pair[0]), load_checkpoint(target_path, pair[1])
     ids = prompt_ids(s["prompt_tokens"], target.config.n_vocab)
-    entries = []
+    source = {pair[0]: draft_source, pair[1]: target_source}
+    entries, tree_entries = [], []
     for temperature in temperatures:
         log(f"speculative vs autoregressive sampling: {pair[0]} -> {pair[1]}, temperature {temperature}, "
             f"K = {', '.join(map(str, s['end_to_end_Ks']))}, N = {s['end_to_end_N']}, {s['end_to_end_repeats']} repeats")
         measurement = speedup.measure_speedup(draft, target, ids, s["end_to_end_N"], s["end_to_end_Ks"],
                                               repeats=s["end_to_end_repeats"], temperature=temperature,
                                               progress=True)
-        entries.append({"pair": list(pair), "source": {pair[0]: draft_source, pair[1]: target_source},
-                        "measurement": speedup.as_dict(measurement)})
-    return entries
+        entries.append({"pair": list(pair), "source": source, "measurement": speedup.as_dict(measurement)})
+    if s["tree_shapes"]:
+        log(f"chains and trees: {pair[0]} -> {pair[1]}, temperature {temperatures[0]}, shapes "
+            f"{', '.join(map(str, s['tree_shapes']))}, N = {s['end_to_end_N']}, {s['end_to_end_repeats']} repeats")
+        measured = trees.measure_trees(draft, target, ids, s["end_to_end_N"], s["tree_shapes"],
+                                       repeats=s["end_to_end_repeats"], temperature=temperatures[0])
+        tree_entries.append({"pair": list(pair), "source": source, "trees": trees.as_dict(measured)})
+    return entries, tree_entries

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.atomic import atomic_write, write_text_atomically
-from ..measure import speedup
+from ..measure import speedup, trees
 from ..measure.results import scratch_dir
 
 
@@ -142,6 +142,8 @@ def table(results):
                              + (f", 5 positions {five['ratio_to_decode']:.2f}x that" if five else ""))
     for label, m in measurements(results):
         lines += ["", *speedup.text_lines(m, label)]
+    for entry in results.get("trees", []):
+        lines += ["", *trees.text_lines(trees.from_dict(entry["trees"]))]
     lines.append("")
     lines += [f"note: {n}" for n in results["notes"]]
     return "\n".join(lines)

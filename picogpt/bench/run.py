@@ -12,7 +12,8 @@ cost, and what does speculative sampling deliver end to end? Measured in one run
   checkpoints.py) and the teaching pair;
 - end to end (end_to_end.py, with measure/speedup.py's one measurement): speculative against
   autoregressive sampling, GPT-2 small drafting for XL on random weights at the temperatures
-  that set alpha, and the teaching pair, with in-loop costs, breakdown and predicted speedup.
+  that set alpha, and the teaching pair, with in-loop costs, breakdown and predicted speedup;
+  token trees against a chain of the same size at the first temperature (measure/trees.py).
 The results go to a scratch folder, or with `--save` to benchmarks/bench.json and bench.png
 (report.py); tools/render_docs.py renders the documents that quote them.
 """
@@ -43,7 +44,8 @@ def settings(quick=False, **overrides):
                   # distributions, the more two random models agree (bench.json records alpha_hat)
                   end_to_end_temperatures=(3.0,) if quick else (1.0, 2.0, 3.0),
                   end_to_end_Ks=(2, 4) if quick else tuple(range(1, 9)), end_to_end_N=16 if quick else 64,
-                  end_to_end_repeats=2 if quick else 5, teaching_temperature=1.0)
+                  end_to_end_repeats=2 if quick else 5, teaching_temperature=1.0,
+                  tree_shapes=((1,) * 6, (2, 2), (2, 1, 1)))  # a chain and two trees of six drafted tokens
     unknown = set(overrides) - set(chosen)
     if unknown:
         raise PicoGPTError(f"unknown bench settings: {', '.join(sorted(unknown))}")
@@ -77,11 +79,13 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
         model, results["models"][label] = bench_model(label, path, source, s, ceiling, log)
         del model  # one model at a time
     del ceiling
-    results["speculative"] = []
+    results["speculative"], results["trees"] = [], []
     paths = {label: path for label, (path, _) in models.items()}
     for chosen, temperatures in ((pair, s["end_to_end_temperatures"]), (teaching_pair, (s["teaching_temperature"],))):
         if chosen and all(label in paths for label in chosen):
-            results["speculative"] += end_to_end(chosen, paths, temperatures, s, log)
+            chains, trees = end_to_end(chosen, paths, temperatures, s, log)
+            results["speculative"] += chains
+            results["trees"] += trees
         elif chosen:
             notes.append(f"speculative sampling end to end needs both {chosen[0]} and {chosen[1]}: skipped")
     results["load_average_after"] = machine.load_average()

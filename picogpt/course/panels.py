@@ -455,17 +455,23 @@ class SequenceFit:
         return tv_distance(self.counts.ravel() / self.counts.sum(), self.exact.ravel())
 
 
-def sequence_fit(draft, target, prompt, n_tokens, K, n_runs, step=None, seed=0):
+def sequence_fit(draft, target, prompt, n_tokens, K, n_runs, step=None, seed=0, shape=None):
     """Run speculative_sampling (with `step` in place of Steps 3-4, if given) n_runs times for
     n_tokens tokens, and compare the joint distribution of those tokens with the target's exact one.
+    With a `shape`, tree_sampling runs instead (K unused; `step` replaces the multi-candidate step).
     For toy models with a few tokens (course.toy_models): the exact joint enumerates every sequence."""
     from ..speculative import speculative_sampling
+    from ..tree import tree_sampling
     from .chi_square import chi_square_test
     from .toy_models import joint_distribution
     exact = joint_distribution(target, prompt, n_tokens)
     counts = np.zeros_like(exact)
     rng = np.random.default_rng(seed)
     for _ in range(n_runs):
-        counts[tuple(speculative_sampling(draft, target, prompt, n_tokens, K=K, seed=rng, step=step).tokens)] += 1
+        if shape is None:
+            run = speculative_sampling(draft, target, prompt, n_tokens, K=K, seed=rng, step=step)
+        else:
+            run = tree_sampling(draft, target, prompt, n_tokens, shape=shape, seed=rng, **({"step": step} if step else {}))
+        counts[tuple(run.tokens)] += 1
     statistic, dof, p_value = chi_square_test(counts, exact)
     return SequenceFit(counts, exact, statistic, dof, p_value)

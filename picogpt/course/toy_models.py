@@ -38,6 +38,10 @@ class TokenCache:
             raise PicoGPTError(f"cannot truncate a cache of {len(self.tokens)} tokens to {n}")
         del self.tokens[n:]
 
+    def keep(self, start, rows):
+        """Keep the first `start` tokens, then the tokens start + i for i in rows (KVCache.keep)."""
+        self.tokens[start:] = [self.tokens[start + i] for i in rows]
+
 
 class BigramModel:
     """Next-token logits = table[last token]: [n_vocab, n_vocab]."""
@@ -50,8 +54,10 @@ class BigramModel:
         return TokenCache()
 
     validate_ids = GPT2.validate_ids  # the same vocabulary and context checks as GPT-2's (config and name)
+    validate_vocabulary = GPT2.validate_vocabulary
 
-    def __call__(self, ids, cache=None):
+    def __call__(self, ids, cache=None, positions=None, mask=None):
+        """A token tree's positions and mask change nothing here: a row's logits are its own token's."""
         cache = TokenCache() if cache is None else cache
         cache.tokens.extend(int(i) for i in ids)
         return self.table[cache.tokens[-len(ids):]]  # [n_ids, n_vocab]

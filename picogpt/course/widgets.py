@@ -190,3 +190,43 @@ def acceptance_explorer(draft, target, ids, tok):
         slider.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox(list(sliders.values())), readout_html, figure_out])
+
+
+# ---------------------------------------------------------------------------------------------
+# Many candidates (notebook 07): the candidates explorer
+# ---------------------------------------------------------------------------------------------
+
+def candidates_update(p, q, m, rule, labels):
+    """What the candidates explorer shows for one setting: (readout HTML, figure outputs,
+    trees.CandidatesPanel) for m candidates drawn from p without replacement, judged by `rule`."""
+    from . import tree_figures, trees
+    panel = trees.candidates_panel(p, q, m, rule)
+    fig = Figure(figsize=(9, 3.8), layout="constrained")
+    tree_figures.plot_candidates(panel, labels, ax=fig.subplots())
+    text = trees.candidates_readout(panel)
+    return text, (png_output(figure_png(fig), text),), panel
+
+
+def candidates_explorer():
+    """Toy p and q, the number of candidates, and the rule that judges them (trees.RULES): the
+    emitted token's exact distribution against q. Returns an ipywidgets.VBox."""
+    import ipywidgets as w
+    from . import trees
+    sliders, make_pair = toy_controls()
+    m_slider = w.IntSlider(value=2, min=1, max=4, description="candidates m", continuous_update=False,
+                           style={"description_width": "initial"})
+    rule_switch = w.ToggleButtons(options=list(trees.RULES), value=next(iter(trees.RULES)), description="rule",
+                                  style={"description_width": "initial", "button_width": "auto"})
+    readout_html = w.HTML()
+    figure_out = w.Output(layout={"min_height": "300px"})
+
+    def redraw(_change=None):
+        pair = make_pair(**{name: s.value for name, s in sliders.items()})
+        readout_html.value, figure_out.outputs, _ = candidates_update(pair.p, pair.q, m_slider.value,
+                                                                      rule_switch.value, pair.labels)
+
+    for control in [*sliders.values(), m_slider, rule_switch]:
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox(list(sliders.values())[:2]), w.HBox(list(sliders.values())[2:]), m_slider, rule_switch,
+                   readout_html, figure_out])

@@ -50,6 +50,7 @@ from .. import theory
 from ..errors import PicoGPTError
 from ..sampling import autoregressive_sampling
 from ..speculative import speculative_sampling
+from ..tree import tree_sampling
 from .machine import load_average
 from .timing import Spread, spread
 
@@ -260,7 +261,8 @@ def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=
 def timed_runs(variants, target, ids, N, repeats, seed, warmup_tokens, controls, on_loop=None, progress=False,
                on_run=None):
     """The runs of one measurement: variants {key: (draft, K)} are the speculative samplers to time
-    (measure_speedup's keys are the Ks; notebook 06 races several drafts); a warm-up of each, then
+    (measure_speedup's keys are the Ks; notebook 06 races several drafts; a tuple K is a token
+    tree's shape, measure/trees.py); a warm-up of each, then
     `repeats` interleaved rounds. Returns ([SamplingResult] per repeat, {key: [SpeculativeResult] per
     repeat}, (load average before, after))."""
     if not variants or repeats < 1 or N < 2:
@@ -282,7 +284,15 @@ def warm_up(variants, target, ids, n_tokens, seed, controls):
         return
     autoregressive_sampling(target, ids, n_tokens, seed=seed, **controls)
     for draft, K in variants.values():
-        speculative_sampling(draft, target, ids, n_tokens, K=K, seed=seed, **controls)
+        speculative_run(draft, target, ids, n_tokens, K, seed, controls)
+
+
+def speculative_run(draft, target, ids, N, K, seed, controls, on_loop=None):
+    """One run of a variant: Algorithm 2 drafting K tokens per loop, or, when K is a token tree's
+    shape (a tuple: picogpt/tree.py, measure/trees.py), tree sampling with that shape."""
+    if isinstance(K, tuple):
+        return tree_sampling(draft, target, ids, N, shape=K, seed=seed, **controls)
+    return speculative_sampling(draft, target, ids, N, K=K, seed=seed, on_loop=on_loop, **controls)
 
 
 def interleaved_runs(variants, target, ids, N, repeats, seed, controls, on_loop=None, progress=False, on_run=None):
@@ -301,8 +311,8 @@ def interleaved_runs(variants, target, ids, N, repeats, seed, controls, on_loop=
             ar_runs.append(run := autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
         else:
             draft, K = variants[key]
-            spec_runs[key].append(run := speculative_sampling(draft, target, ids, N, K=K, seed=seed + repeat,
-                                                              on_loop=on_loop if i == 0 else None, **controls))
+            spec_runs[key].append(run := speculative_run(draft, target, ids, N, K, seed + repeat, controls,
+                                                         on_loop if i == 0 else None))
         if on_run is not None:
             on_run(key, run)
         if bar is not None:

@@ -1,0 +1,248 @@
+"""Notebook 07's exercise: write the multi-candidate step yourself, and its grader.
+
+You write `accept_among(candidates, p, q, rng) -> token`, the step picogpt.tree.walk calls at
+every node of a token tree (tree_sampling's `step=` runs yours):
+    candidates  the node's children c_1 .. c_m, token ids (none at a leaf)
+    p           [m, n_vocab]  row i: the distribution c_i was drawn from (the draft's p at the node
+                without the candidates before it: picogpt/tree.py draws without replacement)
+    q           [n_vocab]     the target's distribution at the node
+    rng         a numpy Generator: every random draw comes from it
+and it returns one token: the first candidate accepted, judged against what is still missing
+(q_1 = q, after rejecting c_i: q_{i+1} = (q_i - p_i)+), or, when all are rejected (or there are
+none), a sample from the last residual.
+
+`check_multi_candidate_step(fn)` grades it by its output distribution: in several small cases
+with fixed candidates it calls fn many times and compares the histogram of tokens with the exact
+probabilities (rejection.output_distribution_among) by a chi-square test. When it does not fit,
+it computes the exact distributions of the classic mistakes (`MISTAKES`) the same way and names
+the one the outputs fit. An exception, an output that is not one token id, a changed input or a
+result that ignores the rng is named at once. Every call of the learner's code is guarded.
+"""
+
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import rejection
+from ..sampling import sample
+from .chi_square import chi_square_sf, chi_square_test
+from .exercises import check_number
+from .step_exercise import p_text, step_name
+
+# ---------------------------------------------------------------------------------------------
+# The step and the classic ways to get it wrong, each with its exact distribution
+# ---------------------------------------------------------------------------------------------
+
+
+def running_residual(p_i, q_i, x):
+    """What the next candidate is judged against after rejecting x: (q_i - p_i)+."""
+    return rejection.residual(p_i, q_i)
+
+
+def without_token(p_i, q_i, x):
+    """q_i with the rejected token taken out, renormalised (right only for a point-mass draft)."""
+    q_next = np.array(q_i, np.float64)
+    q_next[x] = 0.0
+    return q_next / q_next.sum()
+
+
+@dataclass(frozen=True)
+class CandidateRule:
+    """One way to write the step: judge candidate i (of the first `tried`) with row `row(p, i)`
+    against the running q_i, which becomes update(row, q_i, c_i) after a rejection; when all are
+    rejected, draw from fallback(q, q_last, p)."""
+    name: str
+    hint: str  # what to fix, said to the learner
+    row: object = lambda p, i: p[i]
+    update: object = running_residual
+    fallback: object = lambda q, q_last, p: q_last
+    tried: int = None  # None: every candidate
+
+    def candidates_tried(self, candidates):
+        return list(candidates)[: self.tried]
+
+    def output_distribution(self, candidates, p, q):
+        """The exact distribution [n_vocab] of the token this rule emits for these candidates."""
+        q = np.asarray(q, np.float64)
+        emitted, reached, q_i = np.zeros_like(q), 1.0, q
+        for i, x in enumerate(self.candidates_tried(candidates)):
+            kept = rejection.accept_probability(self.row(p, i), q_i, x)
+            emitted[x] += reached * kept
+            reached *= 1.0 - kept
+            q_i = self.update(self.row(p, i), q_i, x)
+        return emitted + reached * self.fallback(q, q_i, p)
+
+    def step(self, candidates, p, q, rng):
+        """This rule as a runnable step (random draws in the library's order). The right rule is
+        the library's rejection.accept_among."""
+        if self is MULTI_STEP:
+            return rejection.accept_among(candidates, p, q, rng)
+        q = np.asarray(q, np.float64)
+        q_i = q
+        for i, x in enumerate(self.candidates_tried(candidates)):
+            if rng.random() < rejection.accept_probability(self.row(p, i), q_i, x):
+                return int(x)
+            q_i = self.update(self.row(p, i), q_i, x)
+        return sample(self.fallback(q, q_i, p), rng)
+
+
+UPDATE = ("after rejecting c_i, the next candidate is judged against what is still missing, "
+          "q_{i+1} = (q_i − p_i)+ = max(0, q_i − p_i) / Σ max(0, q_i − p_i): the mass min(p_i, q_i) was already "
+          "offered to c_i")
+MULTI_STEP = CandidateRule("the multi-candidate step", "")
+MISTAKES = {rule.name: rule for rule in (
+    CandidateRule("the residual not updated between candidates", f"every candidate was judged against q itself; {UPDATE}",
+                  update=lambda p_i, q_i, x: q_i, fallback=lambda q, q_last, p: rejection.residual(p[-1], q) if len(p) else q),
+    CandidateRule("the residual not updated between candidates (fallback from (q − p_1)+)",
+                  f"every candidate was judged against q itself; {UPDATE}",
+                  update=lambda p_i, q_i, x: q_i, fallback=lambda q, q_last, p: rejection.residual(p[0], q) if len(p) else q),
+    CandidateRule("the fallback sampled from q", "when every candidate is rejected, sample from the last residual "
+                  "q_{m+1}, not from q: the accepted mass min(p_i, q_i) of each round was already given out",
+                  fallback=lambda q, q_last, p: q),
+    CandidateRule("stopping at the first rejection", "after rejecting c_1, try c_2 against (q − p_1)+, and so "
+                  "on: the tree drafted the other candidates for this. Stopping is still exact (it is Algorithm 2 "
+                  "on c_1 alone) but throws the siblings and their subtrees away", tried=1),
+    CandidateRule("every candidate judged with p's first row", "row i of p is the distribution c_i was drawn from: "
+                  "the draft's p without the candidates before it, renormalised (the tree draws without "
+                  "replacement). Judge c_i, and form the residual, with p[i]", row=lambda p, i: p[0]),
+    CandidateRule("the residual as q without the rejected candidate", "after rejecting c_i you drop c_i from q; "
+                  f"that is right only for a point-mass draft. {UPDATE[0].upper() + UPDATE[1:]}", update=without_token),
+)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The grader
+# ---------------------------------------------------------------------------------------------
+
+TRIALS = 3000  # calls of the learner's step per case
+SIGNIFICANCE = 1e-4  # a correct step is refused with at most this probability
+
+
+@dataclass(frozen=True)
+class CandidateCase:
+    """Fixed candidates, the rows they were drawn from (without replacement), and q."""
+    candidates: tuple
+    p: np.ndarray  # [m, V]
+    q: np.ndarray  # [V]
+
+
+def case(p, q, candidates):
+    """A case with candidates drawn without replacement from p: row i is p without the ones before."""
+    p, rows, left = np.asarray(p, np.float64), [], np.array(p, np.float64)
+    for x in candidates:
+        rows.append(left / left.sum())
+        left[x] = 0.0
+    return CandidateCase(tuple(candidates), np.array(rows).reshape(len(candidates), len(p)), np.asarray(q, np.float64))
+
+
+def grading_cases():
+    """Cases where each classic mistake moves the output distribution (tests/test_tree_exercise.py
+    checks it): two and three candidates the target under-rates, one it likes, a leaf (no candidates)."""
+    p, q = [0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]
+    return (case(p, q, [0, 1]), case(p, q, [0, 1, 2]), case([0.1, 0.6, 0.3, 0.0], [0.3, 0.2, 0.1, 0.4], [1, 2]),
+            case(p, q, []))
+
+
+def attempt(fn, c, rng):
+    """(token, None), or (None, what to say) when the learner's step raised, changed an input in
+    place or returned something that is not one token id of the vocabulary."""
+    given = (list(c.candidates), c.p.copy(), c.q.copy())
+    try:
+        token = fn(*given, rng)
+    except Exception as e:  # the learner's code: report it, don't crash the notebook
+        hint = (" At a leaf there are no candidates: p has no rows, and the token comes from q."
+                if not c.candidates and isinstance(e, IndexError) else "")
+        return None, (f"with candidates {list(c.candidates)}, your step raised {type(e).__name__}: {e}.{hint}")
+    if any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(given, (list(c.candidates), c.p, c.q))):
+        return None, ("your step changed one of its arguments in place: the walk keeps using the tree's p and q "
+                      "after the step returns. Work on new arrays (np.maximum(0, q − p) makes one; q −= p does not).")
+    if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)) or not 0 <= token < len(c.q):
+        return None, (f"your step returned {token!r}; return one token id, an int from 0 to {len(c.q) - 1}: "
+                      "an accepted candidate, or a sample from the last residual.")
+    return int(token), None
+
+
+def fit(counts, rule, cases):
+    """One chi-square test of the observed counts against `rule`, summed over the cases:
+    (statistic, dof, p-value); p = 0 if a token came out that the rule never emits."""
+    statistic, dof = 0.0, 0
+    for c, case_counts in zip(cases, counts):
+        s, d, p_value = chi_square_test(case_counts, rule.output_distribution(c.candidates, c.p, c.q))
+        if p_value == 0.0 and s == float("inf"):
+            return s, dof, 0.0
+        statistic, dof = statistic + s, dof + d
+    return statistic, dof, chi_square_sf(statistic, dof)
+
+
+def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
+    """Grade a learner's accept_among(candidates, p, q, rng) -> token. Prints why; returns a bool.
+    A correct step is refused with probability at most SIGNIFICANCE; each classic mistake moves
+    some case's output by a total-variation distance of 0.05 or more, far beyond the noise of
+    3,000 trials."""
+    def verdict(ok, message):
+        print(("✔ right: " if ok else "✘ not yet: ") + message)
+        return ok
+
+    if fn is None or fn is Ellipsis or not callable(fn):
+        return verdict(False, "write your step, then pass the function itself: check_multi_candidate_step(my_accept_among).")
+    cases = grading_cases()
+    same_seed, *streams = np.random.SeedSequence(seed).spawn(1 + len(cases))
+    counts = []
+    for c, stream in zip(cases, streams):
+        rng, case_counts = np.random.default_rng(stream), np.zeros(len(c.q))
+        for _ in range(trials):
+            token, error = attempt(fn, c, rng)
+            if error:
+                return verdict(False, error)
+            case_counts[token] += 1
+        counts.append(case_counts)
+    for c, seq in ((c, seq) for c in cases for seq in same_seed.spawn(10)):  # several: two may agree by chance
+        if len({attempt(fn, c, np.random.default_rng(seq))[0] for _ in range(2)}) > 1:
+            return verdict(False, "two calls with Generators of the same seed gave different tokens: draw every "
+                                  "random number from the rng argument (rng.random(), rng.choice).")
+    statistic, dof, p_value = fit(counts, MULTI_STEP, cases)
+    n_calls = len(cases) * trials
+    if p_value > SIGNIFICANCE:
+        return verdict(True, f"over {len(cases)} cases ({n_calls:,} calls, 0 to 3 candidates), your step's tokens fit "
+                             f"the multi-candidate step's exact distribution (chi² = {statistic:.0f} on {dof} dof, "
+                             f"p = {p_value:.2g}). Run it in the tree loop: tree_sampling(..., step={step_name(fn)}).")
+    against = f"chi² = {statistic:.0f} on {dof} dof, p = {p_text(p_value)}"
+    best_p, best = max(((fit(counts, rule, cases)[2], rule) for rule in MISTAKES.values()), key=lambda pr: pr[0])
+    if best_p > SIGNIFICANCE:
+        return verdict(False, f"your tokens match a classic mistake, {best.name} (p = {best_p:.2g}; against the "
+                              f"right step {against}): {best.hint}.")
+    return verdict(False, f"your tokens are not distributed as the multi-candidate step's ({against}), nor like any "
+                          "classic mistake I know. For each candidate in turn: r ~ U[0, 1); keep it if "
+                          "r < min(1, q_i(c_i) / p_i(c_i)); else q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.")
+
+
+def solution():
+    """The library's own multi-candidate step: print it when you are stuck."""
+    print(inspect.getsource(rejection.accept_among))
+
+
+# ---------------------------------------------------------------------------------------------
+# A question to answer by hand first
+# ---------------------------------------------------------------------------------------------
+
+def check_second_candidate(answer, p=(0.5, 0.3, 0.2), q=(0.1, 0.5, 0.4), candidates=(0, 1)):
+    """Two candidates drawn without replacement from p, c_1 = token 0 then c_2 = token 1, and the
+    target's q. What is the probability that the multi-candidate step emits token 1 (c_2)?"""
+    c = case(p, q, list(candidates))
+    first, second = candidates
+    expected = float(rejection.output_distribution_among(c.candidates, c.p, c.q)[second])
+    a_1 = rejection.accept_probability(c.p[0], c.q, first)
+    q_2 = rejection.residual(c.p[0], c.q)
+    a_2 = rejection.accept_probability(c.p[1], q_2, second)
+    how = ("c_1 first: kept with min(1, q(c_1)/p(c_1)). Only if it is rejected is c_2 tried, against the "
+           "residual q_2 = (q − p)+, with its own row p_2 = p without c_1, renormalised.")
+    solution = (f"P(reject c_1) = 1 − min(1, {q[first]}/{p[first]}) = {1 - a_1:g}; q_2 = (q − p)+ = "
+                f"{np.round(q_2, 3).tolist()}, p_2 = {np.round(c.p[1], 3).tolist()}, so c_2 is kept with "
+                f"min(1, {q_2[second]:.3g}/{c.p[1][second]:.3g}) = {a_2:.4g}. Together {1 - a_1:g} × {a_2:.4g} = {expected:.4f}.")
+    mistakes = [(a_2, "that is the chance c_2 is kept once it is tried; it is tried only after c_1 is rejected"),
+                ((1 - a_1) * min(1, q[second] / p[second]), "c_2 is judged against what is still missing, "
+                 "q_2 = (q − p)+, and with its own row p_2 (p without c_1), not against q and p"),
+                (q[second], "that is q(1); for these two candidates the step emits token 1 with another "
+                 "probability (q comes out only averaged over the candidates' drawing)")]
+    return check_number(answer, expected, how, solution, mistakes)

@@ -1,0 +1,165 @@
+"""Notebook 07's numbers, as pure functions: what a walk did to each node of a tree, where to
+draw the nodes, the multi-candidate step's exact output against wrong rules, the running
+residuals, and what a measurement of trees against chains resolves (the measurement itself and
+the formula's tokens per loop are measure/trees.py's).
+
+Notation (Chen et al. 2023): p is the draft's distribution, q the target's, (f)+ = max(0, f) / Σ max(0, f).
+"""
+
+from dataclasses import dataclass
+from itertools import permutations, product
+
+import numpy as np
+
+from .. import theory
+from ..errors import PicoGPTError
+from ..rejection import residual
+from ..tree import ROOT
+from .tree_exercise import MISTAKES, MULTI_STEP
+
+# ---------------------------------------------------------------------------------------------
+# One tree, drawn: what the walk did to each node, and where each node goes on the page
+# ---------------------------------------------------------------------------------------------
+
+ACCEPTED, REJECTED, NOT_REACHED = "accepted", "rejected", "never reached"
+
+
+def node_status(tree, branch):
+    """What the walk did to each node: accepted (on the branch), rejected (tried at a node the walk
+    reached: the children before the accepted one, or all of them where the walk stopped) or never
+    reached (a sibling after the accepted one, or anything below a node not accepted)."""
+    status = [NOT_REACHED] * len(tree)
+    for parent in [ROOT, *branch]:
+        children = tree.children(parent)
+        accepted = [c for c in children if c in branch]
+        for child in children[: children.index(accepted[0]) if accepted else len(children)]:
+            status[child] = REJECTED
+    for node in branch:
+        status[node] = ACCEPTED
+    return status
+
+
+def tree_layout(tree):
+    """(x, y) of each node for drawing, [n_nodes, 2], and the root's (x, y): y = -depth, leaves one
+    unit apart left to right in the order they were drawn, a parent centred over its children."""
+    xy, leaves = np.zeros((len(tree), 2)), [0]
+
+    def place(node):
+        children = tree.children(node)
+        if not children:
+            x = leaves[0]
+            leaves[0] += 1
+        else:
+            x = float(np.mean([place(child) for child in children]))
+        if node != ROOT:
+            xy[node] = (x, -len(tree.branch(node)))
+        return x
+
+    return xy, (place(ROOT), 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The multi-candidate step on a toy pair: exact output of the right rule and of wrong ones
+# ---------------------------------------------------------------------------------------------
+
+RULES = {MULTI_STEP.name: MULTI_STEP, **{name: MISTAKES[name] for name in (
+    "the residual not updated between candidates", "the fallback sampled from q", "stopping at the first rejection")}}
+
+
+def drawn_without_replacement(p, m):
+    """Every way to draw m distinct candidates from p, one after another: [(candidates, rows
+    [m, V] each was drawn from, probability)] (fewer candidates where p has fewer tokens)."""
+    p = np.asarray(p, np.float64)
+    m = min(m, int(np.count_nonzero(p)))
+    out = []
+    for candidates in permutations(np.flatnonzero(p).tolist(), m):
+        rows, probability, left = [], 1.0, p.copy()
+        for x in candidates:
+            rows.append(left / left.sum())
+            probability *= rows[-1][x]
+            left[x] = 0.0
+        out.append((candidates, np.array(rows).reshape(m, len(p)), probability))
+    return out
+
+
+def drawn_independently(p, m):
+    """Every way to draw m candidates independently from p (a token may come twice): [(candidates,
+    rows [m, V] each was drawn from (p every time), probability)]."""
+    p = np.asarray(p, np.float64)
+    return [(candidates, np.array([p] * m), float(np.prod(p[list(candidates)])))
+            for candidates in product(np.flatnonzero(p).tolist(), repeat=m)]
+
+
+@dataclass(frozen=True)
+class CandidatesPanel:
+    """The token one node emits when m candidates are drawn from p (without replacement unless
+    `independent`), judged by `rule`."""
+    p: np.ndarray
+    q: np.ndarray
+    m: int
+    rule: str
+    output: np.ndarray  # the exact distribution of the emitted token [n_vocab]
+    kept: float  # P(the emitted token is one of the candidates): the chance the walk goes deeper
+    tv: float  # TV(output, q): 0 for the right rule
+    independent: bool = False
+
+
+def candidates_panel(p, q, m, rule=MULTI_STEP.name, independent=False):
+    """Enumerate every drawing of the m candidates and add up `rule`'s exact output (RULES)."""
+    if rule not in RULES:
+        raise PicoGPTError(f"rule {rule!r}: expected one of {', '.join(RULES)}")
+    q = np.asarray(q, np.float64)
+    output, kept = np.zeros_like(q), 0.0
+    for candidates, rows, probability in (drawn_independently if independent else drawn_without_replacement)(p, m):
+        emitted = RULES[rule].output_distribution(candidates, rows, q)
+        output += probability * emitted
+        kept += probability * sum(emitted[x] for x in set(candidates))
+    return CandidatesPanel(np.asarray(p, np.float64), q, m, rule, output, float(kept),
+                           float(0.5 * np.abs(output - q).sum()), independent)
+
+
+def candidates_readout(panel):
+    """The sentence the candidates explorer shows above its figure."""
+    drawn = "independently" if panel.independent else "without replacement"
+    text = (f"{panel.m} candidate{'s' if panel.m > 1 else ''} drawn {drawn}: P(one is kept) = "
+            f"{panel.kept:.3f} (one candidate: Σ min(p, q) = {theory.acceptance_rate(panel.p, panel.q):.3f})")
+    if panel.rule == MULTI_STEP.name:
+        return text + f" &nbsp;·&nbsp; TV(output, q) = {panel.tv:.1g}: the output is q"
+    exact = panel.tv < 5e-4
+    return text + (f"<br><b>{panel.rule}: TV(output, q) = {panel.tv:.3f}" +
+                   (" — exact, but it keeps fewer candidates</b>" if exact else ": the output is not q</b>"))
+
+
+def running_residuals(rows, q):
+    """q_1 = q, q_{i+1} = (q_i - p_i)+ for each row p_i: what each candidate is judged against. [m + 1, V]"""
+    q_i = [np.asarray(q, np.float64)]
+    for p_i in rows:
+        q_i.append(residual(p_i, q_i[-1]))
+    return np.array(q_i)
+
+
+def verdict_lines(m):
+    """Which variant emitted the most per target call, which was fastest, and whether the repeats
+    resolve the fastest (course/results.py's check on the repeat-by-repeat speedups)."""
+    from .results import indistinguishable_from_best, resolution_line
+    runs = {name: v.speedup_runs for name, v in m.variants.items()}
+    most, (best, _) = max(m.variants.values(), key=lambda v: v.tokens_per_call), indistinguishable_from_best(runs)
+    return [f"most tokens per target call: {most.name} ({most.tokens_per_call:.2f}); fastest: {best} "
+            f"({m.variants[best].speedup:.2f}x autoregressive)", resolution_line(runs, "variant", m.repeats, m.N)]
+
+
+def bench_tree_lines(path=None):
+    """The bench's committed chains and trees (benchmarks/bench.json's "trees"), as text, each pair
+    with where its weights came from; or a line saying they are not measured there."""
+    from ..measure import trees as tree_measure
+    from ..measure.results import BENCH_JSON
+    from .results import bench_source, read_bench
+    bench = read_bench(path or BENCH_JSON)
+    found = (bench or {}).get("trees", [])
+    if not found:
+        return ["chains and trees: not in benchmarks/bench.json, not measured there (run: python -m picogpt bench --save)"]
+    lines = []
+    for entry in found:
+        m = tree_measure.from_dict(entry["trees"])
+        lines += [f"the bench, {m.target}: {bench_source(bench, m.target)}", *tree_measure.text_lines(m), ""]
+    return lines

@@ -1,0 +1,140 @@
+"""Token trees against chains against autoregressive sampling, measured the way measure/speedup.py
+measures chains (used by notebook 07 and `python -m picogpt bench`).
+
+The runs are speedup.py's (timed_runs): per repeat each variant, then autoregressive sampling,
+all with seed + repeat, so a busy moment hits every variant alike; a chain runs the library's
+Algorithm 2 (speculative_sampling), a tree tree_sampling (picogpt/tree.py). Costs are read inside the loops, the first loop of each
+run (which also reads the prompt) left out. The speedup is speedup.py's one statistic: the
+median over the repeats of autoregressive seconds / this variant's seconds of the same repeat,
+with the interquartile range of those ratios.
+
+The prediction is Jay Mody's arithmetic with a tree's loop: the tokens a loop should emit, by
+theory.expected_tokens_per_tree_loop fed alpha_m (theory.acceptance_with_candidates, averaged
+over the positions of the first autoregressive run's text), over what a loop costs inside the
+loop (the draft's calls + the target's one call), against one autoregressive step.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import theory
+from ..errors import PicoGPTError
+from ..sampling import distribution
+from . import speedup
+from .timing import Spread, spread
+
+
+def n_nodes(shape):
+    """The drafted tokens of a tree of this shape: m_1 + m_1 m_2 + ... + m_1 ... m_D."""
+    return int(sum(np.cumprod(shape)))
+
+
+def shape_name(shape):
+    return f"chain K = {len(shape)}" if set(shape) == {1} else f"tree {tuple(shape)}"
+
+
+def mean_acceptances(draft, target, text, m_max, **controls):
+    """[alpha_1 .. alpha_m_max]: theory.acceptance_with_candidates at every position of `text`,
+    averaged (candidates drawn independently: the formula's drawing). One forward pass each."""
+    p, q = distribution(draft(text), **controls), distribution(target(text), **controls)  # [len(text), n_vocab]
+    return np.array([float(np.mean(theory.acceptance_with_candidates(p, q, m))) for m in range(1, m_max + 1)])
+
+
+def predicted_tokens_per_loop(shape, alphas):
+    """theory.expected_tokens_per_tree_loop with level d's acceptance alphas[m_d - 1]."""
+    return float(theory.expected_tokens_per_tree_loop([alphas[m - 1] for m in shape]))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A chain or a tree, measured over the repeats."""
+    name: str
+    shape: tuple  # (1,) * K for a chain
+    nodes: int  # drafted tokens per loop
+    seconds: Spread  # one run's wall time
+    speedup_runs: Spread  # autoregressive / this, repeat by repeat (same seed)
+    tokens_per_call: float  # tokens emitted per loop (= per target call), every run
+    t_score: Spread  # the in-loop target call over every node, loop by loop
+    t_draft_s: float  # median in-loop draft time per loop (all its draft calls and draws)
+    predicted_tokens: float  # tokens per loop by the formula
+    predicted: float  # predicted speedup: predicted_tokens / (t_draft_s + t_score) x t_target
+
+    @property
+    def speedup(self):
+        """The measured speedup: the median of the repeat-by-repeat ratios."""
+        return self.speedup_runs.median
+
+
+@dataclass(frozen=True)
+class TreeMeasurement:
+    draft: str
+    target: str
+    N: int
+    repeats: int
+    controls: dict
+    alphas: list  # alpha_1 .. alpha_m: the chance one of m independent candidates is kept, averaged
+    autoregressive_s: Spread
+    t_target: Spread  # the autoregressive steps after the prompt
+    variants: dict  # name -> Variant
+    load_average_before: list
+    load_average_after: list
+
+
+def measure_trees(draft, target, ids, N, shapes, repeats=5, seed=0, **controls):
+    """Autoregressive sampling, chains and trees of `shapes`, interleaved by speedup.timed_runs after
+    a short warm-up of each (see the module's docstring). Returns a TreeMeasurement."""
+    shapes = [tuple(shape) for shape in shapes]
+    if not shapes or any(not shape for shape in shapes):
+        raise PicoGPTError(f"measure_trees needs at least one shape (1, .., 1) or (m_1, .., m_D), got {shapes}")
+    variants = {shape: (draft, len(shape) if set(shape) == {1} else shape) for shape in shapes}  # a chain: K
+    ar_runs, runs, (load_before, load_after) = speedup.timed_runs(variants, target, ids, N, repeats, seed,
+                                                                  warmup_tokens=4, controls=controls)
+    alphas = mean_acceptances(draft, target, list(ids) + ar_runs[0].tokens, max(max(s) for s in shapes), **controls)
+    t_target = spread([t for run in ar_runs for t in run.token_times_s[1:]])
+    variants = {}
+    for shape, results in runs.items():
+        loops = [loop for run in results for loop in run.loops]
+        steady = [loop for run in results for loop in run.loops[1:]] or loops
+        t_score, t_draft_s = spread([loop.t_score_s for loop in steady]), float(np.median([loop.t_draft_s for loop in steady]))
+        tokens = predicted_tokens_per_loop(shape, alphas)
+        variants[shape_name(shape)] = Variant(
+            name=shape_name(shape), shape=shape, nodes=n_nodes(shape), seconds=spread([run.seconds for run in results]),
+            speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, results)]),
+            tokens_per_call=sum(len(loop.tokens) for loop in loops) / len(loops),  # a LoopTrace's or a TreeLoop's
+            t_score=t_score, t_draft_s=t_draft_s, predicted_tokens=tokens,
+            predicted=tokens / (t_draft_s + t_score.median) * t_target.median)
+    return TreeMeasurement(draft=draft.name, target=target.name, N=N, repeats=repeats, controls=dict(controls),
+                           alphas=[float(a) for a in alphas], autoregressive_s=spread([run.seconds for run in ar_runs]),
+                           t_target=t_target, variants=variants, load_average_before=load_before,
+                           load_average_after=load_after)
+
+
+def as_dict(m):
+    """The measurement as JSON-ready data (what bench.json holds)."""
+    return dataclasses.asdict(m)
+
+
+def from_dict(data):
+    """as_dict's inverse (also for data read back from JSON)."""
+    spreads = lambda d, keys: {k: Spread(**v) if k in keys else v for k, v in d.items()}  # noqa: E731
+    variants = {name: Variant(**{**spreads(v, ("seconds", "speedup_runs", "t_score")), "shape": tuple(v["shape"])})
+                for name, v in data["variants"].items()}
+    return TreeMeasurement(**{**spreads(data, ("autoregressive_s", "t_target")), "variants": variants})
+
+
+def text_lines(m):
+    """The measurement as text, one line per variant."""
+    lines = [f"chains and trees vs autoregressive sampling, {m.draft} -> {m.target}, temperature "
+             f"{m.controls.get('temperature', 1.0):g}, N = {m.N}, {m.repeats} repeats, interleaved: autoregressive "
+             f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}), "
+             f"t_target {m.t_target.median * 1e3:.1f} ms; alpha_1..{len(m.alphas)} "
+             + " ".join(f"{a:.2f}" for a in m.alphas) + f"; load average {m.load_average_before} -> {m.load_average_after}",
+             f"  {'':16} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms':>10} "
+             f"{'measured':>26} {'predicted':>9}"]
+    for v in m.variants.values():
+        lines.append(f"  {v.name:16} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
+                     f"{v.t_score.median * 1e3:7.1f} ({v.t_score.q1 * 1e3:.1f}-{v.t_score.q3 * 1e3:.1f}) "
+                     f"{v.t_draft_s * 1e3:10.1f} {speedup.speedup_text(v):>26} {v.predicted:8.2f}x")
+    return lines

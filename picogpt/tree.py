@@ -1,0 +1,273 @@
+"""Token trees: many drafts scored in one target call, and verified exactly (notebook 07).
+
+Algorithm 2 drafts one chain x~_1 .. x~_K; a rejection at x~_1 throws the whole chain away.
+A token tree drafts several candidates for a position and continues each of them, so a rejected
+candidate leaves its siblings to try. The target scores every node in ONE call (each node sees
+the text, its ancestors and itself: `attention_mask`, at the position of its depth: `positions`);
+the walk from the root then uses the multi-candidate step at each node (rejection.accept_among:
+SpecInfer's multi-step speculative sampling, Miao et al. 2023, arXiv 2305.09781; recursive
+rejection sampling, Jeon et al. 2024, arXiv 2402.14160), and both KV caches keep the accepted
+branch (KVCache.keep). A chain is the tree of shape (1, 1, ..., 1).
+
+Exactness: the walk's token at each node is distributed as q given the text so far when each
+node's candidates are drawn from the p rows the step is given (rejection.py says why), and the
+tokens of the whole text then as autoregressive sampling from q, by notebook 04's induction over
+positions: an accepted candidate's children were drawn from p at the true context, and a rejected
+candidate's subtree is never looked at. TreeDraft draws a node's candidates without replacement.
+
+Reading order: the tree and the two things a call needs (positions and mask), one scored call,
+the draft that builds a tree, the walk, the loop.
+"""
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import PicoGPTError
+from .gpt2 import causal_mask
+from .rejection import accept_among
+from .sampling import distribution, is_whole, random_generator, sample, validate_sampling_args
+
+ROOT = -1  # the parent of the first level: the text's last token
+
+
+# ---------------------------------------------------------------------------------------------
+# The tree, and what one call over it needs
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tree:
+    """Drafted tokens after a text: node i holds tokens[i], is a child of parents[i] (ROOT for
+    the first level), and was drawn from p[i] [n_vocab]. Nodes are numbered level by level, so a
+    parent comes before its children and a branch's nodes increase."""
+    tokens: tuple
+    parents: tuple
+    p: np.ndarray = None  # [n_nodes, n_vocab]
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def children(self, node):
+        """The nodes whose parent is `node` (ROOT: the first level), in the order they were drawn."""
+        return [i for i, parent in enumerate(self.parents) if parent == node]
+
+    def branch(self, node):
+        """The nodes from the first level down to `node`: its ancestors, then itself."""
+        nodes = []
+        while node != ROOT:
+            nodes.append(node)
+            node = self.parents[node]
+        return nodes[::-1]
+
+    @property
+    def depths(self):
+        """Each node's depth: 1 for the first level."""
+        return [len(self.branch(i)) for i in range(len(self))]
+
+
+def positions(tree, n_text):
+    """Position numbers of the text's n_text tokens, then of each node: its depth after the text's
+    last token (siblings share a position). [n_text + n_nodes]"""
+    return np.concatenate([np.arange(n_text), n_text - 1 + np.array(tree.depths, np.int64)]).astype(np.int64)
+
+
+def attention_mask(tree, n_text, start=0):
+    """Who may attend to whom when the text is followed by the tree's nodes, 0 (sees) or -inf: the
+    text causally; each node the whole text, its ancestors and itself. The rows from `start` on
+    (a call feeds the positions after its cache's `start`), every key up to the last node:
+    [n_text + n_nodes - start, n_text + n_nodes]."""
+    n = n_text + len(tree)
+    mask = np.full((n - start, n), -np.inf, np.float32)
+    if start < n_text:
+        mask[: n_text - start, :n_text] = causal_mask(n_text - start, start)  # the text's unseen tokens
+    for node in range(max(0, start - n_text), len(tree)):
+        row = n_text + node - start
+        mask[row, :n_text] = 0
+        mask[row, n_text + np.array(tree.branch(node))] = 0
+    return mask
+
+
+def tree_call(model, cache, sequence, tree, nodes):
+    """One call of `model` over everything its cache has not seen of the text x_1 .. x_n =
+    sequence followed by the tree: the logits after each of `nodes` (ROOT: after the text), which
+    this call must feed. [len(nodes), n_vocab]"""
+    n, start = len(sequence), len(cache)
+    ids = (list(sequence) + list(tree.tokens))[start:]
+    logits = model(ids, cache, positions(tree, n)[start:], attention_mask(tree, n, start))
+    return logits[[n + node - start for node in nodes]]  # the row of a node: its place after the cache
+
+
+def score_tree(target, cache, sequence, tree, controls):
+    """Step 2 on a tree: one target call gives q after the text (row 0) and after each node
+    (row 1 + i). Returns q_rows [1 + n_nodes, n_vocab]."""
+    return distribution(tree_call(target, cache, sequence, tree, [ROOT, *range(len(tree))]), **controls)
+
+
+# ---------------------------------------------------------------------------------------------
+# The draft: a model that grows a tree level by level with its KV cache
+# ---------------------------------------------------------------------------------------------
+
+def draw_without_replacement(p, m, rng):
+    """m distinct tokens from p, one at a time, each from p without those before it renormalised
+    (fewer when p has fewer than m tokens of positive probability). Returns (tokens, rows
+    [len(tokens), n_vocab]): row i is the distribution token i was drawn from."""
+    tokens, rows, left = [], [], np.array(p, np.float64)
+    while len(tokens) < m and left.sum() > 0:
+        rows.append(left / left.sum())
+        tokens.append(sample(rows[-1], rng))
+        left[tokens[-1]] = 0.0
+    return tokens, np.array(rows).reshape(len(rows), len(left))
+
+
+class TreeDraft:
+    """A draft model that proposes a tree of `shape` = (m_1, .., m_D): m_1 candidates after the
+    text, m_2 after each of those, and so on, each node's children drawn without replacement from
+    p at that node. One draft call per level (the text's unseen tokens first, then each level's
+    nodes under the tree's mask), as a chain of D drafts makes D calls.
+      propose(sequence, shape, controls, rng) -> Tree
+      keep(n, branch)   the loop kept the text's first n tokens and then this branch of the tree"""
+
+    def __init__(self, model):
+        self.model, self.name, self.models = model, f"{model.name}, tree", (model,)
+        self.cache = None
+
+    def start(self):
+        self.cache = self.model.new_cache()
+
+    def propose(self, sequence, shape, controls, rng):
+        tokens, parents, p_rows = [], [], []
+        level = [ROOT]  # the nodes whose children this round draws
+        for m in shape:
+            fed = Tree(tuple(tokens), tuple(parents))
+            p_level = distribution(tree_call(self.model, self.cache, sequence, fed, level),
+                                   **controls)  # p after each node of the level: [len(level), n_vocab]
+            next_level = []
+            for parent, p in zip(level, p_level):
+                drawn, rows = draw_without_replacement(p, m, rng)
+                next_level += range(len(tokens), len(tokens) + len(drawn))
+                tokens += drawn
+                parents += [parent] * len(drawn)
+                p_rows += list(rows)
+            level = next_level
+        n_vocab = self.model.config.n_vocab
+        return Tree(tuple(tokens), tuple(parents), np.array(p_rows).reshape(len(tokens), n_vocab))
+
+    def keep(self, n, branch):
+        fed = len(self.cache) - n  # the deepest level was never fed to the draft
+        self.cache.keep(n, [node for node in branch if node < fed])
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps 3 and 4 on a tree: walk from the root
+# ---------------------------------------------------------------------------------------------
+
+def walk(tree, q_rows, rng, step=accept_among):
+    """From the root, the multi-candidate step among the current node's children with q at that
+    node (q_rows[1 + node]; row 0 for the root): an accepted child becomes the current node; any
+    other token ends the walk (from the residual, or from q after a leaf: the extra token).
+    `step(candidates, p, q, rng) -> token` is rejection.accept_among or the learner's.
+    Returns (branch: the accepted nodes, root first, token: the one after them)."""
+    node, branch = ROOT, []
+    while True:
+        children = tree.children(node)
+        token = step([tree.tokens[c] for c in children], tree.p[children], q_rows[1 + node], rng)
+        accepted = [c for c in children if tree.tokens[c] == token]
+        if not accepted:
+            return branch, int(token)
+        node = accepted[0]
+        branch.append(node)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TreeLoop:
+    """One loop of tree sampling."""
+    tree_tokens: tuple  # the tree's tokens, level by level
+    parents: tuple  # each node's parent (ROOT = -1 for the first level)
+    branch: tuple  # the accepted nodes, root first
+    new_token: int  # the token after them: from a residual, or the extra token after a leaf
+    t_draft_s: float  # the draft's calls (one per level) and its draws
+    t_score_s: float  # the one target call over every node, and its q rows
+    t_decide_s: float  # the walk and both caches' keep
+
+    @property
+    def n_nodes(self):
+        return len(self.tree_tokens)
+
+    @property
+    def tokens(self):
+        """The tokens this loop emitted: the accepted branch, then the new token."""
+        return tuple(self.tree_tokens[node] for node in self.branch) + (self.new_token,)
+
+
+@dataclass
+class TreeResult:
+    """The N tokens tree sampling produced, and every loop."""
+    tokens: list
+    loops: list  # [TreeLoop]
+    seconds: float
+    shape: tuple
+
+    @property
+    def tokens_per_loop(self):
+        """Mean tokens emitted per loop, i.e. per target call (before cutting to N)."""
+        return float(np.mean([len(loop.tokens) for loop in self.loops]))
+
+
+def validate_shape(shape):
+    """The tree's shape as a tuple of whole numbers >= 1, (m_1, .., m_D), D >= 1."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__") or not shape or not all(
+            is_whole(m) and m >= 1 for m in shape):
+        raise PicoGPTError(f"a tree's shape is the number of candidates per level, whole numbers >= 1, "
+                           f"e.g. (2, 2) or (3, 1, 1); got {shape!r}")
+    return tuple(int(m) for m in shape)
+
+
+def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k=None, top_p=None, seed=None,
+                  step=accept_among):
+    """Sample N tokens from `target` (q), with `draft` (p) proposing a tree of `shape` per loop:
+    (m_1, .., m_D) candidates at each level below each node; (1,) * K is Algorithm 2's chain.
+    `draft` is a model (wrapped in TreeDraft) or an object with TreeDraft's members (`models`,
+    `start`, `propose`, `keep`; not a chain's draft, speculative_sampling's). The sampling
+    controls apply to p and q; one numpy Generator from `seed` drives every draw. `step` replaces
+    the multi-candidate step (notebook 07's exercise). Near the end of the context the tree gets
+    shallower so that its deepest node fits."""
+    if hasattr(draft, "roll_back") and not hasattr(draft, "keep"):
+        raise PicoGPTError(f"{draft.name} drafts a chain (speculative_sampling's drafts); tree_sampling grows a "
+                           "tree from a model: pass the draft model itself")
+    drafter = draft if hasattr(draft, "keep") else TreeDraft(draft)
+    shape = validate_shape(shape)
+    prompt = validate_sampling_args(ids, N, (*drafter.models, target), temperature=temperature, top_k=top_k,
+                                    top_p=top_p)
+    controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    rng = random_generator(seed)
+    n_ctx = min(model.config.n_ctx for model in (*drafter.models, target))
+    drafter.start()
+    target_cache = target.new_cache()
+    sequence = list(prompt)  # x_1 .. x_n
+    loops, started = [], time.perf_counter()
+
+    while len(sequence) - len(prompt) < N:
+        n = len(sequence)
+        t0 = time.perf_counter()
+        # Step 1. Draft a tree: m_1 candidates after x_1..x_n, m_2 after each of them, ...
+        tree = drafter.propose(sequence, shape[: n_ctx - n], controls, rng)
+        t1 = time.perf_counter()
+        # Step 2. One target call: q after the text and after every node.
+        q_rows = score_tree(target, target_cache, sequence, tree, controls)
+        t2 = time.perf_counter()
+        # Steps 3-4. Walk from the root with the multi-candidate step; the accepted branch, then one token.
+        branch, token = walk(tree, q_rows, rng, step)
+        sequence += [tree.tokens[node] for node in branch] + [token]
+        # Both caches keep x_1..x_n and the accepted branch; neither has seen the new token yet.
+        target_cache.keep(n, branch)
+        drafter.keep(n, branch)
+        loops.append(TreeLoop(tree.tokens, tree.parents, tuple(branch), token, t1 - t0, t2 - t1,
+                              time.perf_counter() - t2))
+
+    return TreeResult(tokens=sequence[len(prompt): len(prompt) + N], loops=loops,
+                      seconds=time.perf_counter() - started, shape=shape)

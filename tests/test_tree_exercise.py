@@ -1,0 +1,160 @@
+"""Notebook 07's grader: it passes right multi-candidate steps written in different styles, and
+names each classic mistake, on implementations written here, independently of its own rules."""
+
+import numpy as np
+import pytest
+
+from picogpt import rejection, tree_sampling
+from picogpt.course import tree_exercise
+from picogpt.course.tree_exercise import MISTAKES, MULTI_STEP, check_multi_candidate_step, grading_cases
+
+
+def shortfall(q, p):
+    positive = np.clip(np.asarray(q, float) - np.asarray(p, float), 0, None)
+    return positive / positive.sum() if positive.sum() > 0 else np.asarray(q, float)
+
+
+# ---- right, in different styles ----
+
+def right_loop(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, target[token] / p[i][token]):
+            return token
+        target = shortfall(target, p[i])
+    return int(rng.choice(len(target), p=target))
+
+
+def right_recursive(candidates, p, q, rng):
+    if len(candidates) == 0:
+        return np.int64(rng.choice(len(q), p=q / q.sum()))
+    x, rest = candidates[0], candidates[1:]
+    return x if rng.uniform() * p[0][x] < q[x] else right_recursive(rest, p[1:], shortfall(q, p[0]), rng)
+
+
+# ---- the classic mistakes, written out ----
+
+def never_updated(candidates, p, q, rng):
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, q[token] / p[i][token]):
+            return token
+    return int(rng.choice(len(q), p=shortfall(q, p[-1]) if len(p) else q))
+
+
+def fallback_q(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, target[token] / p[i][token]):
+            return token
+        target = shortfall(target, p[i])
+    return int(rng.choice(len(q), p=q))
+
+
+def first_only(candidates, p, q, rng):
+    if len(candidates) and rng.random() < min(1.0, q[candidates[0]] / p[0][candidates[0]]):
+        return candidates[0]
+    return int(rng.choice(len(q), p=shortfall(q, p[0]) if len(p) else q))
+
+
+def first_row(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for token in candidates:
+        if rng.random() < min(1.0, target[token] / p[0][token]):
+            return token
+        target = shortfall(target, p[0])
+    return int(rng.choice(len(q), p=target))
+
+
+def drop_rejected(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, target[token] / p[i][token]):
+            return token
+        target[token] = 0
+        target /= target.sum()
+    return int(rng.choice(len(q), p=target))
+
+
+# ---- broken in one call ----
+
+def changes_q(candidates, p, q, rng):
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, q[token] / p[i][token]):
+            return token
+        q -= p[i]
+        np.clip(q, 0, None, out=q)
+        q /= q.sum()
+    return int(rng.choice(len(q), p=q))
+
+
+def fails_at_a_leaf(candidates, p, q, rng):
+    return right_loop(candidates, p, q, rng) if len(p[0]) else 0
+
+
+def unseeded(candidates, p, q, rng):
+    return right_loop(candidates, p, q, np.random.default_rng())
+
+
+@pytest.mark.parametrize("step", [right_loop, right_recursive, rejection.accept_among])
+def test_right_steps_pass(step, capsys):
+    assert check_multi_candidate_step(step)
+    assert "✔ right" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("step, name", [
+    (never_updated, "the residual not updated between candidates"),
+    (fallback_q, "the fallback sampled from q"),
+    (first_only, "stopping at the first rejection"),
+    (first_row, "every candidate judged with p's first row"),
+    (drop_rejected, "the residual as q without the rejected candidate"),
+])
+def test_each_classic_mistake_is_named(step, name, capsys):
+    assert not check_multi_candidate_step(step)
+    assert f"classic mistake, {name}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("step, says", [
+    (changes_q, "changed one of its arguments in place"),
+    (fails_at_a_leaf, "At a leaf there are no candidates"),
+    (unseeded, "Generators of the same seed gave different tokens"),
+    (lambda c, p, q, rng: [0], "return one token id"),
+    (lambda c, p, q, rng: 9, "return one token id"),
+    (None, "pass the function itself"),
+])
+def test_mistakes_that_show_in_one_call_are_named_at_once(step, says, capsys):
+    assert not check_multi_candidate_step(step)
+    assert says in capsys.readouterr().out
+
+
+def test_every_classic_mistake_moves_some_case_far_beyond_the_noise():
+    for rule in MISTAKES.values():
+        tv = max(0.5 * np.abs(rule.output_distribution(c.candidates, c.p, c.q)
+                              - MULTI_STEP.output_distribution(c.candidates, c.p, c.q)).sum() for c in grading_cases())
+        assert tv >= 0.05, rule.name
+
+
+def test_the_rules_runnable_steps_sample_their_exact_distributions():
+    from picogpt.course.chi_square import chi_square_test
+    for rule in [MULTI_STEP, *MISTAKES.values()]:
+        for c in grading_cases():
+            rng = np.random.default_rng(0)
+            counts = np.bincount([rule.step(list(c.candidates), c.p, c.q, rng) for _ in range(3000)], minlength=len(c.q))
+            assert chi_square_test(counts, rule.output_distribution(c.candidates, c.p, c.q))[2] > 1e-4, rule.name
+
+
+def test_the_learners_step_runs_in_the_tree_loop():
+    from helpers import random_gpt2
+    draft, target = random_gpt2(1), random_gpt2(2)
+    assert (tree_sampling(draft, target, [1, 2], 12, shape=(2, 2), seed=4, step=right_loop).tokens
+            == tree_sampling(draft, target, [1, 2], 12, shape=(2, 2), seed=4, step=right_loop).tokens)
+
+
+def test_solution_prints_the_library_step(capsys):
+    tree_exercise.solution()
+    assert "def accept_among" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, right", [(2 / 3, True), (0.6667, True), (5 / 6, False), (0.8, False), (0.5, False),
+                                           (None, False)])
+def test_the_second_candidate_question(answer, right):
+    assert tree_exercise.check_second_candidate(answer).ok is right
