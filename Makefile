@@ -8,7 +8,7 @@ OLDEST := .venv-oldest
 BROWSER_STAMP := $(VENV)/.installed-browser
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install test quick unit notebooks test-oldest browser-test lab weights bench classroom classroom-check clean
+.PHONY: install test lint format quick unit notebooks test-oldest browser-test lab weights bench classroom classroom-check clean
 
 ## make install: create .venv and install picogpt with the course's dependencies (`[dev]`), nothing else
 install: $(STAMP)
@@ -25,7 +25,15 @@ $(STAMP): pyproject.toml
 ## (pytest-xdist spreads them over the cores: PYTEST_WORKERS=1 runs them one at a time)
 PYTEST_WORKERS ?= auto
 PARALLEL = -n $(PYTEST_WORKERS)
-test: unit notebooks
+test: lint unit notebooks
+
+## make lint: ruff, as pyproject.toml's [tool.ruff] configures it (the package, tests, tools, benchmarks, notebooks)
+lint: $(STAMP)
+	$(BIN)/python -m ruff check .
+
+## make format: ruff format on the Python files changed since main (committed or not)
+format: $(STAMP)
+	git diff --name-only --diff-filter=d main -- '*.py' | xargs -r $(BIN)/python -m ruff format
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest $(PARALLEL) tests

@@ -32,6 +32,7 @@ except ModuleNotFoundError as missing:
     raise
 del _module
 
+from . import rejection, sampling, speculative, theory, tree
 from .course import course_models, course_pair_names
 from .errors import CheckpointError, DownloadError, PicoGPTError
 from .gpt2 import GPT2Config
@@ -39,7 +40,6 @@ from .io.registry import model_names, weights_dir
 from .io.tokenizer import tokenizer
 from .kv_cache import KVCache
 from .model import GPT2, load
-from . import rejection, sampling, speculative, theory, tree
 from .sampling import autoregressive_sampling
 from .speculative import speculative_sampling
 from .tree import tree_sampling

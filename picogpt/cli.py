@@ -86,8 +86,8 @@ def encode_prompt(text):
 
 def load_gpt2_vocab_model(name_or_path, in_memory=False):
     """Load a model and check that it speaks GPT-2's tokenizer, which the command line decodes with."""
-    from .model import load
     from .io.tokenizer import tokenizer
+    from .model import load
 
     model = load(name_or_path, in_memory)
     n_vocab = tokenizer().n_vocab
@@ -130,8 +130,8 @@ def parse_request(args):
 
 def cmd_generate(args):
     from .course import course_pair_names
-    from .sampling import autoregressive_sampling
     from .io.tokenizer import tokenizer
+    from .sampling import autoregressive_sampling
 
     ids = parse_request(args)
     model = load_gpt2_vocab_model(args.model or course_pair_names()[1], args.in_memory)
@@ -181,9 +181,9 @@ def compare(args, draft, target, ids, on_loop):
 
 def cmd_speculate(args):
     from .course import course_pair_names
+    from .io.tokenizer import tokenizer
     from .measure.speedup import warm_up
     from .speculative import speculative_sampling
-    from .io.tokenizer import tokenizer
 
     ids = parse_request(args)
     if args.repeats < 1:

@@ -18,8 +18,16 @@ from .fast import kernels
 from .gpt2 import gpt2
 from .io.checkpoint import identity_now, map_checkpoint, tensors_of
 from .io.memory import ensure_fits
-from .io.params import (check_config_fits, config_from_json, infer_config, leaves, map_leaves,
-                        params_from_tensors, strip_names, validate_config)
+from .io.params import (
+    check_config_fits,
+    config_from_json,
+    infer_config,
+    leaves,
+    map_leaves,
+    params_from_tensors,
+    strip_names,
+    validate_config,
+)
 from .io.registry import model_names, resolve
 from .kv_cache import KVCache
 

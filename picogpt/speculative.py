@@ -26,7 +26,6 @@ from . import rejection
 from .errors import PicoGPTError
 from .sampling import distribution, random_generator, sample, validate_sampling_args
 
-
 # ---------------------------------------------------------------------------------------------
 # The steps of one loop
 # ---------------------------------------------------------------------------------------------

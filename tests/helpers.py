@@ -73,3 +73,21 @@ class FillingFile:
 
     def __exit__(self, *exc):
         self.f.close()
+
+
+class NoDrafts:
+    """A draft that never finds anything to propose (a prompt lookup on text that never repeats)."""
+    models = ()
+    name = "no drafts"
+
+    def __init__(self, n_vocab):
+        self.n_vocab = n_vocab
+
+    def start(self):
+        pass
+
+    def propose(self, sequence, K, controls, rng):
+        return [], np.zeros((0, self.n_vocab))
+
+    def roll_back(self, n_kept):
+        pass

@@ -5,10 +5,11 @@ import copy
 
 import numpy as np
 
-from picogpt.course.chi_square import chi_square_sf, chi_square_test  # noqa: F401 (the tests' statistics)
-from picogpt.course.toy_models import TokenCache, joint_distribution  # noqa: F401
+from picogpt.course.chi_square import chi_square_sf, chi_square_test
+from picogpt.course.toy_models import TokenCache, joint_distribution
 from picogpt.model import ModelView
 
+__all__ = ["chi_square_sf", "chi_square_test", "joint_distribution", "MemoModel", "InstrumentedModel"]
 
 # ---------------------------------------------------------------------------------------------
 # Wrappers that look like a GPT2 to the samplers

@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
+from helpers import FillingFile
 
 import picogpt.io.atomic as atomic
-from helpers import FillingFile
 from picogpt.io.atomic import atomic_write, write_text_atomically
 
 

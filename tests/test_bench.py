@@ -8,23 +8,23 @@ import json
 import re
 import shutil
 import subprocess
-import time
-
-import numpy as np
-import pytest
 
 import goals
+import numpy as np
+import pytest
 import render_docs as docs
 from goals import goal_line
-from picogpt.bench import checkpoints, report, rounds
+
+from picogpt.bench import checkpoints, report
 from picogpt.bench import run as bench
 from picogpt.cli import main
 from picogpt.errors import PicoGPTError
 from picogpt.io.checkpoint import read_header
-from picogpt.io.params import expected_shapes, hf_config as hf_config_of
-from picogpt.model import load_checkpoint
+from picogpt.io.params import expected_shapes
+from picogpt.io.params import hf_config as hf_config_of
 from picogpt.measure import machine, speedup
 from picogpt.measure import results as stored
+from picogpt.model import load_checkpoint
 
 TINY = {"draft": dict(n_layer=1, n_head=2, n_embd=32), "target": dict(n_layer=2, n_head=2, n_embd=64)}
 SMALL_RUN = dict(n_runs=2, n_warmup=1, contexts=(8, 16), score_context=8, score_sizes=(2, 3, 5),

@@ -7,12 +7,12 @@ import struct
 
 import numpy as np
 import pytest
-
 from helpers import PARITY, random_tensors
+
 from picogpt.cli import main
-from picogpt.io.checkpoint import read_header, read_safetensors, write_safetensors
 from picogpt.errors import CheckpointError, PicoGPTError
 from picogpt.gpt2 import GPT2Config
+from picogpt.io.checkpoint import read_header, read_safetensors, write_safetensors
 from picogpt.io.params import expected_shapes, infer_config
 from picogpt.model import load_checkpoint
 
@@ -355,8 +355,8 @@ def test_a_tensor_under_its_bare_and_its_prefixed_name_is_refused(tmp_path, caps
 # ---- half precision wider than memory -----------------------------------------------------------------
 
 def test_an_f16_checkpoint_that_would_not_fit_once_widened_is_refused_before_widening(tmp_path, monkeypatch, capsys):
-    import picogpt.model
     import picogpt.io.memory as memory
+    import picogpt.model
 
     write_safetensors(tmp_path / "model.safetensors", random_tensors(CONFIG), "F16")
     write_config_json(tmp_path)

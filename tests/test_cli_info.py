@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from helpers import PARITY
+
 from picogpt.cli import main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import write_random_checkpoint
+
 from picogpt import autoregressive_sampling, load, speculative_sampling, tokenizer
 from picogpt.cli import IncrementalText, encode_prompt, main
 

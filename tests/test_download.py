@@ -22,9 +22,9 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
+from helpers import FillingFile
 
 import picogpt.io.download as dl
-from helpers import FillingFile
 from picogpt.cli import main
 from picogpt.errors import DownloadError
 from picogpt.io.params import config_from_json
@@ -32,6 +32,7 @@ from picogpt.io.registry import PRETRAINED
 
 PAYLOAD = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
+N_BYTES = len(PAYLOAD)
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 PATH = f"/test-org/toy/resolve/{REVISION}/model.safetensors"
 SLOW_PIECES, SLOW_PAUSE_S = 10, 0.15  # the "slow" server sends the file in 1.5 s, once released
@@ -144,7 +145,7 @@ def isolated(tmp_path, monkeypatch):
 Files = namedtuple("Files", "final part config")
 
 
-def toy_spec(sha256=SHA256, n_bytes=len(PAYLOAD), revision=REVISION):
+def toy_spec(sha256=SHA256, n_bytes=N_BYTES, revision=REVISION):
     return dl.WeightSpec(name="toy", repo="test-org/toy", revision=revision, sha256=sha256,
                          n_bytes=n_bytes, n_layer=2, n_head=3, n_embd=192)
 
@@ -469,7 +470,7 @@ sys.exit(main(["download", "-q", "toy"]))
 """
 
 
-def start_download_process(n_bytes=len(PAYLOAD)):
+def start_download_process(n_bytes=N_BYTES):
     """`python -m picogpt download toy` in its own process (HF_ENDPOINT and PICOGPT_WEIGHTS_DIR
     from the test's environment); n_bytes=None: no size pinned."""
     return subprocess.Popen([sys.executable, "-c", DOWNLOAD_TOY, REVISION, SHA256, str(n_bytes).lower()],

@@ -3,9 +3,9 @@ still returns the target's distribution — by enumeration, by greedy equality, 
 
 import numpy as np
 import pytest
-
 from helpers import random_gpt2
 from helpers_sampling import MemoModel, chi_square_test, joint_distribution
+
 from picogpt import autoregressive_sampling, rejection, speculative_sampling
 from picogpt.course import step_exercise
 from picogpt.drafts import AdaptiveK, PromptLookup, first_layers, lookup

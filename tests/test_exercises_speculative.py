@@ -4,8 +4,8 @@ mistakes get their hint, other wrong answers the method."""
 import numpy as np
 import pytest
 
-from picogpt.course import exercises_speculative as ex
 from picogpt import rejection
+from picogpt.course import exercises_speculative as ex
 
 NUMBER_CHECKS = [  # (checker, right answer, a known mistake and a word of its hint)
     (ex.check_tokens_emitted, 3, (2, "resampled")),
@@ -85,8 +85,8 @@ def test_tokens_per_loop_simulation_checker():
 
 
 def test_residual_at_temperature_checker():
-    from picogpt.sampling import distribution
     from picogpt.rejection import residual
+    from picogpt.sampling import distribution
 
     assert ex.check_residual_at_temperature(lambda lp, lq, t: residual(distribution(lp, t), distribution(lq, t)))
     check = ex.check_residual_at_temperature(lambda lp, lq, t: residual(distribution(lp), distribution(lq, t)))

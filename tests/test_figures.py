@@ -6,8 +6,8 @@ import pytest
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 
-from picogpt.course import figures, panels  # noqa: E402
-from picogpt.io.tokenizer import tokenizer  # noqa: E402
+from picogpt.course import figures, panels  # noqa: E402 (after choosing matplotlib's backend)
+from picogpt.io.tokenizer import tokenizer  # noqa: E402 (after choosing matplotlib's backend)
 
 
 def test_top_tokens_most_probable_first_ties_by_lower_id():

@@ -10,16 +10,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from helpers import random_gpt2
 from matplotlib.figure import Figure
 
 import picogpt
-from helpers import random_gpt2
 from picogpt import theory
 from picogpt.course import figures, panels
-from picogpt.measure import speedup
 from picogpt.errors import PicoGPTError
-from picogpt.speculative import LoopTrace, speculative_sampling
+from picogpt.measure import speedup
 from picogpt.measure.timing import Spread
+from picogpt.speculative import LoopTrace, speculative_sampling
 
 TOK = picogpt.tokenizer()
 A, B, C, D = (TOK.encode(word)[0] for word in (" And", " the", " LORD", " said"))

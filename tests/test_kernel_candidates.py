@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import random_gpt2
+
 from picogpt.fast import compiled, threads
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "kernels" / "candidates.py"

@@ -2,6 +2,7 @@
 runs' wall time, and the library is left exactly as it was."""
 
 import loop_costs
+
 from picogpt import speculative
 
 

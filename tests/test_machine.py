@@ -6,10 +6,10 @@ import mmap
 import sys
 
 import numpy as np
-import pytest
-
 import pages
+import pytest
 from pages import RECLAIM_COUNTERS, huge_page_fraction, memory_counters, parse_smaps
+
 from picogpt.io import memory
 from picogpt.io.memory import available_memory_bytes, meminfo_bytes
 

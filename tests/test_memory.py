@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import random_tensors
+
 from picogpt.errors import PicoGPTError
 from picogpt.gpt2 import GPT2Config
 from picogpt.io import memory

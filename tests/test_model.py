@@ -4,11 +4,11 @@ explained before anything is computed."""
 
 import numpy as np
 import pytest
-
 from helpers import random_gpt2
+
 from picogpt.errors import PicoGPTError
-from picogpt.kv_cache import KVCache
 from picogpt.gpt2 import causal_mask, gelu, layer_norm, softmax
+from picogpt.kv_cache import KVCache
 
 TOLERANCE = 1e-4
 

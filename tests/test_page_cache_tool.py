@@ -8,9 +8,8 @@ import shutil
 from pathlib import Path
 
 import nbformat
-import pytest
-
 import pages
+import pytest
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "page_cache.py"
 MB = 2**20

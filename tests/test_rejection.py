@@ -4,10 +4,16 @@ from itertools import permutations, product
 
 import numpy as np
 import pytest
-
 from helpers_sampling import chi_square_test
-from picogpt.rejection import (accept_among, accept_or_resample, accept_probability, output_distribution,
-                               output_distribution_among, residual)
+
+from picogpt.rejection import (
+    accept_among,
+    accept_or_resample,
+    accept_probability,
+    output_distribution,
+    output_distribution_among,
+    residual,
+)
 from picogpt.sampling import sample
 
 
@@ -159,10 +165,13 @@ def test_the_same_enumeration_catches_a_broken_multi_candidate_step(broken, repl
 
 def test_stopping_at_the_first_rejection_is_exact_but_keeps_fewer_candidates():
     p, q = np.array([0.5, 0.3, 0.1, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
-    first_only = lambda c, rows, q: output_distribution_among(c[:1], rows[:1], q)  # noqa: E731
+    def first_only(c, rows, q):
+        return output_distribution_among(c[:1], rows[:1], q)
+
     np.testing.assert_allclose(emitted_over_drawings(p, q, 3, False, first_only), q, atol=1e-12)
-    kept = lambda step: sum(prob * sum(step(list(c), rows, q)[x] for x in set(c))  # P(a candidate comes out)
-                            for c, rows, prob in drawings(p, 3, False))
+    def kept(step):  # P(a candidate comes out)
+        return sum(prob * sum(step(list(c), rows, q)[x] for x in set(c)) for c, rows, prob in drawings(p, 3, False))
+
     assert kept(first_only) < kept(output_distribution_among) - 0.1
 
 

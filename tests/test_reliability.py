@@ -15,10 +15,9 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import random_gpt2, random_tensors, write_random_checkpoint
 
 import picogpt.io.checkpoint as checkpoint_module
-from helpers import random_gpt2, random_tensors
-from helpers import write_random_checkpoint
 from picogpt import autoregressive_sampling, speculative_sampling
 from picogpt.cli import main
 from picogpt.errors import CheckpointError, PicoGPTError
@@ -454,7 +453,9 @@ def run_info_limited(folder):
     import resource
     import subprocess
 
-    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, resource.RLIM_INFINITY))  # noqa: E731
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, resource.RLIM_INFINITY))
+
     return subprocess.run([sys.executable, "-m", "picogpt", "info", str(folder)], capture_output=True, text=True,
                           timeout=60, preexec_fn=limit)
 

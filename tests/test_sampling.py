@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
-
 from helpers import random_gpt2
 from helpers_sampling import InstrumentedModel, chi_square_test, joint_distribution
-from picogpt import PicoGPTError, autoregressive_sampling
-from picogpt.sampling import validate_sampling_args, distribution, sample
 
+from picogpt import PicoGPTError, autoregressive_sampling
+from picogpt.sampling import distribution, sample, validate_sampling_args
 
 # ---------------------------------------------------------------------------------------------
 # distribution(): temperature, then top-k, then top-p

@@ -6,9 +6,9 @@ from itertools import product
 
 import numpy as np
 import pytest
-
 from helpers import random_gpt2
 from helpers_sampling import InstrumentedModel, MemoModel, chi_square_sf, chi_square_test, joint_distribution
+
 from picogpt import autoregressive_sampling, rejection, speculative_sampling
 from picogpt.sampling import distribution
 from picogpt.theory import acceptance_rate
@@ -211,7 +211,7 @@ def test_the_last_loop_is_cut_to_N_and_the_lookahead_shrinks_at_the_context_end(
     n_ctx = pair[1].config.n_ctx
     result = speculative_sampling(*pair, PROMPT, n_ctx - len(PROMPT), K=8, seed=1)
     assert len(result.tokens) == n_ctx - len(PROMPT)
-    assert all(len(PROMPT) + sum(len(l.tokens) for l in result.loops[:i]) + loop.K <= n_ctx
+    assert all(len(PROMPT) + sum(len(earlier.tokens) for earlier in result.loops[:i]) + loop.K <= n_ctx
                for i, loop in enumerate(result.loops))
     short = speculative_sampling(pair[1], pair[1], PROMPT, 2, K=6, seed=1)  # one loop makes 7
     assert len(short.tokens) == 2 and len(short.loops[0].tokens) == 7

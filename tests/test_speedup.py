@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import NoDrafts, random_gpt2
 
-from helpers import random_gpt2
 from picogpt import sampling, speculative, theory
 from picogpt.errors import PicoGPTError
 from picogpt.measure import results, speedup
@@ -121,24 +121,6 @@ def test_on_a_real_clock_the_breakdown_adds_up_to_the_wall_time(recorded):
                                         f"{at.speedup_runs.q3:.2f})")
 
 
-class NoDrafts:
-    """A draft that never finds anything to propose (a prompt lookup on text that never repeats)."""
-    models = ()
-    name = "no drafts"
-
-    def __init__(self, n_vocab):
-        self.n_vocab = n_vocab
-
-    def start(self):
-        pass
-
-    def propose(self, sequence, K, controls, rng):
-        return [], np.zeros((0, self.n_vocab))
-
-    def roll_back(self, n_kept):
-        pass
-
-
 def test_a_draft_that_proposes_nothing_is_a_result_not_a_crash():
     target = random_gpt2(1, n_ctx=64)
     m = speedup.measure_speedup(NoDrafts(target.config.n_vocab), target, PROMPT, N=8, Ks=[3], repeats=3)
@@ -196,7 +178,7 @@ def test_the_gap_accounting_names_the_planted_causes(clocked_pair, recorded):
     gaps = speedup.gap_accounting(m)
     ar_mean_s = 112.0 + 19 * 10.0  # Algorithm 1: prefill call (100 + 10 + 2 positions), 19 steps
     for K, g in gaps.items():
-        at, runs = m.by_K[K], recorded[K]
+        runs = recorded[K]
         assert g["predicted"] * g["tokens"] * g["loop_time"] / g["autoregressive"] * g["rest"] == pytest.approx(g["measured"])
         assert g["autoregressive"] == pytest.approx(20 * 10.0 / ar_mean_s)  # the prefill is what N t_target leaves out
         n_loops = sum(len(run.loops) for run in runs)

@@ -3,13 +3,14 @@ each classic mistake by name, and the learner's step runs inside the real loop."
 
 import numpy as np
 import pytest
-
 from helpers import random_gpt2
+
 from picogpt import rejection, speculative_sampling
 from picogpt.course import step_exercise
-from picogpt.course.step_exercise import check_speculative_step
+from picogpt.course.step_exercise import check_speculative_loop, check_speculative_step
 from picogpt.errors import PicoGPTError
-from picogpt.speculative import speculative_step
+from picogpt.sampling import distribution
+from picogpt.speculative import draft_tokens, score, speculative_step
 
 # ---- learner-style implementations, written independently of the library ---------------------
 
@@ -90,7 +91,8 @@ def residual_options(qt, p, q, t, x, normalise):
     without_x = qt.copy()
     without_x[x] = 0
     row0 = positive_part(q[0] - p[0])
-    return {"q-p": positive_part(qt - p[t], normalise), "q-p naive": normalised_blindly(qt - p[t]), "p-q": positive_part(p[t] - qt),
+    return {"q-p": positive_part(qt - p[t], normalise), "q-p naive": normalised_blindly(qt - p[t]),
+            "p-q": positive_part(p[t] - qt),
             "q": qt, "p": p[t], "q-p raw": qt - p[t], "q without x": without_x / without_x.sum(),
             "|q-p|": np.abs(qt - p[t]) / np.abs(qt - p[t]).sum(), "row 0": q[0] if row0 is None else row0,
             "library": rejection.residual(p[t], qt)}
@@ -124,9 +126,11 @@ NAMED_AT_ONCE = {  # mistakes named from one output or one exception: the words 
     "unnormalised residual, inverse CDF past the vocabulary": (dict(normalise=False, sampler="outside"),
                                                                "the residual not normalised"),
     "q − p without max(0, ·)": (dict(residual="q-p raw"), "max(0, q − p)"),
-    "an extra token after a rejection": (dict(bonus_after_rejection=True), "after a rejection the loop emits the resampled token and stops"),
+    "an extra token after a rejection": (dict(bonus_after_rejection=True),
+                                         "after a rejection the loop emits the resampled token and stops"),
     "judging drafts after the first rejection": (dict(stop_at_rejection=False), "went on judging the later drafts"),
-    "the comparison inverted, own residual": (dict(compare=">", residual="q-p naive"), "the comparison inverted, r > min(1, q/p)"),
+    "the comparison inverted, own residual": (dict(compare=">", residual="q-p naive"),
+                                              "the comparison inverted, r > min(1, q/p)"),
     "the paper's q_{K+1} as q[K + 1]": (dict(bonus_from="paper"), "extra row q_{K+1} is q[K]"),
     "changing q in place": (dict(in_place="q"), "changed its argument q in place"),
     "changing drafted in place": (dict(in_place="drafted"), "changed its argument drafted in place"),
@@ -322,9 +326,6 @@ def test_a_step_that_emits_after_a_rejection_is_stopped_before_it_inflates_alpha
 
 # ---- exercise 2: the loop ---------------------------------------------------------------------
 
-from picogpt.course.step_exercise import check_speculative_loop  # noqa: E402
-from picogpt.sampling import distribution  # noqa: E402
-from picogpt.speculative import draft_tokens, score  # noqa: E402
 
 
 def score_per_position(target, cache, new, drafted, controls):
@@ -361,7 +362,7 @@ def scaffold(draft, target, ids, N, K, rng, step):
     sequence = list(ids)
     while len(sequence) - len(ids) < N:
         drafted, p = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K, {}, rng)
-        q = score(target, target_cache, sequence[len(target_cache):], drafted, {})
+        q = score(target, target_cache, sequence[len(target_cache):], drafted, {})  # noqa: F841 (notebook 03's scaffold)
         ...
         break
     return sequence[len(ids): len(ids) + N]

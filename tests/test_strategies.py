@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from helpers import NoDrafts, random_gpt2
 
-from helpers import random_gpt2
 from picogpt import speculative_sampling, theory
 from picogpt.course import strategies
 from picogpt.drafts import AdaptiveK, PromptLookup, first_layers
@@ -68,23 +68,6 @@ def test_strategies_raced_together_share_their_autoregressive_runs(pair):
     assert one.measurement.autoregressive_s == three.measurement.autoregressive_s
     lines = strategies.best_strategy_lines(found)
     assert lines[0].startswith("best strategy measured: K = ") and "resolved" in lines[1]
-
-
-class NoDrafts:
-    """A lookup that never finds its n-gram earlier in the text."""
-    models, name = (), "no drafts"
-
-    def __init__(self, n_vocab):
-        self.n_vocab = n_vocab
-
-    def start(self):
-        pass
-
-    def propose(self, sequence, K, controls, rng):
-        return [], np.zeros((0, self.n_vocab))
-
-    def roll_back(self, n_kept):
-        pass
 
 
 def test_a_strategy_that_proposes_nothing_is_reported_with_alpha_undefined(pair):

@@ -205,7 +205,7 @@ def test_toy_explorer_follows_the_widget_contract():
     first_png = figure_out.outputs[0]["data"]["image/png"]
 
     sliders[2].value = sliders[0].value  # the target's centre onto the draft's: more overlap
-    expected = panels.theorem1_panel(*panels.toy_distributions(**{"centre_p": 2.0, "width_p": 1.5, "centre_q": 2.0, "width_q": 1.0}))
+    expected = panels.theorem1_panel(*panels.toy_distributions(centre_p=2.0, width_p=1.5, centre_q=2.0, width_q=1.0))
     assert f"P(accept) = Σ min(p, q) = {expected.p_accept:.3f}" in readout.value
     assert figure_out.outputs[0]["data"]["image/png"] != first_png
 
@@ -338,7 +338,7 @@ def test_a_histogram_of_some_tokens_is_titled_with_the_tv_it_can_show():
     ax = figures.plot_histogram(mc, q, [str(t) for t in shown], shown, ax=Figure().subplots())
     assert f"{lumped:.4f}" in ax.get_title() and f"{mc.tv:.4f}" not in ax.get_title()
     outputs, _ = widgets.monte_carlo_update(p, q, 2000, 0, [str(t) for t in shown], shown)
-    assert outputs[0]["text"].startswith(f"n = 2,000 trials") and f"= {lumped:.4f} over the 10" in outputs[0]["text"]
+    assert outputs[0]["text"].startswith("n = 2,000 trials") and f"= {lumped:.4f} over the 10" in outputs[0]["text"]
 
 
 # ---- no exact rule accepts more ---------------------------------------------------------------------

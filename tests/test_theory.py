@@ -5,11 +5,9 @@ from itertools import product
 import numpy as np
 import pytest
 
-from picogpt import PicoGPTError
+from picogpt import PicoGPTError, theory
 from picogpt.rejection import output_distribution_among
-from picogpt import theory
-from picogpt.theory import (acceptance_rate, best_K, expected_tokens_per_loop, predicted_speedup_leviathan,
-                            predicted_speedup)
+from picogpt.theory import acceptance_rate, best_K, expected_tokens_per_loop, predicted_speedup, predicted_speedup_leviathan
 
 
 def test_acceptance_rate_is_the_overlap_of_p_and_q():

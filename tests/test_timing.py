@@ -3,8 +3,8 @@ machine's rates computed as work / median time. A fake clock makes every duratio
 
 import numpy as np
 import pytest
-
 from helpers import random_gpt2
+
 from picogpt.errors import PicoGPTError
 from picogpt.measure import machine, timing
 from picogpt.measure.machine import BANDWIDTH_SHAPE, measure_bandwidth_gbs, measure_matmul_gflops

@@ -6,15 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import random_gpt2
 from helpers_sampling import MemoModel, chi_square_test, joint_distribution
+
 from picogpt import PicoGPTError, autoregressive_sampling, load, speculative_sampling, tokenizer
 from picogpt.model import ModelView, load_checkpoint
 from picogpt.rejection import residual
 from picogpt.sampling import distribution, sample
-from picogpt.tree import (ROOT, Tree, TreeDraft, attention_mask, positions, score_tree, tree_call, tree_sampling,
-                          walk)
+from picogpt.tree import ROOT, Tree, TreeDraft, attention_mask, positions, tree_call, tree_sampling, walk
 
 PARITY = Path(__file__).parent / "fixtures" / "parity"
 # a hand-made tree: two candidates after the text, two below the first, one below the second,

@@ -4,8 +4,8 @@ predicted vs measured), kept in bench.json and printed."""
 import json
 
 import pytest
-
 from helpers import write_random_checkpoint
+
 from picogpt import bench
 from picogpt.bench import report
 from picogpt.measure import trees

@@ -6,16 +6,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import json  # noqa: E402
+import json
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
+from helpers import random_gpt2
 
-from helpers import random_gpt2  # noqa: E402
-from picogpt import theory  # noqa: E402
-from picogpt.course import panels, tree_figures, trees, widgets  # noqa: E402
-from picogpt.measure import trees as tree_measure  # noqa: E402
-from picogpt.tree import ROOT, Tree  # noqa: E402
+from picogpt import theory
+from picogpt.course import panels, tree_figures, trees, widgets
+from picogpt.measure import trees as tree_measure
+from picogpt.tree import ROOT, Tree
 
 HAND_TREE = Tree(tokens=(11, 22, 33, 44, 55, 66, 77), parents=(ROOT, ROOT, 0, 0, 1, 2, 4))
 
@@ -79,7 +79,7 @@ def test_the_running_residuals_judge_each_candidate_and_vanish_on_the_rejected()
     candidates = trees.drawn_without_replacement(p, 3)[0][0]
     q_rows = trees.running_residuals(rows, q)
     assert q_rows.shape == (4, len(q)) and np.allclose(q_rows.sum(axis=1), 1)
-    for i, c in enumerate(candidates):
+    for i in range(len(candidates)):
         assert q_rows[i + 1][list(candidates[: i + 1])].max() == 0  # what was rejected is never missing
 
 

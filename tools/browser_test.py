@@ -95,6 +95,7 @@ class RunTimedOut(Exception):
 
 
 def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now (JupyterLab's, here and in the tests)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -455,7 +456,7 @@ def check_widgets_drawn(page, name):
                            f"{len(counts['drawn'])} on the page)")
         raise CheckFailed(f"{name}: widgets sent by the kernel were not drawn in cells {missing} "
                           f"(sent {counts['sent']}, drawn {counts['drawn']}); "
-                          f"{'; '.join(widget_problems(page)) or 'no error text on the page'}")
+                          f"{'; '.join(widget_problems(page)) or 'no error text on the page'}") from None
     problems = widget_problems(page)
     if problems:
         raise CheckFailed(f"{name}: {'; '.join(problems)}")
@@ -483,7 +484,7 @@ def check_figures_drawn(page, name, shots):
         sent = c["sent"] or []
         missing = [i + 1 for i, (s, d) in enumerate(zip(sent, c["drawn"])) if d < s]
         raise CheckFailed(f"{name}: figures sent by the kernel are not drawn (no decoded image of non-zero size) "
-                          f"in cells {missing} (image outputs per cell {sent}, drawn {c['drawn']})")
+                          f"in cells {missing} (image outputs per cell {sent}, drawn {c['drawn']})") from None
     if found["sent"] is None:
         print("  (window.jupyterapp not available: counted drawn figures only)")
     cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
@@ -615,7 +616,7 @@ def check_monte_carlo(page, name, scope, tag, shots, figure_outputs):
                           f"other than the figure's (images per Output before: "
                           f"{[len(i) for i in images_before]}, after: "
                           f"{[len(i) for i in output_images(scope)]}); "
-                          f"{'; '.join(widget_problems(page)) or 'no widget error shown'}")
+                          f"{'; '.join(widget_problems(page)) or 'no widget error shown'}") from None
     page.wait_for_timeout(500)
     shots.take(scope, f"{tag}-after-monte-carlo")
     print(f"  {tag}: {MC_BUTTON!r} drew a histogram in Output #{drawn[0] + 1}")
@@ -638,7 +639,7 @@ def check_residual_switch(page, name, scope, tag, shots):
     except CheckFailed:
         shots.take(scope, f"{tag}-residual-switch-FAILED")
         raise CheckFailed(f"{name}: {tag}: switching to {WRONG_RESIDUAL!r} did not show TV(output, q) in the "
-                          f"readout and a redrawn histogram (readout now {readout_text(scope)!r})")
+                          f"readout and a redrawn histogram (readout now {readout_text(scope)!r})") from None
     page.wait_for_timeout(500)
     shots.take(scope, f"{tag}-after-residual-switch")
     print(f"  {tag}: residual switch {WRONG_RESIDUAL!r}: {readout_text(scope)[-60:]!r}")
@@ -674,7 +675,7 @@ def check_landing(page, server, notebooks, shots):
         wait_for(lambda: set(notebooks) <= listed(), PAGE_LOAD_S, "")
     except CheckFailed:
         raise CheckFailed(f"the JupyterLab file browser shows {sorted(listed())}, "
-                          f"not the course notebooks {notebooks}")
+                          f"not the course notebooks {notebooks}") from None
     shots.take(page, "landing")
     return f"file browser lists all {len(notebooks)} notebooks"
 
@@ -718,7 +719,7 @@ def check_explorer(page, server, shots):
 
 def require_playwright():
     try:
-        import playwright.sync_api  # noqa: F401
+        import playwright.sync_api  # noqa: F401 (imported only to find out whether it is installed)
     except ImportError:
         raise CheckFailed("Playwright is not installed in this Python: pip install -e '.[browser]' "
                           "(make browser-test does this)") from None

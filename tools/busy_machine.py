@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import picogpt
-from picogpt.measure.results import results_path
 from picogpt.io.atomic import write_text_atomically
 from picogpt.measure import speedup
+from picogpt.measure.results import results_path
 
 REPO = Path(__file__).resolve().parent.parent
 SPIN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"

@@ -25,7 +25,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from browser_test import free_port
 
 from picogpt.io.atomic import write_text_atomically
 
@@ -58,12 +59,6 @@ def venv_env(clone):
     env["VIRTUAL_ENV"] = str(clone / ".venv")
     env["PATH"] = f"{clone / '.venv' / 'bin'}{os.pathsep}{env['PATH']}"
     return env
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def lab_start_s(clone, env):

@@ -28,7 +28,8 @@ from collections import defaultdict
 import numpy as np
 
 import picogpt
-from picogpt import model as model_module, rejection, sampling, speculative
+from picogpt import model as model_module
+from picogpt import rejection, sampling, speculative
 from picogpt.io.atomic import write_text_atomically
 from picogpt.kv_cache import KVCache
 from picogpt.measure.machine import load_average, machine_info

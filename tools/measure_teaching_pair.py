@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import render_docs
 
 import picogpt
 from picogpt import theory
-import render_docs
 from picogpt.measure import machine, speedup
 from picogpt.sampling import autoregressive_sampling, distribution
 

@@ -30,14 +30,16 @@ import threading
 import time
 from pathlib import Path
 
-from picogpt.bench.checkpoints import random_checkpoint, shown_path
+import pages
 from goals import load_goals
-from picogpt.measure.results import results_path
-from picogpt.course.pair import ENV as COURSE_MODELS_ENV, PAIRS
+
+from picogpt.bench.checkpoints import random_checkpoint, shown_path
+from picogpt.course.pair import ENV as COURSE_MODELS_ENV
+from picogpt.course.pair import PAIRS
 from picogpt.io.atomic import write_text_atomically
 from picogpt.io.registry import checkpoint_path, is_available
-import pages
 from picogpt.measure import machine
+from picogpt.measure.results import results_path
 
 REPO = Path(__file__).resolve().parent.parent
 GOAL_FILE = "page-cache.json"  # the goal of benchmarks/goals.json that reads this tool's results

@@ -21,18 +21,17 @@ import json
 import mmap
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+import pages
 
 from picogpt.bench.checkpoints import resolve_models
-import pages
 from picogpt.bench.decode import Engine, prompt_ids
-from picogpt.measure.results import results_path
-from picogpt.io.atomic import write_text_atomically
 from picogpt.bench.rounds import ceiling_tasks, describe_ceiling, interleaved
+from picogpt.io.atomic import write_text_atomically
 from picogpt.io.params import leaves, map_leaves
 from picogpt.measure import machine
+from picogpt.measure.results import results_path
 from picogpt.model import load_checkpoint
 
 LAYOUTS = {  # name: (advice, first touch of the pages in a random order)

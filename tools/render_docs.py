@@ -21,10 +21,10 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
-
 import goals
+import numpy as np
 from goals import goal_value
+
 from picogpt.errors import PicoGPTError
 from picogpt.io.atomic import write_text_atomically
 from picogpt.measure import speedup
@@ -171,7 +171,7 @@ def end_to_end_table(results, source):
     common = all(m.Ks == found[0][1].Ks for _, m in found)
     Ks = " / ".join(map(str, found[0][1].Ks)) if common else "K (per row)"
     rows = []
-    for entry, m in found:
+    for _, m in found:
         speedups = [m.by_K[K].speedup for K in m.Ks]
         best = max(range(len(speedups)), key=speedups.__getitem__)
         K = featured_K(m)
@@ -205,7 +205,8 @@ def prediction_table(results, source):
         rows.append([pair_label(m), f"{m.controls['temperature']:g}", K, f"{g['measured']:.2f}x",
                      f"{g['predicted']:.2f}x", f"{g['measured'] / g['predicted']:.2f}", f"{g['tokens']:.2f}",
                      f"{g['loop_time']:.2f}", f"{g['autoregressive']:.2f}", f"{g['rest']:.2f}",
-                     f"{max(outside):.3f} s of {value_range([at.seconds.median for at in m.by_K.values()], lambda v: f'{v:.2f}')} s"])
+                     f"{max(outside):.3f} s of "
+                     f"{value_range([at.seconds.median for at in m.by_K.values()], lambda v: f'{v:.2f}')} s"])
     header = ["pair", "temperature", "K", "measured", "predicted", "measured / predicted", "= tokens",
               "x loop time", "/ autoregressive", "x rest", "decide + other, per run"]
     return [f"Measured within 10% of predicted in {close} of {len(cells)} (pair, temperature, K) cells.", "",

@@ -135,7 +135,9 @@ def read_chapters(path):
 
 def split_tokens(chapters, tokenizer):
     """Every VAL_EVERY_NTH_CHAPTER-th chapter is held out; returns (train ids, val ids)."""
-    is_val = lambda i: i % VAL_EVERY_NTH_CHAPTER == VAL_EVERY_NTH_CHAPTER - 1
+    def is_val(i):
+        return i % VAL_EVERY_NTH_CHAPTER == VAL_EVERY_NTH_CHAPTER - 1
+
     train = "".join(c for i, c in enumerate(chapters) if not is_val(i))
     val = "".join(c for i, c in enumerate(chapters) if is_val(i))
     return (np.array(tokenizer.encode_ordinary(train), dtype=np.int64),

@@ -40,9 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 import former
+import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from picogpt.fast import compiled, kernels, threads
@@ -797,8 +796,12 @@ def between_mode(args, sgemm, n_past=32, row_counts=(1, 5, 9)):
     for model in args.models:
         e, n_layer = MODELS[model], DEPTHS.get(model, args.layers)
         config = GPT2Config(n_layer=n_layer, n_head=e // 64, n_embd=e, n_ctx=1024, n_vocab=50257)
-        vector = lambda n: rng.standard_normal(n, dtype=np.float32)  # noqa: E731
-        matrix = lambda n_in, n_out: np.broadcast_to(np.float32(0), (n_in, n_out))  # noqa: E731
+        def vector(n):
+            return rng.standard_normal(n, dtype=np.float32)
+
+        def matrix(n_in, n_out):
+            return np.broadcast_to(np.float32(0), (n_in, n_out))
+
         params = {"wte": {"weight": rng.standard_normal((50257, e), dtype=np.float32)},
                   "wpe": {"weight": rng.standard_normal((1024, e), dtype=np.float32)},
                   "ln_f": {"weight": vector(e), "bias": vector(e)},
@@ -846,20 +849,21 @@ def paths_mode(args, sgemm):
 
     draft, target = model("gpt2"), model("gpt2-xl")
     draft.prepare(), target.prepare()
-    paths = {"picogpt.fast: compiled few rows, OpenBLAS one row": (kernels.compiled_matmul, False),
-             "former: team + compiled block + compiled products": (former.team_matmul, True),
-             "compiled products for every row count up to 16, no team": (compiled_every_row, False),
-             "NumPy only: picogpt.fast without numba (GEMM for a few rows)": (kernels.numpy_matmul, False),
-             "NumPy only, L2 tiles for a few rows (former, without numba)": (former.tiled_matmul, False)}
+    paths = {"picogpt.fast: compiled few rows, OpenBLAS one row": (kernels.compiled_matmul, GPT2),
+             "former: team + compiled block + compiled products": (former.team_matmul, former.FormerPath),
+             "the former team without the compiled block": (former.team_matmul, former.TeamOnly),
+             "compiled products for every row count up to 16, no team": (compiled_every_row, GPT2),
+             "NumPy only: picogpt.fast without numba (GEMM for a few rows)": (kernels.numpy_matmul, GPT2),
+             "NumPy only, L2 tiles for a few rows (former, without numba)": (former.tiled_matmul, GPT2)}
     if compiled.loops() is None:
         paths = {name: path for name, path in paths.items() if name.startswith("NumPy")}
     ids = np.random.default_rng(0).integers(0, target.config.n_vocab, 32)
     controls = dict(temperature=args.temperature)
 
     def run(path, kind, seed):
-        matmul, is_former = paths[path]
+        matmul, kind_of_model = paths[path]
         for m in (draft, target):
-            m.__class__, m.matmul = former.FormerPath if is_former else GPT2, matmul
+            m.__class__, m.matmul = kind_of_model, matmul
         start = time.perf_counter()
         if kind == "speculative":
             result = speculative_sampling(draft, target, ids, args.tokens, K=args.k, seed=seed, **controls)

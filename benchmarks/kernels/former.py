@@ -21,8 +21,8 @@ import numpy as np
 
 from picogpt.fast import compiled, kernels
 from picogpt.fast.kernels import FEW_ROWS, numpy_matmul
-from picogpt.gpt2 import gpt2
 from picogpt.fast.threads import n_threads, parallel
+from picogpt.gpt2 import gpt2
 from picogpt.kv_cache import KVCache
 from picogpt.model import GPT2, unchanged_on_error
 
@@ -159,6 +159,8 @@ class FormerPath(GPT2):
     a cache, the compiled block; team_matmul for every product. `FormerPath.of(model)` turns a
     loaded model into one (the same weights)."""
 
+    with_block = True
+
     @classmethod
     def of(cls, model):
         model.__class__ = cls
@@ -170,7 +172,14 @@ class FormerPath(GPT2):
         ids = self.validate_inputs(ids, cache)
         self.prepare()
         big = self.bytes_per_token >= BIG_MODEL_BYTES and len(ids) <= FEW_ROWS
-        forward = block.gpt2_cached if big and isinstance(cache, KVCache) else None
+        forward = block.gpt2_cached if big and self.with_block and isinstance(cache, KVCache) else None
         with unchanged_on_error(cache), team_call(self.bytes_per_token, len(ids)):
             return self.ensure_finite((forward or gpt2)(ids, self.fast_params, self.config, cache,
                                                          matmul=team_matmul))
+
+
+class TeamOnly(FormerPath):
+    """The former path without the compiled block: a team for each big call, gpt2.py as written
+    between the products (which of the two made the former path faster)."""
+
+    with_block = False

@@ -5,8 +5,8 @@ distributions), and the teaching pair as trained; then token trees against a cha
 size, by measure/trees.py (the same method: costs read inside the loops, predicted vs measured)."""
 
 from ..io.registry import PRETRAINED
-from ..model import load_checkpoint
 from ..measure import speedup, trees
+from ..model import load_checkpoint
 from .checkpoints import random_checkpoint
 from .decode import prompt_ids
 

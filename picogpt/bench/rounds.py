@@ -11,7 +11,6 @@ import numpy as np
 from tqdm import tqdm
 
 from ..fast import kernels
-
 from ..measure import machine
 from ..measure.timing import timed
 

@@ -23,8 +23,8 @@ import sys
 import time
 
 from ..errors import PicoGPTError
-from ..io.registry import EMBEDDED
 from ..fast import compiled, threads
+from ..io.registry import EMBEDDED
 from ..measure import machine
 from .checkpoints import resolve_models
 from .decode import bench_model
@@ -62,7 +62,7 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
     start = time.perf_counter()
     s = settings(quick, **overrides)
     models, notes = resolve_models(names)
-    results = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    results = {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                "command": "python -m picogpt bench" + (" --quick" if quick else ""),
                "machine": {**machine.machine_info(), "threads_used": threads.n_threads(),
                            "kernel": compiled.name()},

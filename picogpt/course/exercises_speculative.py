@@ -189,7 +189,8 @@ def check_predicted_speedup(answer, alpha=0.7, K=4, t_draft_ms=1.8, t_target_ms=
     solution = (f"{tokens:.3f} tokens per loop / ({K} × {t_draft_ms} + {t_target_ms} = "
                 f"{K * t_draft_ms + t_target_ms:.1f} ms) × {t_target_ms} ms = {expected:.2f}x.")
     mistakes = [(alpha * (K + 1) / (K * t_draft_ms + t_target_ms) * t_target_ms,
-                 "alpha is a per-draft acceptance rate, not the share β of the K + 1 possible tokens a loop emits: tokens per loop is (1 − alpha^(K+1)) / (1 − alpha)"),
+                 "alpha is a per-draft acceptance rate, not the share β of the K + 1 possible tokens a loop emits: "
+                 "tokens per loop is (1 − alpha^(K+1)) / (1 − alpha)"),
                 (tokens, "that is tokens per loop; a loop also costs more than one target step: K drafts + the scoring call"),
                 (tokens / (K * t_draft_ms + t_target_ms), "that is tokens per millisecond; multiply by t_target for the ratio")]
     return check_number(answer, expected, how, solution, mistakes)

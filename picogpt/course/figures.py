@@ -13,8 +13,7 @@ import textwrap
 import numpy as np
 
 from ..errors import PicoGPTError
-from .panels import (NOTHING_REJECTED, TEMPERATURES, shown_tv, token_label, top_tokens, tokens_per_loop_counts,
-                     tokens_per_loop_pmf)
+from .panels import NOTHING_REJECTED, TEMPERATURES, shown_tv, token_label, tokens_per_loop_counts, tokens_per_loop_pmf, top_tokens
 
 try:
     import matplotlib

@@ -1,7 +1,8 @@
 """The numbers behind the course's pictures, as pure functions (no matplotlib, no widgets):
 toy and real next-token distributions, Theorem 1's panel, the Monte-Carlo of one
 accept/resample step (with a switch to wrong residuals), and the speculative loop's trace as
-tables and marked text (notebooks 03-04), loops whose acceptance varies (05). Tested headless in tests/test_figures*.py and tests/test_theorem1_widget.py.
+tables and marked text (notebooks 03-04), loops whose acceptance varies (05). Tested headless
+in tests/test_figures*.py and tests/test_theorem1_widget.py.
 
 Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
 token, (f)+ = max(0, f) / Σ max(0, f).
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import theory
 from ..errors import PicoGPTError
 from ..rejection import RESIDUAL_MASS_EPS, accept_or_resample_many, accept_probabilities, output_distribution, residual
-from .. import theory
 from ..sampling import distribution
 from ..theory import acceptance_rate
 
@@ -34,9 +35,10 @@ def bump(centre, width, n_vocab):
     return distribution(logits)
 
 
-def toy_distributions(centre_p=2.0, width_p=1.5, centre_q=4.0, width_q=1.0, n_vocab=len(TOY_VOCAB)):
+def toy_distributions(centre_p=2.0, width_p=1.5, centre_q=4.0, width_q=1.0, n_vocab=None):
     """(p, q): a draft and a target over a toy vocabulary, shaped by four slider values.
     Moving the centres apart makes the models disagree; P(accept) = Σ min(p, q) falls."""
+    n_vocab = len(TOY_VOCAB) if n_vocab is None else n_vocab
     return bump(centre_p, width_p, n_vocab), bump(centre_q, width_q, n_vocab)
 
 
@@ -55,7 +57,7 @@ def distributions_at(logits_p, logits_q, position, temperature_p=1.0, temperatur
     return p, q
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def drawable_codepoints():
     """The characters matplotlib's default font (DejaVu Sans) can draw."""
     from matplotlib.font_manager import FontProperties, findfont

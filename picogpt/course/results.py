@@ -1,16 +1,14 @@
 """Reading measurements for the notebooks, so that their prose never quotes a figure: whether a
-run resolves its best choice (a K, a number of layers, a strategy), what the bench committed (benchmarks/bench.json) for GPT-2 small and
-XL, and others' published figures of the same pair, each printed with what differs from ours.
+run resolves its best choice (a K, a number of layers, a strategy), what the bench committed
+(benchmarks/bench.json) for GPT-2 small and XL, and others' published figures of the same pair,
+each printed with what differs from ours.
 """
 
 import json
 from pathlib import Path
 
-import numpy as np
-
 from ..measure import speedup
 from ..measure.results import BENCH_JSON, bench_measurements
-
 
 # ---------------------------------------------------------------------------------------------
 # Does a measurement resolve its best choice?

@@ -29,8 +29,8 @@ import numpy as np
 
 from .. import rejection, speculative
 from ..model import ModelView
-from ..speculative import token_ids
 from ..sampling import sample
+from ..speculative import token_ids
 from .chi_square import chi_square_sf, chi_square_test
 
 # ---------------------------------------------------------------------------------------------
@@ -373,7 +373,8 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
         return ok
 
     if fn is None or fn is Ellipsis or not callable(fn):
-        return verdict(False, "write your step function, then pass the function itself: check_speculative_step(my_speculative_step).")
+        return verdict(False, "write your step function, then pass the function itself: "
+                              "check_speculative_step(my_speculative_step).")
     cases = grading_cases()
     draft_stream, seed_checks, *step_streams = np.random.SeedSequence(seed).spawn(2 + len(cases))
     draft_rng = np.random.default_rng(draft_stream)

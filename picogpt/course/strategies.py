@@ -80,7 +80,7 @@ def measure_strategies(strategies, target, ids, N, repeats=3, seed=0, on_run=Non
     ar_runs, spec_runs, loads = speedup.timed_runs(strategies, target, ids, N, repeats, seed, 4, controls,
                                                    on_run=on_run)
     found = {}
-    for name, (draft, K) in strategies.items():
+    for name, (_, K) in strategies.items():
         m = speedup.summarise(name, target.name, N, controls, ar_runs, {K: spec_runs[name]}, *loads)
         loops = steady_loops(spec_runs[name])
         found[name] = StrategyResult(

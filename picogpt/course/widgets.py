@@ -211,6 +211,7 @@ def candidates_explorer():
     """Toy p and q, the number of candidates, and the rule that judges them (trees.RULES): the
     emitted token's exact distribution against q. Returns an ipywidgets.VBox."""
     import ipywidgets as w
+
     from . import trees
     sliders, make_pair = toy_controls()
     m_slider = w.IntSlider(value=2, min=1, max=4, description="candidates m", continuous_update=False,

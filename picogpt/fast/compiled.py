@@ -154,7 +154,7 @@ def loops():
             return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
         return unavailable(f"numba has no writable folder for its compiled code ({first_line(e)}); set "
                            "NUMBA_CACHE_DIR to a writable folder to use the compiled kernels")
-    except Exception as e:  # noqa: BLE001 (numba's errors have no common base): fall back, say why
+    except Exception as e:
         return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
     return compiled
 

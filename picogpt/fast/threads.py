@@ -67,12 +67,6 @@ def blas_on_one_thread():
         _blas_limit = threadpool_limits(limits=1, user_api="blas")
 
 
-def blas_on_every_thread():
-    """Within the block, NumPy's BLAS runs on n_threads() threads of its own, as NumPy runs
-    outside picogpt (the bandwidth ceiling is measured with its threaded GEMV)."""
-    return threadpool_limits(limits=n_threads(), user_api="blas")
-
-
 IDLE_S = 1.0  # a helper with no work for this long leaves; the next product starts another
 
 

@@ -105,7 +105,7 @@ def url_problem(text):
         return "it holds spaces, line breaks or control characters"
     try:
         parts = urllib.parse.urlsplit(text)
-        parts.port  # raises ValueError for a port that is not a number from 0 to 65535
+        _ = parts.port  # raises ValueError for a port that is not a number from 0 to 65535
     except ValueError as e:
         return str(e)
     if parts.scheme not in ("http", "https"):

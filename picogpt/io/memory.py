@@ -13,7 +13,6 @@ Three kinds of limit can stop an allocation, and the room left is the least of t
 Past the first, an allocation fails with MemoryError; past the last, the kernel kills the process.
 """
 
-import os
 import posixpath
 import re
 

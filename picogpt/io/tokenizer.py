@@ -34,7 +34,7 @@ def verify_bpe_files(folder=DATA):
                                "reinstall picogpt")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tokenizer():
     """The GPT-2 tokenizer (a `tiktoken.Encoding`, identical to `tiktoken.get_encoding("gpt2")`)."""
     verify_bpe_files()

@@ -13,10 +13,9 @@ import platform
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_info
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from ..errors import PicoGPTError
-from ..fast.threads import blas_on_every_thread
 from ..io.memory import meminfo_bytes
 from .timing import median_seconds
 
@@ -38,8 +37,9 @@ def bandwidth_matrices(n_bytes):
 def gemv_pass(matrices, x):
     """One-row products over every matrix, `W @ x` ([rows, 1600] @ [1600] -> [rows]): each
     weight read once and used for one multiply-add, as in decoding one token. NumPy's BLAS GEMV
-    on all its threads, even where picogpt's fast path runs it on one (fast/threads.py)."""
-    with blas_on_every_thread():
+    on a thread per core, as NumPy runs outside picogpt, even where picogpt's fast path has put
+    it on one (fast/threads.py); afterwards as it was."""
+    with threadpool_limits(limits=os.cpu_count(), user_api="blas"):
         return [matrix @ x for matrix in matrices]
 
 

@@ -54,7 +54,6 @@ from ..tree import tree_sampling
 from .machine import load_average
 from .timing import Spread, spread
 
-
 # ---------------------------------------------------------------------------------------------
 # The costs and the formulas they feed
 # ---------------------------------------------------------------------------------------------
@@ -169,7 +168,9 @@ def as_dict(measurement):
 
 def from_dict(data):
     """as_dict's inverse (also for data read back from JSON)."""
-    spreads = lambda d, keys: {k: Spread(**d[k]) if k in keys else v for k, v in d.items()}  # noqa: E731
+    def spreads(d, keys):
+        return {k: Spread(**d[k]) if k in keys else v for k, v in d.items()}
+
     # "speedup" is derived from speedup_runs; a stored one (a ratio of medians, in files written
     # when that was the statistic) is not read
     by_K = {int(K): AtK(**spreads({k: v for k, v in at.items() if k != "speedup" and v is not None},

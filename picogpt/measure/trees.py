@@ -3,9 +3,9 @@ measures chains (used by notebook 07 and `python -m picogpt bench`).
 
 The runs are speedup.py's (timed_runs): per repeat each variant, then autoregressive sampling,
 all with seed + repeat, so a busy moment hits every variant alike; a chain runs the library's
-Algorithm 2 (speculative_sampling), a tree tree_sampling (picogpt/tree.py). Costs are read inside the loops, the first loop of each
-run (which also reads the prompt) left out. The speedup is speedup.py's one statistic: the
-median over the repeats of autoregressive seconds / this variant's seconds of the same repeat,
+Algorithm 2 (speculative_sampling), a tree tree_sampling (picogpt/tree.py). Costs are read
+inside the loops, the first loop of each run (which also reads the prompt) left out. The speedup
+is speedup.py's one statistic: the median over the repeats of autoregressive seconds / this variant's seconds of the same repeat,
 with the interquartile range of those ratios.
 
 The prediction is Jay Mody's arithmetic with a tree's loop: the tokens a loop should emit, by
@@ -118,7 +118,9 @@ def as_dict(m):
 
 def from_dict(data):
     """as_dict's inverse (also for data read back from JSON)."""
-    spreads = lambda d, keys: {k: Spread(**v) if k in keys else v for k, v in d.items()}  # noqa: E731
+    def spreads(d, keys):
+        return {k: Spread(**v) if k in keys else v for k, v in d.items()}
+
     variants = {name: Variant(**{**spreads(v, ("seconds", "speedup_runs", "t_score")), "shape": tuple(v["shape"])})
                 for name, v in data["variants"].items()}
     return TreeMeasurement(**{**spreads(data, ("autoregressive_s", "t_target")), "variants": variants})
