@@ -336,25 +336,29 @@ def kernel_rows_table(results, source):
 
 def kernel_paths_table(results, source):
     """candidates.py paths: each way of computing the products, end to end, GPT-2 small drafting
-    for XL: ms per token of both algorithms and the speedup repeat by repeat, beside the path
-    the package takes now."""
+    for XL: ms per token of both algorithms, the speedup, and each path's time per token against
+    the package's, all as medians of the repeat-by-repeat figures with their interquartile range
+    (measure/speedup.py's statistic)."""
     times = results["times_s_per_token"]
     now = next(iter(times))  # the first path is the package's
+
+    def ratio(top, bottom, unit=""):
+        r = spread([a / b for a, b in zip(top, bottom)])
+        return f"{r.median:.2f}{unit} ({r.q1:.2f}-{r.q3:.2f})"
+
     rows = []
     for path, t in times.items():
-        ratios = [a / s for a, s in zip(t["autoregressive"], t["speculative"])]
-        versus = [b / a for a, b in zip(times[now]["autoregressive"], t["autoregressive"])]
+        versus = "-" if path == now else " / ".join(ratio(t[kind], times[now][kind])
+                                                    for kind in ("autoregressive", "speculative"))
         rows.append([f"**{path}**" if path == now else path, with_spread(t["autoregressive"]),
-                     with_spread(t["speculative"]), value_range(ratios, lambda v: f"{v:.2f}x"),
-                     "-" if path == now else value_range(versus, lambda v: f"{v:.2f}")])
+                     with_spread(t["speculative"]), ratio(t["autoregressive"], t["speculative"], "x"), versus])
     machine, runs = results["machine"], len(times[now]["autoregressive"])
     return [f"`{results['command']}` on {machine['cpu']} ({machine['cores']} cores, {machine['threads']} threads), "
             f"numpy {machine['numpy']}; N = {results['tokens']} tokens, K = {results['K']}, temperature "
             f"{results['temperature']:g}; medians of {runs} interleaved repeats, interquartile range in brackets, "
             f"load average at the end {results['load']}:", "",
-            *table_lines(["path", "autoregressive, per token", "speculative, per token",
-                          "speedup, repeat by repeat", "autoregressive time / the package's, repeat by repeat"],
-                         rows)]
+            *table_lines(["path", "autoregressive, per token", "speculative, per token", "speedup",
+                          "time per token / the package's (autoregressive / speculative)"], rows)]
 
 
 def kernel_compute_table(results, source):
