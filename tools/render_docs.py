@@ -543,12 +543,35 @@ def files_table(report, source):
     return table_lines(["file", "size", "sha256"], rows)
 
 
+def speed_trees(results, source):
+    """Token trees against a chain of the same number of drafted tokens, per pair (the bench's
+    "trees" section): tokens per target call measured and by the formula, the target call's
+    cost, the speedup with its spread against the prediction."""
+    from picogpt.measure import trees
+
+    entries = results.get("trees") or []
+    if not entries:
+        return ["The committed results hold no measurement of token trees (`python -m picogpt bench --save` adds it)."]
+    lines = []
+    for entry in entries:
+        m = trees.from_dict(entry["trees"])
+        rows = [[v.name, f"{v.nodes}", f"{v.tokens_per_call:.2f} ({v.predicted_tokens:.2f})",
+                 f"{ms(v.t_score.median)} ms ({ms(v.t_score.q1)}-{ms(v.t_score.q3)})", speedup.speedup_text(v),
+                 f"{v.predicted:.2f}x"] for v in m.variants.values()]
+        lines += [f"{name_of(m.draft)} -> {name_of(m.target)}, temperature {m.controls.get('temperature', 1.0):g}, "
+                  f"N = {m.N}, {m.repeats} repeats interleaved, costs read inside the loops:", "",
+                  *table_lines(["chain or tree", "drafted tokens per loop", "tokens per target call (formula)",
+                                "target call", "speedup", "predicted"], rows), ""]
+    return lines[:-1]
+
+
 BENCH = "benchmarks/bench.json"
 BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
     "notebooks/TEACHING.md": {"payoff": ("benchmarks/first-hour.json", teaching_payoff)},
     "README.md": {"quick-start": ("benchmarks/first-hour.json", quick_start),
                   "busy-machine": ("benchmarks/busy.json", busy_machine)},
     "docs/speed.md": {"speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end),
+                      "speed-trees": (BENCH, speed_trees),
                       "loop-costs": ("benchmarks/loop-costs.json", loop_costs_table)},
     "benchmarks/README.md": {"run": (BENCH, run_summary), "decode": (BENCH, decode_table),
                              "ready": (BENCH, ready_table), "end-to-end": (BENCH, end_to_end_table),
