@@ -30,3 +30,13 @@ def test_the_bench_measures_a_chain_and_trees_of_its_settings(results):
     for v in m.variants.values():
         assert v.predicted > 0 and v.t_score.median > 0 and v.speedup_runs.q1 <= v.speedup <= v.speedup_runs.q3
     assert "chains and trees vs autoregressive sampling, draft -> target" in report.table(results)
+
+
+def test_the_speed_page_renders_the_tree_rows_from_the_bench_results(results):
+    import render_docs
+
+    lines = render_docs.speed_trees(json.loads(report.to_json(results)), None)
+    rows = [line for line in lines if line.startswith("| chain") or line.startswith("| tree")]
+    assert [row.split(" | ")[0] for row in rows] == ["| chain K = 3", "| tree (2, 1)"]
+    assert all(row.count("x") >= 2 for row in rows)  # the speedup and its prediction
+    assert render_docs.speed_trees({}, None)[0].startswith("The committed results hold no measurement of token trees")
