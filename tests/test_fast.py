@@ -233,6 +233,31 @@ def test_a_bad_kernel_choice_is_one_clear_error(monkeypatch, value):
         compiled.enabled()
 
 
+def test_each_environment_keeps_its_own_compiled_code(tmp_path, monkeypatch):
+    """.venv and .venv-oldest (other numba versions) must never read or overwrite each other's
+    machine code: the cache lives inside the environment, else in the user's cache under a name
+    of the environment's own, and NUMBA_CACHE_DIR overrides both."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first, second = tmp_path / "venv", tmp_path / "venv-oldest"
+    for prefix in (first, second):
+        prefix.mkdir()
+    monkeypatch.setattr(sys, "prefix", str(first))
+    in_first = compiled.cache_dir()
+    monkeypatch.setattr(sys, "prefix", str(second))
+    in_second = compiled.cache_dir()
+    assert in_first.is_relative_to(first) and in_second.is_relative_to(second)
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # environments this user cannot write to
+    elsewhere = {compiled.cache_dir()}
+    monkeypatch.setattr(sys, "prefix", str(first))
+    elsewhere.add(compiled.cache_dir())
+    assert len(elsewhere) == 2 and all(path.is_relative_to(tmp_path / "cache") for path in elsewhere)
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "chosen"))
+    assert compiled.cache_dir() == tmp_path / "chosen"
+
+
 def test_asking_for_numba_without_it_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(compiled, "loops", lambda: None)
     monkeypatch.setenv(compiled.KERNEL_ENV, "numba")
