@@ -90,6 +90,21 @@ print("finished")
 """
 
 
+@pytest.mark.parametrize("where", ["try_lock", "is_same_file"])
+def test_ctrl_c_in_the_instant_after_the_temporary_file_is_created_leaves_nothing(tmp_path, monkeypatch, where):
+    """A KeyboardInterrupt can arrive between any two lines: one raised just after the file is
+    created, before atomic_write's own clean-up is entered, must still take the file with it."""
+    path = write_text_atomically(tmp_path / "results.json", "old")
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(atomic, where, interrupted)
+    with pytest.raises(KeyboardInterrupt), atomic_write(path, text=True) as f:
+        f.write("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"] and path.read_text() == "old"
+    assert not atomic._being_written
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_bench_writes_a_random_checkpoint_leaves_no_temporary_file(tmp_path, signum):
     """SIGTERM used to leave a 428 MB .tmp of a new name every run (6.4 GB for XL)."""

@@ -75,17 +75,28 @@ def remove_stale_temporaries(path):
 def create_temporary(path, text):
     """A new temporary file of `path`, open for writing and locked: (its name, the file). A
     cleaner that took the lock in the instant between our creating the file and locking it has
-    deleted it: then try again under a new name."""
+    deleted it: then try again under a new name. Its name is in _being_written before the file
+    exists, and an exception at any moment here (KeyboardInterrupt) deletes it: a signal never
+    finds a file it does not know of."""
     while True:
         temporary = temporary_path(path)
-        f = open(temporary, "x" if text else "xb", encoding="utf-8" if text else None)
         _being_written.add(temporary)
+        f = None
         try:
-            mine = not LOCKS or try_lock(f) and is_same_file(f, temporary)
-        except OSError:  # a file system without locks: written unlocked
-            mine = True
-        if mine:
-            return temporary, f
+            f = open(temporary, "x" if text else "xb", encoding="utf-8" if text else None)
+            try:
+                mine = not LOCKS or try_lock(f) and is_same_file(f, temporary)
+            except OSError:  # a file system without locks: written unlocked
+                mine = True
+            if mine:
+                return temporary, f
+        except BaseException:
+            if f is not None:
+                f.close()
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
+            _being_written.discard(temporary)
+            raise
         f.close()
         _being_written.discard(temporary)
 
@@ -125,8 +136,9 @@ def atomic_write(path, text=False):
     path = Path(path)
     remove_stale_temporaries(path)
     with deleted_on_signal():
-        temporary, f = create_temporary(path, text)
+        temporary = None
         try:
+            temporary, f = create_temporary(path, text)  # deletes its file itself if interrupted
             with f:
                 yield f
                 f.flush()
@@ -136,8 +148,9 @@ def atomic_write(path, text=False):
             if not LOCKS:
                 os.replace(temporary, path)
         except BaseException:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
             raise
         finally:
             _being_written.discard(temporary)
