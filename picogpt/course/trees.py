@@ -150,7 +150,8 @@ def verdict_lines(m):
 
 def bench_tree_lines(path=None):
     """The bench's committed chains and trees (benchmarks/bench.json's "trees"), as text, each pair
-    with where its weights came from; or a line saying they are not measured there."""
+    with where its weights came from and what its repeats resolve; or a line saying they are not
+    measured there."""
     from ..measure import trees as tree_measure
     from ..measure.results import BENCH_JSON
     from .results import bench_source, read_bench
@@ -161,5 +162,6 @@ def bench_tree_lines(path=None):
     lines = []
     for entry in found:
         m = tree_measure.from_dict(entry["trees"])
-        lines += [f"the bench, {m.target}: {bench_source(bench, m.target)}", *tree_measure.text_lines(m), ""]
+        lines += [f"the bench, {m.target}: {bench_source(bench, m.target)}", *tree_measure.text_lines(m),
+                  *verdict_lines(m), ""]
     return lines
