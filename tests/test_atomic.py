@@ -75,8 +75,12 @@ def test_bench_figure_is_written_atomically_too(tmp_path, monkeypatch):
 # ---- signals: a subprocess writes a checkpoint slowly, the test stops it --------------------------
 
 SLOW_RANDOM_CHECKPOINT = """
-import sys, time
+import signal, sys, time
 import picogpt.bench.checkpoints as checkpoints
+
+# Ctrl-C as in a terminal, even when the tests run as a background job (`make test &`, nohup),
+# whose children inherit SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 class Slow(checkpoints.RandomTensor):
     def __array__(self, dtype=None, copy=None):
