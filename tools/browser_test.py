@@ -299,13 +299,18 @@ PROMPTS_JS = """() => Array.from(document.querySelectorAll('.jp-NotebookPanel .j
   return [prompt ? prompt.textContent.trim() : '', editor ? editor.textContent.trim().length > 0 : false];
 })"""
 
-# per cell: widget-view outputs in the notebook model, and widgets actually drawn at top level
-WIDGET_COUNTS_JS = """([mime, outputsSelector]) => {
+# per cell: outputs in the notebook model with a MIME type starting with `mimePrefix`, and what is
+# drawn in the cell's output areas: widgets at top level ('widgets'), or decoded <img> of non-zero
+# natural size outside any ipywidgets Output ('figures')
+OUTPUT_COUNTS_JS = """([mimePrefix, drawnKind, outputsSelector]) => {
   const app = window.jupyterapp;
   const panel = app && app.shell.currentWidget;
   const cells = Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell'));
-  const drawn = cells.map(c => Array.from(c.querySelectorAll(outputsSelector))
-      .filter(o => o.querySelector(':scope > .jupyter-widgets')).length);
+  const areas = c => Array.from(c.querySelectorAll(outputsSelector));
+  const isWidget = o => o.querySelector(':scope > .jupyter-widgets') !== null;
+  const drawn = cells.map(c => drawnKind === 'widgets' ? areas(c).filter(isWidget).length
+      : areas(c).filter(o => !isWidget(o)).flatMap(o => Array.from(o.querySelectorAll('img')))
+          .filter(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0).length);
   let sent = null;
   if (panel && panel.content && panel.content.model) {
     const model = panel.content.model.cells;
@@ -315,36 +320,7 @@ WIDGET_COUNTS_JS = """([mime, outputsSelector]) => {
       let n = 0;
       if (cell.type === 'code') {
         for (let j = 0; j < cell.outputs.length; j++) {
-          if (mime in (cell.outputs.get(j).data || {})) n++;
-        }
-      }
-      sent.push(n);
-    }
-  }
-  return {sent, drawn};
-}"""
-
-
-# per cell: image outputs in the notebook model, and <img> drawn in its output area (decoded,
-# with a non-zero natural size) at top level, i.e. not inside an ipywidgets Output
-FIGURE_COUNTS_JS = """(outputsSelector) => {
-  const app = window.jupyterapp;
-  const panel = app && app.shell.currentWidget;
-  const cells = Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell'));
-  const drawn = cells.map(c => Array.from(c.querySelectorAll(outputsSelector))
-      .filter(o => !o.querySelector(':scope > .jupyter-widgets'))
-      .flatMap(o => Array.from(o.querySelectorAll('img')))
-      .filter(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0).length);
-  let sent = null;
-  if (panel && panel.content && panel.content.model) {
-    const model = panel.content.model.cells;
-    sent = [];
-    for (let i = 0; i < model.length; i++) {
-      const cell = model.get(i);
-      let n = 0;
-      if (cell.type === 'code') {
-        for (let j = 0; j < cell.outputs.length; j++) {
-          if (Object.keys(cell.outputs.get(j).data || {}).some(m => m.startsWith('image/'))) n++;
+          if (Object.keys(cell.outputs.get(j).data || {}).some(m => m.startsWith(mimePrefix))) n++;
         }
       }
       sent.push(n);
@@ -438,7 +414,7 @@ def widget_problems(page):
 def check_widgets_drawn(page, name):
     """Every widget-view output the kernel sent is drawn as a widget, and nothing failed."""
     def counts_settled():
-        counts = page.evaluate(WIDGET_COUNTS_JS, [WIDGET_VIEW_MIME, CELL_OUTPUTS])
+        counts = page.evaluate(OUTPUT_COUNTS_JS, [WIDGET_VIEW_MIME, 'widgets', CELL_OUTPUTS])
         sent = counts["sent"] if counts["sent"] is not None else counts["drawn"]
         drawn_all = len(sent) == len(counts["drawn"]) and all(
             d >= s for s, d in zip(sent, counts["drawn"]))
@@ -448,7 +424,7 @@ def check_widgets_drawn(page, name):
     try:
         counts = wait_for(counts_settled, WIDGET_RENDER_S, "")
     except CheckFailed:
-        counts = page.evaluate(WIDGET_COUNTS_JS, [WIDGET_VIEW_MIME, CELL_OUTPUTS])
+        counts = page.evaluate(OUTPUT_COUNTS_JS, [WIDGET_VIEW_MIME, 'widgets', CELL_OUTPUTS])
         sent = counts["sent"] or []
         missing = [i + 1 for i, (s, d) in enumerate(zip(sent, counts["drawn"])) if d < s]
         if len(sent) != len(counts["drawn"]):
@@ -471,7 +447,7 @@ def check_figures_drawn(page, name, shots):
     """Every figure the kernel sent is drawn (an <img> with a natural size in its cell), and each
     cell with figures is photographed scrolled into view. Returns the number of figures."""
     def counts():
-        return page.evaluate(FIGURE_COUNTS_JS, CELL_OUTPUTS)
+        return page.evaluate(OUTPUT_COUNTS_JS, ['image/', 'figures', CELL_OUTPUTS])
 
     def all_drawn():
         c = counts()
