@@ -6,7 +6,6 @@
 `load` a model by name or path (io/registry.py says where each name lives).
 """
 
-import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -34,6 +33,29 @@ from .kv_cache import KVCache
 ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they take seconds)
 
 
+def cache_unchanged_unless_returned(call):
+    """A model call (`call(model, ids, cache, ...)`) that raises, for non-finite logits or a
+    Ctrl-C, leaves its KV cache exactly as it was: holding the positions it held before (a call
+    writes after them, so their keys and values are untouched). gpt2() advances the cache after
+    its last layer; the length it held is restored here, in the outermost frame of the call,
+    whose `return` lies inside the `try`: no instruction of picogpt's runs after the advance
+    outside it. (A `with` block's exit, which runs after its body has returned its value, left
+    such a gap.) An interrupt Python delivers after the call has returned is raised in the
+    caller, with the call's positions held: docs/guarantees.md."""
+
+    @functools.wraps(call)
+    def call_that_keeps_its_cache_on_error(model, ids, cache=None, positions=None, mask=None):
+        n_held = cache.length if isinstance(cache, KVCache) else None
+        try:
+            return call(model, ids, cache, positions, mask)
+        except BaseException:
+            if n_held is not None:
+                cache.length = n_held
+            raise
+
+    return call_that_keeps_its_cache_on_error
+
+
 class GPT2:
     """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes;
     `model(ids, cache, positions, mask)` scores a token tree (gpt2.gpt2, picogpt/tree.py).
@@ -54,7 +76,8 @@ class GPT2:
             raise PicoGPTError(f"in_memory={in_memory!r}: expected False (memory-mapped weights) or True "
                                "(copied into memory when the model is first run)")
         self.params, self.config, self.name = params, validate_config(config, name), name
-        self.checkpoint = checkpoint  # the file params were read from, if any
+        # the file params were read from, if any: absolute, so that os.chdir does not lose it
+        self.checkpoint = Path(checkpoint).absolute() if checkpoint is not None else None
         # what that file was when it was read (io/checkpoint.py's file_identity)
         self.checkpoint_identity = checkpoint_identity or (identity_now(checkpoint) if checkpoint else None)
         self.in_memory = in_memory  # copy the fast path's weights out of the mapped file
@@ -130,18 +153,19 @@ class GPT2:
     def validate_tree(self, ids, n_past, positions, mask):
         """A token tree's call (picogpt/tree.py): ids in the vocabulary, `positions` [n_new] whole
         numbers below the context (a tree's positions go as deep as its depth, not as far as its
-        number of nodes: its branches share position numbers) and `mask` [n_new, n_past + n_new]."""
+        number of nodes: its branches share position numbers) and `mask` [n_new, n_past + n_new]
+        (validate_mask)."""
         ids = self.validate_vocabulary(ids)
-        positions = np.asarray(positions if positions is not None else np.arange(n_past, n_past + ids.size))
-        if positions.shape != ids.shape or not np.issubdtype(positions.dtype, np.integer) or positions.min() < 0:
-            raise PicoGPTError(f"a tree's positions must be {ids.size} whole numbers >= 0, one per token, "
-                               f"got shape {positions.shape} of {positions.dtype}")
+        positions = array_or_none(positions if positions is not None else np.arange(n_past, n_past + ids.size))
+        if (positions is None or positions.shape != ids.shape or not np.issubdtype(positions.dtype, np.integer)
+                or positions.min() < 0):
+            got = "rows of unequal length" if positions is None else f"shape {positions.shape} of {positions.dtype}"
+            raise PicoGPTError(f"a tree's positions must be {ids.size} whole numbers >= 0, one per token, got {got}")
         if positions.max() >= self.config.n_ctx:
             raise PicoGPTError(f"position {int(positions.max())} is past {self.name}'s context of "
                                f"{self.config.n_ctx} tokens (positions 0..{self.config.n_ctx - 1}); draft a shallower tree")
-        if mask is not None and np.shape(mask) != (ids.size, n_past + ids.size):
-            raise PicoGPTError(f"a tree's mask must be [n_new, n_past + n_new] = [{ids.size}, {n_past + ids.size}], "
-                               f"got {np.shape(mask)}")
+        if mask is not None:
+            validate_mask(mask, (ids.size, n_past + ids.size))
         return ids
 
     def ensure_finite(self, logits):
@@ -180,23 +204,23 @@ class GPT2:
             self.matmul, self.fast_params = matmul, fast_params
         return self
 
+    @cache_unchanged_unless_returned
     def __call__(self, ids, cache=None, positions=None, mask=None):
         ids = self.validate_inputs(ids, cache, positions, mask)
         if self.reads_checkpoint():
             self.ensure_checkpoint_unchanged()
         self.prepare()
-        with unchanged_on_error(cache):
-            return self.ensure_finite(gpt2(ids, self.fast_params, self.config, cache, self.matmul, positions,
-                                           float32_or_none(mask)))
+        return self.ensure_finite(gpt2(ids, self.fast_params, self.config, cache, self.matmul, positions,
+                                       float32_or_none(mask)))
 
+    @cache_unchanged_unless_returned
     def plain(self, ids, cache=None, positions=None, mask=None):
         """The same logits from the checkpoint's arrays as they are, by gpt2.py with np.matmul:
         the reference path (it always reads the checkpoint file, in_memory or not)."""
         ids = self.validate_inputs(ids, cache, positions, mask)
         self.ensure_checkpoint_unchanged()
-        with unchanged_on_error(cache):
-            return self.ensure_finite(gpt2(ids, self.params, self.config, cache, positions=positions,
-                                           mask=float32_or_none(mask)))
+        return self.ensure_finite(gpt2(ids, self.params, self.config, cache, positions=positions,
+                                       mask=float32_or_none(mask)))
 
 
 class ModelView:
@@ -235,14 +259,41 @@ def copied_into_memory(params, name):
     return map_leaves(np.array, params)
 
 
+def array_or_none(values):
+    """np.asarray(values), or None where NumPy cannot make an array of them (ragged rows)."""
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError):
+        return None
+
+
+def validate_mask(mask, shape):
+    """Refuse a tree's attention mask unless it is a grid of numbers of `shape` [n_new, n_past +
+    n_new], each 0 where a token may see a key and -inf where it may not (or another number
+    added to the scores), with no NaN or +inf (either makes the softmax NaN: logits that would
+    otherwise be blamed on the weights) and no row that sees no key at all (0 / 0)."""
+    array = array_or_none(mask)
+    if array is None or array.shape != shape:
+        got = "rows of unequal length" if array is None else f"shape {list(array.shape)}"
+        raise PicoGPTError(f"a tree's mask must be [n_new, n_past + n_new] = [{shape[0]}, {shape[1]}] (rows of "
+                           f"equal length), got {got}")
+    if array.dtype.kind not in "iuf":
+        raise PicoGPTError(f"a tree's mask must hold numbers (0 where a token may see a key, -inf where it may "
+                           f"not), got {shown(array.dtype, 40)}")
+    scores = float32_or_none(array)
+    if np.isnan(scores).any() or np.isposinf(scores).any():
+        what = "NaN" if np.isnan(scores).any() else "+inf (or a number too large for float32)"
+        raise PicoGPTError(f"a tree's mask holds {what}, which would make the attention's softmax NaN: use 0 "
+                           "where a token may see a key and -inf where it may not")
+    blind = np.flatnonzero(np.isneginf(scores).all(axis=1))
+    if blind.size:
+        raise PicoGPTError(f"row {int(blind[0])} of a tree's mask sees no key (every entry -inf), so its softmax "
+                           "divides 0 by 0: every token sees at least itself")
+
+
 def float32_or_none(mask):
     """A tree's attention mask in float32, so that adding it keeps the scores in float32."""
     return None if mask is None else np.asarray(mask, np.float32)
-
-
-def unchanged_on_error(cache):
-    """A call that fails (non-finite logits, Ctrl-C) leaves its KV cache exactly as it was."""
-    return cache.unchanged_on_error() if isinstance(cache, KVCache) else contextlib.nullcontext()
 
 
 def load_checkpoint(path, name=None, in_memory=False):
@@ -251,7 +302,7 @@ def load_checkpoint(path, name=None, in_memory=False):
 
     Everything is checked on the header before a tensor is read: the config against the
     tensors' shapes, and the memory that widening F16 or BF16 weights to float32 would take."""
-    path = Path(path)
+    path = Path(path).absolute()  # the file, wherever the working folder is later (links kept)
     if path.is_dir():
         path = path / "model.safetensors"
     mapped = map_checkpoint(path)
