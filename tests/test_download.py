@@ -578,7 +578,7 @@ def test_an_empty_hf_endpoint_means_the_hub(monkeypatch):
 def plant(tmp_path, files, name, kind):
     """Put `kind` at files.<name> ("final", "part" or "lock"), as another user of a shared
     weights folder could: a symbolic link or a hard link to a victim file outside the folder
-    (which holds the file's genuine first bytes), a FIFO, or a link to /dev/zero. Returns the
+    (which holds the file's genuine first bytes), a FIFO, a folder, or a link to /dev/zero. Returns the
     victim, whose bytes must never change."""
     victim = tmp_path / "victim.bin"
     victim.write_bytes(PAYLOAD[:1000])
@@ -591,18 +591,22 @@ def plant(tmp_path, files, name, kind):
         os.link(victim, path)
     elif kind == "fifo":
         os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
     else:
         path.symlink_to("/dev/zero")
     return victim
 
 
 @pytest.mark.parametrize("name, kind", [("lock", "symlink"), ("lock", "hardlink"), ("part", "symlink"),
-                                        ("part", "hardlink"), ("part", "fifo"), ("final", "symlink")])
+                                        ("part", "hardlink"), ("part", "fifo"), ("final", "symlink"),
+                                        ("lock", "folder"), ("part", "folder"), ("final", "folder")])
 def test_a_link_planted_in_the_weights_folder_is_refused_and_its_target_untouched(server, monkeypatch, capsys,
                                                                                  tmp_path, name, kind):
     """A planted lock link got its target truncated and overwritten with a process id; a .part
     link got its target extended by the download, and then installed as model.safetensors: a
-    link to a file its planter could change at will."""
+    link to a file its planter could change at will. A folder at the lock's name gave a raw
+    IsADirectoryError (the command line blamed the disk's free space)."""
     files = register(monkeypatch)
     victim = plant(tmp_path, files, name, kind)
     status, out, err = run_cli(capsys, "toy")
