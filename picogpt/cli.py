@@ -270,8 +270,8 @@ def cmd_bench(args):
     ensure_writable_folder(folder, "the bench's results folder", "choose another with --out DIR")  # before measuring
     results = run_bench(args.models, quick=args.quick, **overrides)
     paths = report.save(results, folder, "bench-quick" if args.quick else "bench")
-    print(report.to_json(results) if args.json else report.table(results))
-    print(f"saved {', '.join(map(str, paths))}", file=sys.stderr)
+    print(report.to_json(results) if args.json else shown(report.table(results), keep="\n"))
+    print(f"saved {shown(', '.join(map(str, paths)))}", file=sys.stderr)
     if args.save and not args.out:
         print("render the documents that quote them: python tools/render_docs.py", file=sys.stderr)
     elif not args.save and not args.out:

@@ -296,12 +296,11 @@ def float32_or_none(mask):
     return None if mask is None else np.asarray(mask, np.float32)
 
 
-def load_checkpoint(path, name=None, in_memory=False):
-    """Load a model.safetensors file (or the folder holding it) with its config.json
-    (in_memory: see GPT2.prepare).
-
-    Everything is checked on the header before a tensor is read: the config against the
-    tensors' shapes, and the memory that widening F16 or BF16 weights to float32 would take."""
+def checked_checkpoint(path):
+    """(path, mapped file, config) of a model.safetensors file (or the folder holding it) and
+    its config.json, once everything is checked on the header, before a tensor is read: the
+    config against the tensors' shapes, and the memory that widening F16 or BF16 weights to
+    float32 would take."""
     path = Path(path).absolute()  # the file, wherever the working folder is later (links kept)
     if path.is_dir():
         path = path / "model.safetensors"
@@ -313,6 +312,13 @@ def load_checkpoint(path, name=None, in_memory=False):
     ensure_fits(mapped.widened_bytes(), f"widening {path}'s half-precision weights to float32",
                 "close other programs or notebook kernels, or use a float32 checkpoint "
                 "(python -m picogpt download fetches float32)", margin=0)
+    return path, mapped, config
+
+
+def load_checkpoint(path, name=None, in_memory=False):
+    """Load a model.safetensors file (or the folder holding it) with its config.json
+    (in_memory: see GPT2.prepare), checked first (checked_checkpoint)."""
+    path, mapped, config = checked_checkpoint(path)
     params = params_from_tensors(strip_names(tensors_of(mapped), path), config, path)
     name = name or shown(path.parent.name)  # a folder's name, printed wherever the model is named
     return GPT2(params, config, name, path, in_memory, checkpoint_identity=mapped.identity)
