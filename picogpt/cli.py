@@ -433,7 +433,7 @@ def check_environment(command):
     from .course.pair import course_pair_names
     from .fast import compiled
     from .fast.kernels import n_threads
-    from .io.download import endpoint
+    from .io.pins import endpoint
     from .io.registry import weights_dir
 
     n_threads()

@@ -28,6 +28,7 @@ import picogpt.io.download as dl
 from picogpt.cli import main
 from picogpt.errors import DownloadError
 from picogpt.io.params import config_from_json
+from picogpt.io.pins import WeightSpec
 from picogpt.io.registry import PRETRAINED
 
 PAYLOAD = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
@@ -146,7 +147,7 @@ Files = namedtuple("Files", "final part config")
 
 
 def toy_spec(sha256=SHA256, n_bytes=N_BYTES, revision=REVISION):
-    return dl.WeightSpec(name="toy", repo="test-org/toy", revision=revision, sha256=sha256,
+    return WeightSpec(name="toy", repo="test-org/toy", revision=revision, sha256=sha256,
                          n_bytes=n_bytes, n_layer=2, n_head=3, n_embd=192)
 
 
@@ -460,11 +461,12 @@ def test_url_defaults_to_the_hub(monkeypatch):
 DOWNLOAD_TOY = """
 import sys
 import picogpt.io.download as dl
+from picogpt.io.pins import WeightSpec
 from picogpt.cli import main
 
-dl.PINNED["toy"] = dl.WeightSpec(name="toy", repo="test-org/toy", revision=sys.argv[1], sha256=sys.argv[2],
-                                 n_bytes=int(sys.argv[3]) if sys.argv[3] != "none" else None,
-                                 n_layer=2, n_head=3, n_embd=192)
+dl.PINNED["toy"] = WeightSpec(name="toy", repo="test-org/toy", revision=sys.argv[1], sha256=sys.argv[2],
+                              n_bytes=int(sys.argv[3]) if sys.argv[3] != "none" else None,
+                              n_layer=2, n_head=3, n_embd=192)
 dl.CHUNK_BYTES = 1 << 14
 sys.exit(main(["download", "-q", "toy"]))
 """
