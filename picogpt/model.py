@@ -19,6 +19,7 @@ from .io.checkpoint import identity_now, map_checkpoint, tensors_of
 from .io.memory import ensure_fits
 from .io.params import (
     check_config_fits,
+    config_from_hf,
     config_from_json,
     infer_config,
     leaves,
@@ -27,7 +28,7 @@ from .io.params import (
     strip_names,
     validate_config,
 )
-from .io.registry import model_names, resolve
+from .io.registry import model_names, pinned_config, resolve
 from .kv_cache import KVCache
 
 ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they take seconds)
@@ -296,18 +297,19 @@ def float32_or_none(mask):
     return None if mask is None else np.asarray(mask, np.float32)
 
 
-def checked_checkpoint(path):
+def checked_checkpoint(path, config=None):
     """(path, mapped file, config) of a model.safetensors file (or the folder holding it) and
-    its config.json, once everything is checked on the header, before a tensor is read: the
-    config against the tensors' shapes, and the memory that widening F16 or BF16 weights to
-    float32 would take."""
+    its config (`config`, else the config.json beside it, else inferred from the shapes), once
+    everything is checked on the header, before a tensor is read: the config against the
+    tensors' shapes, and the memory that widening F16 or BF16 weights to float32 would take."""
     path = Path(path).absolute()  # the file, wherever the working folder is later (links kept)
     if path.is_dir():
         path = path / "model.safetensors"
     mapped = map_checkpoint(path)
     shapes = strip_names(mapped.shapes(), path)
     config_path = path.with_name("config.json")
-    config = config_from_json(config_path) if config_path.exists() else infer_config(shapes, path)
+    if config is None:
+        config = config_from_json(config_path) if config_path.exists() else infer_config(shapes, path)
     check_config_fits(config, shapes, path)
     ensure_fits(mapped.widened_bytes(), f"widening {path}'s half-precision weights to float32",
                 "close other programs or notebook kernels, or use a float32 checkpoint "
@@ -315,10 +317,10 @@ def checked_checkpoint(path):
     return path, mapped, config
 
 
-def load_checkpoint(path, name=None, in_memory=False):
-    """Load a model.safetensors file (or the folder holding it) with its config.json
-    (in_memory: see GPT2.prepare), checked first (checked_checkpoint)."""
-    path, mapped, config = checked_checkpoint(path)
+def load_checkpoint(path, name=None, in_memory=False, config=None):
+    """Load a model.safetensors file (or the folder holding it) with its config.json, or with
+    `config` (a GPT2Config) if given (in_memory: see GPT2.prepare), checked first (checked_checkpoint)."""
+    path, mapped, config = checked_checkpoint(path, config)
     params = params_from_tensors(strip_names(tensors_of(mapped), path), config, path)
     name = name or shown(path.parent.name)  # a folder's name, printed wherever the model is named
     return GPT2(params, config, name, path, in_memory, checkpoint_identity=mapped.identity)
@@ -332,4 +334,5 @@ def load(name_or_path, in_memory=False):
     the file."""
     path = resolve(name_or_path)
     name = str(name_or_path) if str(name_or_path) in model_names() else None
-    return load_checkpoint(path, name, in_memory)
+    pinned = pinned_config(name, path)  # a copy in the Hugging Face cache: the pinned hyperparameters
+    return load_checkpoint(path, name, in_memory, config_from_hf(pinned, path) if pinned else None)

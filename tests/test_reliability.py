@@ -343,7 +343,7 @@ BAD_ENVIRONMENT = {
     "PICOGPT_KERNEL": (["fortran"], "expected 'auto', 'numba' or 'numpy'", ["generate", "speculate", "bench"]),
     "HF_ENDPOINT": (["ftp://mirror.example"], "not a usable server address", ["download"]),
 }
-ANY_VALUE_GOES = {"PICOGPT_WEIGHTS_DIR", "XDG_CACHE_HOME"}  # any folder: a bad one is found on use
+ANY_VALUE_GOES = {"PICOGPT_WEIGHTS_DIR", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HOME"}  # any folder: a bad one is found on use
 
 
 @pytest.mark.parametrize("variable, value, message, command", [

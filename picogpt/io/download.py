@@ -41,6 +41,7 @@ from pathlib import Path
 from ..errors import DownloadError, shown
 from .atomic import write_text_atomically
 from .files import ensure_writable_folder, is_same_file, kind_of, refuse, regular_opener, try_lock
+from .hf_cache import RECORD, verified_copy
 from .pins import CHUNK_BYTES, PINNED, sha256_of
 from .registry import EMBEDDED, weights_dir
 
@@ -344,6 +345,11 @@ def download_locked(spec, folder, url, progress, log):
         log(f"{spec.name}: {final} already present and verified (sha256 {spec.sha256[:12]}…), skipped")
         write_config(folder, spec)
         return final
+    copy, _ = verified_copy(spec, folder / RECORD, log)
+    if copy is not None:
+        log(f"{spec.name}: found in the Hugging Face cache at {shown(copy)}, with the pinned size and sha256 "
+            f"({spec.sha256[:12]}…): nothing to download, picogpt loads it from there")
+        return copy
     if file_in_folder(final):
         raise DownloadError(f"{final} exists but does not match {spec.name}'s sha256 {spec.sha256}: {ADVICE}")
 

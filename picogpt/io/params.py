@@ -134,19 +134,27 @@ def validate_config(config, path="config"):
     return config
 
 
-def config_from_json(path):
-    """Read the Hugging Face config.json keys GPT-2 needs, and validate them."""
+def config_from_hf(hf, path="config"):
+    """A GPT2Config from the Hugging Face config.json keys GPT-2 needs (a dict), validated."""
     try:
-        hf = json.loads(read_small_text(path, MAX_CONFIG_BYTES))
         config = GPT2Config(
             n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
             n_ctx=hf.get("n_positions", hf.get("n_ctx")), n_vocab=hf["vocab_size"],
             layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
-    except PicoGPTError:  # not a regular file, or far too long (io/files.py): said already
-        raise
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{path}: not a usable GPT-2 config.json ({type(e).__name__}: {shown(e, 200)})") from None
     return validate_config(config, path)
+
+
+def config_from_json(path):
+    """Read the Hugging Face config.json keys GPT-2 needs, and validate them."""
+    try:
+        hf = json.loads(read_small_text(path, MAX_CONFIG_BYTES))
+    except PicoGPTError:  # not a regular file, or far too long (io/files.py): said already
+        raise
+    except (OSError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{path}: not a usable GPT-2 config.json ({type(e).__name__}: {shown(e, 200)})") from None
+    return config_from_hf(hf, path)
 
 
 def published_n_head(n_layer, n_embd):
