@@ -22,7 +22,14 @@ following links and must be regular files of this user's with one name, and the 
 final path must be a regular file, never a link (io/files.py). `config.json` is written from
 the known hyperparameters (no network needed). Only the standard library speaks HTTP; tqdm draws
 the progress bar. Set `HF_ENDPOINT` to use a mirror (it is checked to be an http(s) URL before
-any request).
+any request). A published GPT-2 already in the user's Hugging Face cache with the pinned size
+and sha256 is used from there, and nothing is downloaded (io/hf_cache.py).
+
+huggingface_hub's `hf_hub_download` would bring resuming, locks, mirrors and tokens, but not
+these guarantees: it renames a download into its cache after checking the size alone (not the
+sha256), writes a server's whole body before comparing its length, deletes an interrupted
+download instead of resuming it in the next run, and uses whatever file or link already sits at
+a blob's name (docs/guarantees.md, "The GPT-2 you already have").
 """
 
 import contextlib
