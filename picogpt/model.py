@@ -35,7 +35,7 @@ ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they
 
 
 def cache_unchanged_unless_returned(call):
-    """A model call (`call(model, ids, cache, ...)`) that raises, for non-finite logits or a
+    """A model call (`call(model, ids, cache, *tree)`, tree: positions and mask) that raises, for non-finite logits or a
     Ctrl-C, leaves its KV cache exactly as it was: holding the positions it held before (a call
     writes after them, so their keys and values are untouched). gpt2() advances the cache after
     its last layer; the length it held is restored here, in the outermost frame of the call,
@@ -45,10 +45,10 @@ def cache_unchanged_unless_returned(call):
     caller, with the call's positions held: docs/guarantees.md."""
 
     @functools.wraps(call)
-    def call_that_keeps_its_cache_on_error(model, ids, cache=None, positions=None, mask=None):
+    def call_that_keeps_its_cache_on_error(model, ids, cache=None, *tree):
         n_held = cache.length if isinstance(cache, KVCache) else None
         try:
-            return call(model, ids, cache, positions, mask)
+            return call(model, ids, cache, *tree)
         except BaseException:
             if n_held is not None:
                 cache.length = n_held
