@@ -45,10 +45,10 @@ def cache_unchanged_unless_returned(call):
     caller, with the call's positions held: docs/guarantees.md."""
 
     @functools.wraps(call)
-    def call_that_keeps_its_cache_on_error(model, ids, cache=None, *tree):
+    def call_that_keeps_its_cache_on_error(model, ids, cache=None, *tree, **tree_by_name):
         n_held = cache.length if isinstance(cache, KVCache) else None
         try:
-            return call(model, ids, cache, *tree)
+            return call(model, ids, cache, *tree, **tree_by_name)
         except BaseException:
             if n_held is not None:
                 cache.length = n_held
