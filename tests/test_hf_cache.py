@@ -243,3 +243,16 @@ def test_a_command_that_does_not_run_the_course_pair_never_looks_in_the_cache(hu
         pin(monkeypatch, name, snapshot)
     monkeypatch.setattr(hf_cache, "sha256_of", lambda *a, **k: pytest.fail("hashed a file in the cache"))
     assert main(["info", "tiny-draft"]) == 0 and "shipped inside picogpt" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"SNAPSHOT": 5}', '{"SNAPSHOT": {"identity": 5}}',
+                                  '{"SNAPSHOT": {"identity": [1, 2], "sha256": null}}'])
+def test_a_remembered_verdict_that_is_not_what_picogpt_writes_is_ignored(hub, monkeypatch, tmp_path, text):
+    """Hand-edited, or written by another version: the file is hashed again, never trusted."""
+    snapshot, _ = put_in_hub(hub, "models--gpt2", "gpt2")
+    pin(monkeypatch, "gpt2", snapshot)
+    record = tmp_path / "weights" / "gpt2" / "hf-cache.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(text.replace("SNAPSHOT", str(snapshot)))
+    assert load("gpt2").checkpoint == snapshot
+    assert json.loads(record.read_text())[str(snapshot)]["sha256"] == PINNED["gpt2"].sha256

@@ -120,8 +120,8 @@ def verified_copy(spec, record_file, log):
         if spec.n_bytes is not None and identity[2] != spec.n_bytes:  # the size tells without a hash
             rejected.append(path)
             continue
-        seen = record.get(str(path), {})
-        if seen.get("identity") != list(identity):
+        seen = record.get(str(path))
+        if not isinstance(seen, dict) or seen.get("identity") != list(identity):
             hashed = sha256_now(path, spec, log)
             if hashed is None:
                 continue
