@@ -35,9 +35,9 @@ ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they
 
 
 def cache_unchanged_unless_returned(call):
-    """A model call (`call(model, ids, cache, *tree)`, tree: positions and mask) that raises, for non-finite logits or a
-    Ctrl-C, leaves its KV cache exactly as it was: holding the positions it held before (a call
-    writes after them, so their keys and values are untouched). gpt2() advances the cache after
+    """A model call (`call(model, ids, cache, *tree)`, a tree's positions and mask) that raises,
+    for non-finite logits or a Ctrl-C, leaves its KV cache exactly as it was: holding the
+    positions it held before (a call writes after them, so their keys and values are untouched). gpt2() advances the cache after
     its last layer; the length it held is restored here, in the outermost frame of the call,
     whose `return` lies inside the `try`: no instruction of picogpt's runs after the advance
     outside it. (A `with` block's exit, which runs after its body has returned its value, left
