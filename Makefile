@@ -110,8 +110,10 @@ bench: $(STAMP)
 
 ## make clean: the clone as it was cloned. Removes the virtual environments, build/ (unsaved results),
 ## browser-test-out/, classroom/, the egg-info, every cache (__pycache__, with numba's compiled kernels;
-## .pytest_cache) and the benches' random-weight checkpoints; keeps downloaded GPT-2 weights.
+## .pytest_cache, .ruff_cache, .hypothesis) and the benches' random-weight checkpoints; keeps downloaded
+## GPT-2 weights (tests/test_repository.py checks that what `make test` makes goes).
 clean:
-	rm -rf $(VENV) $(OLDEST) build browser-test-out classroom .pytest_cache *.egg-info weights/random-* weights/kernel-bench
+	rm -rf $(VENV) $(OLDEST) build browser-test-out classroom .pytest_cache .ruff_cache .hypothesis *.egg-info weights/random-* weights/kernel-bench
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
-	@echo "kept: downloaded GPT-2 weights in weights/gpt2*/ (7 GB from make weights; remove them by hand if you want)"
+	@kept=$$(ls -d weights/gpt2*/ 2>/dev/null | tr '\n' ' '); \
+	if [ -n "$$kept" ]; then echo "kept: downloaded GPT-2 weights in $$kept(remove them by hand if you want)"; fi

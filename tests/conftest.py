@@ -4,7 +4,14 @@ one another by name, as they do when run as scripts: the tests that check them i
 import sys
 from pathlib import Path
 
+from hypothesis import settings
+
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tools"))
+
+# Property tests (Hypothesis): the same examples every run (derandomize), no example database
+# written into the clone, and no deadline, which would be a timing asserted on a shared machine.
+settings.register_profile("picogpt", derandomize=True, database=None, deadline=None)
+settings.load_profile("picogpt")
 
 
 def pytest_configure(config):

@@ -111,7 +111,7 @@ def test_ctrl_c_in_the_instant_after_the_temporary_file_is_created_leaves_nothin
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_bench_writes_a_random_checkpoint_leaves_no_temporary_file(tmp_path, signum):
-    """SIGTERM used to leave a 428 MB .tmp of a new name every run (6.4 GB for XL)."""
+    """SIGTERM used to leave a 428 MB .tmp of a new name every run (6.2 GB for XL)."""
     folder = tmp_path / "random-toy"
     process = subprocess.Popen([sys.executable, "-c", SLOW_RANDOM_CHECKPOINT, str(folder)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -164,7 +164,7 @@ def start_slow_writer(folder):
 
 def test_the_temporary_file_of_a_writer_killed_outright_goes_with_the_next_write_at_once(tmp_path):
     """It used to stay for a minute, so a bench re-run at once kept a partial checkpoint (up to
-    6.4 GB) beside the new one for good."""
+    6.2 GB) beside the new one for good."""
     folder = tmp_path / "random-toy"
     process = start_slow_writer(folder)
     process.send_signal(signal.SIGKILL)
