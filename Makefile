@@ -101,11 +101,9 @@ weights: $(STAMP)
 
 ## make bench: measure decode, scoring and speculative sampling on this machine (results in build/bench/,
 ## which git ignores; `python -m picogpt bench --save` writes benchmarks/). Without GPT-2 downloaded it
-## first writes random-weight checkpoints of GPT-2 small's and XL's shapes into weights/random-gpt2*/.
+## first writes random-weight checkpoints of GPT-2 small's and XL's shapes into weights/random-gpt2*/;
+## the command says what it writes, and how long the committed run took, before it writes anything.
 bench: $(STAMP)
-	@echo "make bench: about half an hour on a 2-core machine. Without GPT-2 downloaded it first writes random-weight"
-	@echo "  checkpoints of GPT-2 small's and XL's shapes, about 7 GB, into weights/random-gpt2/ and weights/random-gpt2-xl/"
-	@echo "  (once; they are reused). Results go to build/bench/. Remove both with: make clean"
 	$(BIN)/python -m picogpt bench
 
 ## make clean: the clone as it was cloned. Removes the virtual environments, build/ (unsaved results),

@@ -105,9 +105,10 @@ def test_the_machine_line_agrees_with_the_ratio_it_prints(ratio):
 # Notebook 02's readouts
 # ---------------------------------------------------------------------------------------------
 
-@given(st.floats(min_value=1e3, max_value=1e11), positive, st.floats(min_value=1e-3, max_value=1e4))
-def test_the_pace_line_says_what_the_share_it_prints_means(nbytes, seconds_per_token, bandwidth_gbs):
-    line = results.pace_line("model", nbytes, seconds_per_token, bandwidth_gbs)
+@given(st.floats(min_value=1e3, max_value=1e11), positive, st.floats(min_value=1e-3, max_value=1e4), st.booleans())
+def test_the_pace_line_says_what_the_share_it_prints_means(nbytes, seconds_per_token, bandwidth_gbs, busy):
+    line = results.pace_line("model", nbytes, seconds_per_token, bandwidth_gbs, busy)
+    assert line.endswith("so this share may be off") == busy  # a busy machine: the share is not to be trusted
     share = number_in(line.split("(", 1)[1])
     floor_s = nbytes / (bandwidth_gbs * 1e9)  # reading every weight once at the measured bandwidth
     assert math.isclose(share, round(100 * floor_s / seconds_per_token), rel_tol=1e-12)  # exact below 10^12 %

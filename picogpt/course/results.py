@@ -65,12 +65,13 @@ def percent(fraction):
     return round(100 * fraction)
 
 
-def pace_line(name, nbytes, seconds_per_token, bandwidth_gbs):
+def pace_line(name, nbytes, seconds_per_token, bandwidth_gbs, busy=False):
     """What sets the pace of one model's decoding, as a sentence: the rate at which it read its
     weights (nbytes per token, one token every seconds_per_token) as a share of the measured memory
     bandwidth. Reading them once at that bandwidth takes that share of its time per token; above
     100% it read them faster than memory delivers, so they came, at least in part, from the CPU's
-    caches."""
+    caches. `busy`: the machine was busy while measuring (machine.busy_warning), which slows the
+    bandwidth measurement (all cores) and decoding differently, so the sentence says the share may be off."""
     if not (nbytes > 0 and seconds_per_token > 0 and bandwidth_gbs > 0
             and math.isfinite(seconds_per_token) and math.isfinite(bandwidth_gbs)):
         raise PicoGPTError(f"pace_line needs positive finite numbers, got nbytes={nbytes}, "
@@ -79,15 +80,17 @@ def pace_line(name, nbytes, seconds_per_token, bandwidth_gbs):
     share = percent(achieved_gbs / bandwidth_gbs)
     said = (f"{name:12} reads its {nbytes / 1e6:,.1f} MB of weights at {achieved_gbs:,.1f} GB/s ({share:,}% of the "
             f"measured {bandwidth_gbs:,.1f} GB/s)")
+    caveat = ("; but the machine was busy, which slows the bandwidth measurement and decoding differently, "
+              "so this share may be off" if busy else "")
     if share > 100:
         return (f"{said}: faster than memory delivers them, so they come, at least in part, from the CPU's caches "
-                "(its time per token is below the memory floor)")
+                f"(its time per token is below the memory floor){caveat}")
     reading = f"{said}: reading them once at that bandwidth takes {share}% of its time per token"
     if share > 50:
-        return f"{reading}, so reading the weights sets its pace"
+        return f"{reading}, so reading the weights sets its pace{caveat}"
     if share == 50:
-        return f"{reading}, and per-call overhead the other 50%"
-    return f"{reading}, so the other {100 - share}%, per-call overhead, sets its pace"
+        return f"{reading}, and per-call overhead the other 50%{caveat}"
+    return f"{reading}, so the other {100 - share}%, per-call overhead, sets its pace{caveat}"
 
 
 def scoring_line(n, one_call, calls_of_one):
