@@ -445,7 +445,7 @@ def quick_start(results, source):
     first = ("it compiled picogpt's fast kernels, once per install, with a progress bar"
              if runs[0]["compiled_here"] else "the kernels were compiled already")
     return ["```text", f"$ {s['command']}", *runs[0]["stdout"].rstrip("\n").splitlines(), "```", "",
-            f"The text repeats run after run (`--seed 0`); the speedup does not. On a {results['cores']}-core machine "
+            f"The text repeats run after run (`--seed 0`); the speedup does not. On a {results['cores']}-core machine, "
             f"{len(runs)} fresh runs of this command printed {command_range(s)}{beside} (the 1-minute load average "
             "after each run, the run's own load included). There, on a fresh clone, `make lab` served the course "
             f"{steps['lab_first_s']:.0f} s after it started the first time (making `.venv`: installing, and compiling "
