@@ -194,3 +194,35 @@ def test_the_speedup_busy_warning_agrees_with_the_load_it_prints(load, cores):
                                    n_accepted=0, n_decisions=0, by_K={}, load_average_before=[load, 0, 0],
                                    load_average_after=None)
     assert speedup.busy_warning(m, cores) == machine.busy_warning([[load, 0, 0]], cores)
+
+
+def measurement(speedups, predicted, repeats=5, N=64):
+    """A SpeedupMeasurement holding only what the best-K lines read: each K's repeat-by-repeat
+    speedups and its predicted speedup."""
+    def at(K):
+        return speedup.AtK(K=K, seconds=spread([1.0]), speedup_runs=spread(speedups[K]), predicted=predicted[K],
+                           t_score_s=1.0, t_decide_s=0.0, tokens_per_loop=1.0, n_accepted=0, n_decisions=0, n_loops=1,
+                           breakdown_s={})
+    return speedup.SpeedupMeasurement(draft="p", target="q", N=N, repeats=repeats, controls={},
+                                      autoregressive_s=spread([1.0]), autoregressive_breakdown_s={}, t_target_s=1.0,
+                                      t_draft_s=1.0, alpha_hat=0.5, n_accepted=0, n_decisions=0,
+                                      by_K={K: at(K) for K in speedups}, load_average_before=None,
+                                      load_average_after=None)
+
+
+@given(st.dictionaries(st.integers(1, 12), st.tuples(samples, st.floats(min_value=0.1, max_value=10)), min_size=1,
+                       max_size=6))
+def test_the_best_K_lines_name_the_best_measured_and_predicted_and_where_the_prediction_falls(by_K):
+    m = measurement({K: values for K, (values, _) in by_K.items()}, {K: p for K, (_, p) in by_K.items()})
+    first, second = results.best_K_lines(m)
+    runs = {K: m.by_K[K].speedup_runs for K in m.Ks}
+    best = max(runs, key=lambda K: runs[K].median)
+    predicted = max(m.Ks, key=lambda K: m.by_K[K].predicted)
+    assert first.startswith(f"best K measured: {best} ({runs[best].median:.2f}x)")
+    assert f"best K predicted (in-loop t_score(K)): {predicted} ({m.by_K[predicted].predicted:.2f}x)" in first
+    assert all(runs[K].median <= runs[best].median for K in runs)  # no K printed lower was measured higher
+    tied = [K for K in runs if runs[K].q3 >= runs[best].q1]
+    if second.startswith("not resolved"):
+        assert second.endswith("falls among them" if predicted in tied else "falls outside them")
+    else:
+        assert "the prediction" not in second
