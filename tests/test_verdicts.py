@@ -11,7 +11,7 @@ import math
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from picogpt.course import results
@@ -88,6 +88,9 @@ def test_kv_cache_bytes_names_every_cause_of_a_wrong_size_and_no_other(n_layer, 
 
 
 @given(st.floats(min_value=1e-6, max_value=1e6))
+@example(0.5).via("exactly what decoding needs")
+@example(0.50004).via("a hair above, printed as 0.5")
+@example(0.4996).via("a hair below, printed as 0.5")
 def test_the_machine_line_agrees_with_the_ratio_it_prints(ratio):
     line = machine_line(ratio)
     printed = number_in(line.split("does ", 1)[1])
@@ -106,6 +109,10 @@ def test_the_machine_line_agrees_with_the_ratio_it_prints(ratio):
 # ---------------------------------------------------------------------------------------------
 
 @given(st.floats(min_value=1e3, max_value=1e11), positive, st.floats(min_value=1e-3, max_value=1e4), st.booleans())
+@example(1e9, 0.2, 5.0, False).via("exactly the memory floor: 100%")
+@example(1e9, 0.1992, 5.0, False).via("100.4%, printed as 100%")
+@example(1e9, 0.4, 5.0, True).via("exactly half")
+@example(1e9, 0.1, 5.0, False).via("twice the measured bandwidth: the caches")
 def test_the_pace_line_says_what_the_share_it_prints_means(nbytes, seconds_per_token, bandwidth_gbs, busy):
     line = results.pace_line("model", nbytes, seconds_per_token, bandwidth_gbs, busy)
     assert line.endswith("so this share may be off") == busy  # a busy machine: the share is not to be trusted
@@ -174,6 +181,8 @@ loads = st.one_of(st.none(), st.lists(st.floats(min_value=0, max_value=64), min_
 
 
 @given(st.lists(loads, min_size=1, max_size=3), st.integers(1, 64))
+@example([[2.04, 1.0, 1.0], None], 2).via("a load a hair above the cores, which prints as the cores")
+@example([[2.06, 1.0, 1.0]], 2).via("one that prints above them")
 def test_the_busy_warning_says_busy_exactly_when_the_load_it_prints_exceeds_the_cores(load_averages, cores):
     warning = machine.busy_warning(load_averages, cores)
     known = [load[0] for load in load_averages if load]
@@ -188,6 +197,7 @@ def test_the_busy_warning_says_busy_exactly_when_the_load_it_prints_exceeds_the_
                    "prints it rounded (2.04 on 2 cores reads 'busy (load average up to 2.0 on 2 cores)'): "
                    "it should return machine.busy_warning([before, after], cores)")
 @given(st.floats(min_value=0, max_value=64), st.integers(1, 64))
+@example(2.04, 2)
 def test_the_speedup_busy_warning_agrees_with_the_load_it_prints(load, cores):
     m = speedup.SpeedupMeasurement(draft="p", target="q", N=2, repeats=1, controls={}, autoregressive_s=spread([1.0]),
                                    autoregressive_breakdown_s={}, t_target_s=1.0, t_draft_s=1.0, alpha_hat=0.5,
