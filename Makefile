@@ -101,17 +101,17 @@ weights: $(STAMP)
 
 ## make bench: measure decode, scoring and speculative sampling on this machine (results in build/bench/,
 ## which git ignores; `python -m picogpt bench --save` writes benchmarks/). Without GPT-2 downloaded it
-## first writes random-weight checkpoints of GPT-2 small's and XL's shapes into weights/random-gpt2*/.
+## first writes random-weight checkpoints of GPT-2 small's and XL's shapes into weights/random-gpt2*/;
+## the command says what it writes, and how long the committed run took, before it writes anything.
 bench: $(STAMP)
-	@echo "make bench: about half an hour on a 2-core machine. Without GPT-2 downloaded it first writes random-weight"
-	@echo "  checkpoints of GPT-2 small's and XL's shapes, about 7 GB, into weights/random-gpt2/ and weights/random-gpt2-xl/"
-	@echo "  (once; they are reused). Results go to build/bench/. Remove both with: make clean"
 	$(BIN)/python -m picogpt bench
 
 ## make clean: the clone as it was cloned. Removes the virtual environments, build/ (unsaved results),
 ## browser-test-out/, classroom/, the egg-info, every cache (__pycache__, with numba's compiled kernels;
-## .pytest_cache) and the benches' random-weight checkpoints; keeps downloaded GPT-2 weights.
+## .pytest_cache, .ruff_cache, .hypothesis) and the benches' random-weight checkpoints; keeps downloaded
+## GPT-2 weights (tests/test_repository.py checks that what `make test` makes goes).
 clean:
-	rm -rf $(VENV) $(OLDEST) build browser-test-out classroom .pytest_cache *.egg-info weights/random-* weights/kernel-bench
+	rm -rf $(VENV) $(OLDEST) build browser-test-out classroom .pytest_cache .ruff_cache .hypothesis *.egg-info weights/random-* weights/kernel-bench
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
-	@echo "kept: downloaded GPT-2 weights in weights/gpt2*/ (7 GB from make weights; remove them by hand if you want)"
+	@kept=$$(ls -d weights/gpt2*/ 2>/dev/null | tr '\n' ' '); \
+	if [ -n "$$kept" ]; then echo "kept: downloaded GPT-2 weights in $$kept(remove them by hand if you want)"; fi

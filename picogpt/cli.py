@@ -15,10 +15,21 @@ import os
 import secrets
 import signal
 import sys
+import textwrap
 
 from .errors import PicoGPTError, shown
 
-DEFAULT_PROMPT = "Alan Turing theorized that computers would one day become"
+# The default prompt suits the target that continues it: the teaching pair learned its English
+# from the King James Bible; GPT-2 from the web.
+TEACHING_PROMPT = "And God said"
+GPT2_PROMPT = "Alan Turing theorized that computers would one day become"
+
+
+def default_prompt(target_name):
+    """The prompt used when --prompt is left out: the teaching pair's for a tiny-* target, else GPT-2's."""
+    from .io.registry import EMBEDDED
+
+    return TEACHING_PROMPT if target_name in EMBEDDED else GPT2_PROMPT
 
 
 def cmd_info(args):
@@ -117,16 +128,31 @@ def validate_request(args, ids, models=()):
                         top_k=args.top_k, top_p=args.top_p)
 
 
-def parse_request(args):
-    """Tokenise the prompt, check the request, and pick a seed if none was given."""
+def parse_request(args, target_name):
+    """Tokenise the prompt (the target's default one when none was given), check the request, and
+    pick a seed if none was given. Greedy sampling (temperature 0) draws nothing at random: its
+    seed changes nothing, so it runs with seed 0 and none is printed or reported."""
+    if args.prompt is None:
+        args.prompt = default_prompt(target_name)
     ids = encode_prompt(args.prompt)
     validate_request(args, ids)
     if args.seed is not None and args.seed < 0:  # reported before any model loads
         raise PicoGPTError(f"--seed {args.seed}: the seed must be a whole number >= 0 (leave --seed out for "
                            "a random one, which is printed so that the run can be repeated)")
     if args.seed is None:
-        args.seed = secrets.randbelow(2**31)  # reported, so the run can be repeated
+        args.seed = 0 if greedy(args) else secrets.randbelow(2**31)  # reported, so the run can be repeated
     return ids
+
+
+def greedy(args):
+    return args.temperature == 0
+
+
+def seed_text(args, repeats=1):
+    """How a run's seeds are printed: 'seed 5', 'seeds 4-5', or 'greedy' (no seed matters)."""
+    if greedy(args):
+        return "greedy"
+    return f"seed {args.seed}" if repeats == 1 else f"seeds {args.seed}-{args.seed + repeats - 1}"
 
 
 def cmd_generate(args):
@@ -134,8 +160,9 @@ def cmd_generate(args):
     from .io.tokenizer import tokenizer
     from .sampling import autoregressive_sampling
 
-    ids = parse_request(args)
-    model = load_gpt2_vocab_model(args.model or course_pair_names()[1], args.in_memory)
+    target_name = args.model or course_pair_names()[1]
+    ids = parse_request(args, target_name)
+    model = load_gpt2_vocab_model(target_name, args.in_memory)
     validate_request(args, ids, (model,))
     model(ids[:1])  # before the timing: memory-mapped weights are read from disk on first use
     text = IncrementalText(tokenizer())
@@ -144,7 +171,7 @@ def cmd_generate(args):
                                      on_token=lambda t: print(text.add([t]), end="", flush=True))
     print(text.finish())
     print(f"\n[{model.name}: {len(result.tokens)} tokens in {result.seconds:.2f} s "
-          f"({result.tokens_per_s:.1f} tokens/s), seed {args.seed}]")
+          f"({result.tokens_per_s:.1f} tokens/s), {seed_text(args)}]")
 
 
 def speculate_report(args, draft, target, result, ars, measurement):
@@ -154,7 +181,8 @@ def speculate_report(args, draft, target, result, ars, measurement):
     from .io.tokenizer import tokenizer
 
     report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K,
-                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                  seed=None if greedy(args) else args.seed,
                   tokens=result.tokens, text=tokenizer().decode(result.tokens), loops=len(result.loops),
                   accepted=result.accepted, alpha_hat=result.alpha_hat,
                   tokens_per_loop=result.tokens_per_loop, seconds=result.seconds)
@@ -186,10 +214,10 @@ def cmd_speculate(args):
     from .measure.speedup import warm_up
     from .speculative import Chain
 
-    ids = parse_request(args)
+    default_draft, default_target = (args.draft, args.target) if args.draft and args.target else course_pair_names()
+    ids = parse_request(args, args.target or default_target)
     if args.repeats < 1:
         raise PicoGPTError(f"--repeats {args.repeats}: the number of timed runs of each algorithm must be at least 1")
-    default_draft, default_target = (args.draft, args.target) if args.draft and args.target else course_pair_names()
     draft = load_gpt2_vocab_model(args.draft or default_draft, args.in_memory)
     target = load_gpt2_vocab_model(args.target or default_target, args.in_memory)
     validate_request(args, ids, (draft, target))
@@ -207,7 +235,7 @@ def cmd_speculate(args):
     if args.json:
         print(json.dumps(speculate_report(args, draft, target, result, ars, measurement)))
         return
-    print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}, seed {args.seed}]")
+    print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}, {seed_text(args)}]")
     print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s); "
           f"{loops_line(result)}; observed acceptance alpha_hat = {result.alpha_hat:.2f}")
     if measurement is not None:
@@ -229,35 +257,65 @@ def print_comparison(args, result, ars, m):
     from .measure.speedup import speedup_text
 
     at = m.by_K[args.K]
-    seeds = f"seed {args.seed}" if m.repeats == 1 else f"seeds {args.seed}-{args.seed + m.repeats - 1}"
-    print(f"[autoregressive: target {m.target}, the same {seeds}]")
+    print(f"[autoregressive: target {m.target}, " + ("greedy]" if greedy(args) else f"the same {seed_text(args, m.repeats)}]"))
     print(f"  {m.N} tokens in {m.autoregressive_s.median:.2f} s ({m.N / m.autoregressive_s.median:.1f} tokens/s)"
           + (f", median of {m.repeats} runs" if m.repeats > 1 else ""))
     runs = (f"median over {m.repeats} interleaved runs of each after a warm-up" if m.repeats > 1
             else "one run of each after a warm-up")
+    pairing = "of the same repeat" if greedy(args) else "of the same seed"
     print(f"  speedup {speedup_text(at) if m.repeats > 1 else f'{at.speedup:.2f}x'}: autoregressive seconds / "
-          f"speculative seconds of the same seed, {runs}")
+          f"speculative seconds {pairing}, {runs}")
     same = ars.tokens == result.tokens
-    print(f"  outputs of seed {args.seed}: " + ("identical (greedy)" if same else "different samples, same distribution"))
+    whose = "outputs" if greedy(args) else f"outputs of seed {args.seed}"
+    print(f"  {whose}: " + ("identical (greedy)" if same else "different samples, same distribution"))
     if not same:
         print(f"  autoregressive text: {shown(repr(tokenizer().decode(ars.tokens)))}")
 
 
 def add_sampling_flags(parser):
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the text to continue (default: %(default)r)")
+    parser.add_argument("--prompt", default=None, help=f"the text to continue (default: {TEACHING_PROMPT!r} for the "
+                        f"teaching pair, {GPT2_PROMPT!r} for GPT-2)")
     parser.add_argument("-n", "--n-tokens", dest="N", type=int, default=40, help="tokens to generate, N (default 40)")
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
     parser.add_argument("--top-k", type=int, default=None, help="keep the k most probable tokens")
     parser.add_argument("--top-p", type=float, default=None, help="nucleus: keep the smallest set reaching p")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed; "
+                        "greedy sampling, --temperature 0, needs none)")
     parser.add_argument("--in-memory", action="store_true",
                         help="copy the weights into memory instead of mapping the files: decoding at a "
                              "steadier, often faster speed, for the models' size in memory "
                              "(see benchmarks/README.md)")
 
 
+BENCH_MODELS = ["gpt2", "gpt2-xl", "tiny-draft", "tiny-target"]
+
+
+def bench_cost(models, quick, folder):
+    """What `bench` will write and how long a run takes, as lines said before it writes anything
+    (and in --help): the random-weight checkpoints it must write first, with their size and
+    place, and the duration of the committed full run."""
+    from .bench.checkpoints import random_to_write, shown_path
+    from .measure.results import bench_seconds
+
+    lines = []
+    writes = random_to_write(models)
+    if writes:
+        lines.append(f"bench: GPT-2 is not downloaded, so it first writes random-weight checkpoints of the published "
+                     f"shapes, {sum(n for _, n in writes) / 1e9:.1f} GB: "
+                     + ", ".join(f"{shown(shown_path(f))}/ ({n / 1e9:.1f} GB)" for f, n in writes)
+                     + " (once: later runs reuse them; make clean removes them)")
+    took = bench_seconds()
+    if quick:
+        lines.append("bench --quick: a first look, fewer runs than the full bench")
+    elif took:
+        lines.append(f"bench: the committed full run took {took[0] / 60:.0f} minutes on a {took[1]}-core machine "
+                     "(benchmarks/bench.json); --quick is a first look")
+    return lines + [f"bench: results go to {shown(shown_path(folder))}/"]
+
+
 def cmd_bench(args):
     from .bench import report, run_bench
+    from .bench.checkpoints import given_checkpoints
     from .io.files import ensure_writable_folder
     from .measure.results import committed_dir, scratch_dir
 
@@ -270,6 +328,8 @@ def cmd_bench(args):
         overrides["n_runs"] = args.runs
     folder = args.out or (committed_dir() if args.save else scratch_dir())
     ensure_writable_folder(folder, "the bench's results folder", "choose another with --out DIR")  # before measuring
+    given_checkpoints(args.models)  # every path checked before anything is announced, written or measured
+    print("\n".join(bench_cost(args.models, args.quick, folder)), file=sys.stderr, flush=True)  # before writing
     results = run_bench(args.models, quick=args.quick, **overrides)
     paths = report.save(results, folder, "bench-quick" if args.quick else "bench")
     print(report.to_json(results) if args.json else shown(report.table(results), keep="\n"))
@@ -320,10 +380,11 @@ examples:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, which also suggests the closest command or flag for a mistyped one."""
+    """argparse, whose errors are one line, like every other error of the command line: what was
+    wrong, the closest command or flag to a mistyped one, and where the flags are listed."""
 
     def error(self, message):
-        self.exit(2, f"{self.format_usage()}{self.prog}: error: {message}{suggestion(self, message)}\n")
+        self.exit(2, f"error: {message}{suggestion(self, message)}; see `{self.prog} --help`\n")
 
 
 def suggestion(parser, message):
@@ -337,7 +398,9 @@ def suggestion(parser, message):
         choices = [option for action in parser._actions for option in action.option_strings]
     else:
         return ""
-    close = difflib.get_close_matches(word.split("=")[0], choices, n=1, cutoff=0.6)
+    word = word.split("=")[0]
+    same_letters = [choice for choice in choices if choice.lower() == word.lower()]  # -k for -K
+    close = same_letters or difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
@@ -345,8 +408,8 @@ def formatter(prog):
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=28)
 
 
-def add_command(commands, name, run, help):
-    command = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+def add_command(commands, name, run, help, cost=""):
+    command = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + "." + cost,
                                   epilog=EXAMPLES[name], formatter_class=formatter)
     command.set_defaults(run=run)
     return command
@@ -361,6 +424,23 @@ def parse_args(argv=None):
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     return args
+
+
+def bench_help_cost():
+    """bench's cost, for its --help: the random weights it writes without GPT-2 downloaded, and
+    how long the committed full run took."""
+    from .io.registry import published_weights_bytes
+    from .measure.results import bench_seconds
+
+    took = bench_seconds()
+    gb = sum(published_weights_bytes(name) for name in ("gpt2", "gpt2-xl")) / 1e9
+    return "\n\n" + textwrap.fill(
+            "Its cost: without GPT-2 downloaded it first writes random-weight checkpoints of GPT-2 small's and "
+            f"XL's shapes, {gb:.1f} GB, into the weights folder (random-gpt2/, random-gpt2-xl/; once, later runs reuse "
+            "them; make clean removes them)."
+            + (f" The committed full run took {took[0] / 60:.0f} minutes on a {took[1]}-core machine "
+               "(benchmarks/bench.json)." if took else "")
+            + " It says both again before it writes them.", width=100)
 
 
 def build_parser():
@@ -395,8 +475,9 @@ def build_parser():
     speculate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     bench = add_command(commands, "bench", cmd_bench,
-                        "measure decode, scoring and speculative sampling speed (and PyTorch's, if installed)")
-    bench.add_argument("--models", nargs="+", default=["gpt2", "gpt2-xl", "tiny-draft", "tiny-target"],
+                        "measure decode, scoring and speculative sampling speed on this machine",
+                        cost=bench_help_cost())
+    bench.add_argument("--models", nargs="+", default=BENCH_MODELS,
                        metavar="NAME", help="models or checkpoint paths (default: gpt2 gpt2-xl tiny-draft "
                        "tiny-target; GPT-2s not downloaded are measured on random weights of their shapes)")
     bench.add_argument("--quick", action="store_true", help="fewer runs, one context: a first look")
@@ -468,6 +549,15 @@ def closed_stdout_status():
 
 
 def main(argv=None):
+    """Run the command line; the exit status. Ctrl-C at any moment is one line, status 130."""
+    try:
+        return run_command(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def run_command(argv):
     import numpy as np
 
     usable_std_streams()
@@ -489,6 +579,3 @@ def main(argv=None):
         error_line(f"{e.strerror or e}{where}: check the disk's free space and the permissions of "
                    "that path (or set PICOGPT_WEIGHTS_DIR to another folder) and run the command again")
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130

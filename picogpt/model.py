@@ -182,7 +182,7 @@ class GPT2(Model):
 
     def ensure_checkpoint_unchanged(self):
         """Raise CheckpointError if the checkpoint file changed since it was read (rewritten,
-        truncated, replaced or deleted): one stat call, a few microseconds."""
+        truncated, replaced or deleted): one stat call, nothing read from the file."""
         if self.checkpoint_identity is not None and identity_now(self.checkpoint) != self.checkpoint_identity:
             raise CheckpointError(f"{self.checkpoint} changed on disk since {self.name} was loaded (rewritten, "
                                   "truncated, replaced or deleted), so the weights mapped from it can no longer "

@@ -5,8 +5,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tools"))
+
+# Property tests (Hypothesis): the same examples every run (derandomize), no example database
+# written into the clone, and no deadline, which would be a timing asserted on a shared machine.
+settings.register_profile("picogpt", derandomize=True, database=None, deadline=None)
+settings.load_profile("picogpt")
 
 
 def pytest_configure(config):

@@ -15,7 +15,7 @@ import pytest
 from helpers import FillingFile
 
 import picogpt.io.atomic as atomic
-from picogpt.io.atomic import atomic_write, write_text_atomically
+from picogpt.io.atomic import atomic_folder, atomic_write, write_text_atomically
 
 
 def fill_disk_after(monkeypatch, room):
@@ -109,14 +109,20 @@ def test_ctrl_c_in_the_instant_after_the_temporary_file_is_created_leaves_nothin
     assert not atomic._being_written
 
 
+def being_built(folder):
+    """The temporary files of model.safetensors in the temporary folders building `folder`."""
+    return list(folder.parent.glob(f"{folder.name}.*.tmp/model.safetensors.*.tmp"))
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_while_bench_writes_a_random_checkpoint_leaves_no_temporary_file(tmp_path, signum):
-    """SIGTERM used to leave a 428 MB .tmp of a new name every run (6.4 GB for XL)."""
+def test_a_signal_while_bench_writes_a_random_checkpoint_leaves_no_half_folder(tmp_path, signum):
+    """Neither a temporary file (SIGTERM used to leave a 428 MB .tmp of a new name every run,
+    6.2 GB for XL) nor a folder holding config.json alone: the folder is whole or absent."""
     folder = tmp_path / "random-toy"
     process = subprocess.Popen([sys.executable, "-c", SLOW_RANDOM_CHECKPOINT, str(folder)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
-    while not list(folder.glob("model.safetensors.*.tmp")):
+    while not being_built(folder):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.02)
     process.send_signal(signum)
@@ -124,7 +130,7 @@ def test_a_signal_while_bench_writes_a_random_checkpoint_leaves_no_temporary_fil
     assert "finished" not in out
     if signum == signal.SIGTERM:
         assert process.returncode == -signal.SIGTERM  # ended as SIGTERM ends a process
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_program_s_own_sigterm_handler_is_left_alone(tmp_path):
@@ -156,7 +162,7 @@ def start_slow_writer(folder):
     process = subprocess.Popen([sys.executable, "-c", SLOW_RANDOM_CHECKPOINT, str(folder)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
-    while not [t for t in folder.glob("model.safetensors.*.tmp") if t.stat().st_size]:
+    while not [t for t in being_built(folder) if t.stat().st_size]:
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.02)
     return process
@@ -164,22 +170,55 @@ def start_slow_writer(folder):
 
 def test_the_temporary_file_of_a_writer_killed_outright_goes_with_the_next_write_at_once(tmp_path):
     """It used to stay for a minute, so a bench re-run at once kept a partial checkpoint (up to
-    6.4 GB) beside the new one for good."""
+    6.2 GB) beside the new one for good."""
     folder = tmp_path / "random-toy"
     process = start_slow_writer(folder)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=30)
-    assert list(folder.glob("model.safetensors.*.tmp"))
-    write_text_atomically(folder / "model.safetensors", "new")
+    (building,) = [t.parent for t in being_built(folder)]
+    path = building / "model.safetensors"
+    write_text_atomically(path, "new")
+    assert sorted(p.name for p in building.iterdir()) == [".picogpt-building", "config.json", "model.safetensors"]
+
+
+def test_the_folder_of_a_builder_killed_outright_goes_with_the_next_build(tmp_path):
+    import picogpt.bench.checkpoints as checkpoints
+
+    folder = tmp_path / "random-toy"
+    process = start_slow_writer(folder)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=30)
+    assert being_built(folder) and not folder.exists()
+    config = {"n_layer": 1, "n_head": 2, "n_embd": 64, "n_positions": 32, "vocab_size": 500}
+    checkpoints.random_checkpoint("toy", folder=folder, config=config)
+    assert [p.name for p in tmp_path.iterdir()] == ["random-toy"]
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_a_live_builder_keeps_its_folder_and_an_incomplete_folder_is_replaced(tmp_path):
+    folder = tmp_path / "random-toy"
+    writer = start_slow_writer(folder)
+    try:
+        (building,) = [t.parent for t in being_built(folder)]
+        assert atomic.remove_stale_folders(folder) == [] and building.exists()
+    finally:
+        writer.kill()
+        writer.communicate(timeout=30)
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")  # half a folder, from a build that did not use atomic_folder
+    with atomic_folder(folder) as new:
+        (new / "model.safetensors").write_text("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["random-toy"]
+    assert [p.name for p in folder.iterdir()] == ["model.safetensors"]
 
 
 def test_a_live_writer_keeps_its_temporary_file_and_a_reused_process_id_keeps_none(tmp_path):
     folder = tmp_path / "random-toy"
     writer = start_slow_writer(folder)
     try:
-        (writing,) = folder.glob("model.safetensors.*.tmp")
-        path = folder / "model.safetensors"
+        (writing,) = being_built(folder)
+        path = writing.parent / "model.safetensors"
+        folder = writing.parent
         # left by a writer killed outright whose process id now belongs to a live process
         reused = path.with_name(f"{path.name}.{os.getppid()}-0123abcd.tmp")
         reused.write_bytes(b"x" * 1000)

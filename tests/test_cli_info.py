@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import PARITY
 
 from picogpt.cli import main
@@ -56,3 +57,29 @@ def test_corrupt_checkpoint_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["info", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err and "too short" in err
+
+
+# `python -m picogpt info tiny-target`, with Ctrl-C (a KeyboardInterrupt) raised exactly when
+# the module named by argv[1] is first imported: the package's dependencies, its own modules,
+# the command line, and a module a command imports as it runs
+INTERRUPTED_AT_IMPORT = """
+import runpy, sys
+
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            raise KeyboardInterrupt
+
+module = sys.argv[1]
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["-m", "info", "tiny-target"]  # as `python -m picogpt info tiny-target` starts
+runpy._run_module_as_main("picogpt")
+"""
+
+
+@pytest.mark.parametrize("module", ["numpy", "tiktoken", "picogpt.gpt2", "picogpt.model", "picogpt.cli", "argparse",
+                                    "picogpt.measure.results"])
+def test_ctrl_c_while_the_command_starts_is_one_line(module):
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_AT_IMPORT, module], cwd=REPO, capture_output=True,
+                          text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "interrupted\n")

@@ -10,7 +10,7 @@ import pytest
 from helpers import write_random_checkpoint
 
 from picogpt import autoregressive_sampling, load, speculative_sampling, tokenizer
-from picogpt.cli import IncrementalText, encode_prompt, main
+from picogpt.cli import GPT2_PROMPT, TEACHING_PROMPT, IncrementalText, encode_prompt, main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -182,20 +182,23 @@ def test_help_describes_and_shows_examples(capsys, command):
 
 MISTYPED = {
     "a flag of speculate": (["speculate", "--promt", "x"], "unrecognized arguments: --promt x (did you mean --prompt?)",
-                            "usage: python -m picogpt speculate"),
+                            "see `python -m picogpt speculate --help`"),
     "a flag with its value": (["generate", "--temprature=1"], "(did you mean --temperature?)",
-                              "usage: python -m picogpt generate"),
+                              "see `python -m picogpt generate --help`"),
+    "a flag in the wrong case": (["speculate", "-k", "4"], "unrecognized arguments: -k 4 (did you mean -K?)"),
     "a command": (["speculat"], "invalid choice: 'speculat'", "(did you mean speculate?)"),
+    "a value": (["generate", "-n", "ten"], "argument -n/--n-tokens: invalid int value: 'ten'"),
 }
 
 
 @pytest.mark.parametrize("case", MISTYPED)
-def test_a_mistyped_command_or_flag_suggests_the_closest(capsys, case):
+def test_a_mistyped_command_or_flag_is_one_line_that_suggests_the_closest(capsys, case):
     argv, *expected = MISTYPED[case]
     with pytest.raises(SystemExit) as done:
         main(argv)
     err = capsys.readouterr().err
     assert done.value.code == 2 and all(text in err for text in expected), err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "usage:" not in err, err  # no usage block
 
 
 def test_nothing_close_suggests_nothing(capsys):
@@ -224,3 +227,49 @@ def test_the_loop_line_says_what_it_counts(capsys, checkpoints):
         assert (f"the last {emitted - 10} past N = 10 not kept" in out) == (emitted > 10)
         seen_extra |= emitted > 10
     assert seen_extra  # the case the line explains happened at least once
+
+
+def test_the_default_prompt_suits_the_target(capsys, checkpoints):
+    """The teaching pair learned its English from the King James Bible; any other target gets a general sentence."""
+    code, out, _ = run_main(capsys, "generate", "--model", "tiny-target", "-n", "2", "--seed", "1")
+    assert code == 0 and out.startswith(TEACHING_PROMPT)
+    code, out, _ = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
+                            "-n", "2", "--seed", "1")
+    assert code == 0 and out.startswith(GPT2_PROMPT)
+
+
+def test_greedy_output_names_no_seed(capsys, checkpoints):
+    """At temperature 0 nothing is drawn at random: a seed would be a number that changes nothing."""
+    pair = ["--draft", checkpoints["draft"], "--target", checkpoints["target"], "-n", "4", "--temperature", "0"]
+    for argv in (["generate", "--model", checkpoints["target"], "-n", "4", "--temperature", "0"],
+                 ["speculate", *pair, "--compare", "--repeats", "2"], ["speculate", *pair, "--seed", "3"]):
+        code, out, _ = run_main(capsys, *argv)
+        assert code == 0 and "seed" not in out and "greedy" in out, out
+    code, out, _ = run_main(capsys, "speculate", *pair, "--json")
+    assert json.loads(out)["seed"] is None
+    code, out, _ = run_main(capsys, "generate", "--model", checkpoints["target"], "-n", "4")  # sampling: its seed
+    assert re.search(r"seed \d+\]", out)
+
+
+def test_bench_says_what_it_will_write_and_how_long_a_run_took_before_it_writes(capsys, monkeypatch, tmp_path):
+    import picogpt.bench
+    from picogpt.io.registry import published_weights_bytes
+    from picogpt.measure.results import bench_seconds
+
+    weights = tmp_path / "weights"
+    monkeypatch.setenv("PICOGPT_WEIGHTS_DIR", str(weights))
+
+    def ctrl_c(*args, **kwargs):  # the user, having read what it will cost, presses Ctrl-C
+        raise KeyboardInterrupt
+    monkeypatch.setattr(picogpt.bench, "run_bench", ctrl_c)
+    code, out, err = run_main(capsys, "bench", "--out", str(tmp_path / "results"))
+    gb = (published_weights_bytes("gpt2") + published_weights_bytes("gpt2-xl")) / 1e9
+    assert code == 130 and out == "" and err.endswith("interrupted\n")
+    assert f"random-weight checkpoints of the published shapes, {gb:.1f} GB" in err
+    assert f"{weights / 'random-gpt2'}/ (0.5 GB), {weights / 'random-gpt2-xl'}/ (6.2 GB)" in err
+    took = bench_seconds()
+    assert took is None or f"took {took[0] / 60:.0f} minutes on a {took[1]}-core machine" in err
+    assert not weights.exists()  # nothing written before the user could stop it
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert f"{gb:.1f} GB" in capsys.readouterr().out

@@ -1,14 +1,20 @@
-"""The teaching core imports only NumPy: the forward pass, the KV cache, sampling, the rejection
-step, the speculative loop and the theory never reach the fast path, the bench, the course
-helpers, the downloads or the command line — directly or through another module."""
+"""The layers of docs/architecture.md hold: every module of the package sits in one layer of its
+table, no import runs upward (a module imports only its own layer and the layers below), no
+imports go round in a circle, and the teaching core imports only NumPy: the forward pass, the KV
+cache, sampling, the rejection step, the speculative loop and the theory never reach the fast
+path, the bench, the course helpers, the downloads or the command line — directly or through
+another module. Imports inside functions count: they run as surely as the others, only later."""
 
 import ast
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "picogpt"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "picogpt"
+ARCHITECTURE = REPO / "docs" / "architecture.md"
 CORE = ("gpt2", "kv_cache", "sampling", "rejection", "speculative", "theory", "tree")
 FORBIDDEN = ("fast", "measure", "bench", "course", "io", "cli", "model")  # picogpt.<these> and below
 ALLOWED_OUTSIDE = {"numpy"}  # besides Python's standard library
@@ -93,3 +99,132 @@ def test_the_rule_catches_a_forward_pass_that_imports_the_fast_path_again(tmp_pa
     assert "picogpt.gpt2 -> picogpt.errors -> picogpt.fast.kernels" in violations(package, "gpt2")
     (package / "errors.py").write_text("import torch\n")  # a third-party package
     assert violations(package, "gpt2") == ["picogpt.gpt2 -> picogpt.errors -> torch"]
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Every layer: the table of docs/architecture.md, read as the rule
+# ---------------------------------------------------------------------------------------------
+
+def layer_table(text):
+    """[(layer, [files and folders/])] of the text block under '## The layers', top layer first.
+    A row is 'layer  files  what it holds', columns two or more spaces apart; a row that starts
+    with spaces continues the files of the row above."""
+    block = text.split("## The layers", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    layers = []
+    for line in block.splitlines():
+        if line.startswith(" "):
+            files = re.split(r"\s{2,}", line.strip())[0]
+        else:
+            name, files = re.split(r"\s{2,}", line.strip())[:2]
+            layers.append((name, []))
+        layers[-1][1].extend(name for name in (f.strip() for f in files.split(",")) if name)
+    return layers
+
+
+def modules_of(package):
+    """{dotted name: path} of every module of the package (a folder's __init__.py is the folder)."""
+    found = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def layer_of(dotted, layers, package_name="picogpt"):
+    """The index of the layer (0 = top) that holds module picogpt.<...>, or None."""
+    relative = dotted.split(".")[1:]
+    for index, (_, files) in enumerate(layers):
+        for entry in files:
+            if entry.endswith("/") and relative[:1] == [entry.rstrip("/")]:
+                return index
+            if entry.endswith(".py") and relative == entry[:-3].split("/"):
+                return index
+            if entry == "__init__.py" and not relative:
+                return index
+    return None
+
+
+def import_graph(package, package_name="picogpt"):
+    """{module: {modules of the package it imports}}, each import resolved to the module that holds it."""
+    modules = modules_of(package)
+    graph = {}
+    for dotted, path in modules.items():
+        graph[dotted] = set()
+        for imported in imports_of(path, dotted, package_name):
+            parts = imported.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()  # `from .x import name`: the module is picogpt.x
+            if parts and ".".join(parts) != dotted:
+                graph[dotted].add(".".join(parts))
+    return graph
+
+
+def upward_imports(package, layers, package_name="picogpt"):
+    """['a (layer) imports b (layer above)'] for every import that runs upward, and every module
+    in no layer."""
+    graph = import_graph(package, package_name)
+    where = {module: layer_of(module, layers, package_name) for module in graph}
+    found = [f"{module} is in no layer of the table" for module, index in where.items() if index is None]
+    for module, imported in graph.items():
+        for other in sorted(imported):
+            if None not in (where[module], where[other]) and where[other] < where[module]:
+                found.append(f"{module} ({layers[where[module]][0]}) imports {other} ({layers[where[other]][0]})")
+    return found
+
+
+def cycles(package, package_name="picogpt"):
+    """Every import cycle among the package's modules, each as 'a -> b -> a' (depth-first search)."""
+    graph = import_graph(package, package_name)
+    found, state, path = [], {}, []
+
+    def visit(module):
+        state[module] = "open"
+        path.append(module)
+        for other in sorted(graph[module]):
+            if state.get(other) == "open":
+                found.append(" -> ".join(path[path.index(other):] + [other]))
+            elif other not in state:
+                visit(other)
+        path.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return found
+
+
+def test_the_table_names_every_layer_of_the_package():
+    layers = layer_table(ARCHITECTURE.read_text())
+    assert [name for name, _ in layers][-1] == "teaching core" and len(layers) >= 8
+    teaching_core = {name[:-3] for name in layers[-1][1]}
+    assert set(CORE) <= teaching_core  # the NumPy-only rule below is about the same modules
+
+
+def test_every_module_sits_in_a_layer_and_imports_only_its_own_and_those_below():
+    assert upward_imports(PACKAGE, layer_table(ARCHITECTURE.read_text())) == []
+
+
+def test_no_imports_go_round_in_a_circle():
+    assert cycles(PACKAGE) == []
+
+
+def test_the_layer_rules_catch_an_upward_import_a_module_in_no_layer_and_a_cycle(tmp_path):
+    package = tmp_path / "picogpt"
+    (package / "io").mkdir(parents=True)
+    table = ("## The layers\n\n```text\ncommands   cli.py    the command line\nloading    io/       files\n"
+             "core       gpt2.py,  the forward pass\n           errors.py\n```\n")
+    layers = layer_table(table)
+    assert layers == [("commands", ["cli.py"]), ("loading", ["io/"]), ("core", ["gpt2.py", "errors.py"])]
+    files = {"__init__.py": "", "cli.py": "from .io import files\n", "io/__init__.py": "",
+             "io/files.py": "from ..gpt2 import GPT2Config\n", "gpt2.py": "from .errors import E\n", "errors.py": ""}
+    for name, text in files.items():
+        (package / name).write_text(text)
+    layers = [("top", ["__init__.py"]), *layers]
+    assert upward_imports(package, layers) == [] and cycles(package) == []
+    (package / "gpt2.py").write_text("from .io.files import read\n")  # the core reaching up to loading
+    assert upward_imports(package, layers) == ["picogpt.gpt2 (core) imports picogpt.io.files (loading)"]
+    assert cycles(package) == ["picogpt.io.files -> picogpt.gpt2 -> picogpt.io.files"]
+    (package / "new.py").write_text("")
+    assert "picogpt.new is in no layer of the table" in upward_imports(package, layers)

@@ -4,6 +4,7 @@ pyproject.toml declares, the basics a project ships are there, and no committed 
 folder of one machine."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -132,7 +133,11 @@ def test_the_version_is_written_once_and_every_way_of_asking_says_it():
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "picogpt.__version__"}
     done = subprocess.run([sys.executable, "-m", "picogpt", "--version"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == f"picogpt {version}"
-    assert f"\n## {version}\n" in (REPO / "CHANGELOG.md").read_text()
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    released = re.search(rf"\n## {re.escape(version)} - (\d{{4}}-\d\d-\d\d)\n", changelog)
+    assert released, f"CHANGELOG.md: give {version} a heading '## {version} - YYYY-MM-DD' (the day it was cut)"
+    citation = (REPO / "CITATION.cff").read_text()
+    assert f'\nversion: "{version}"' in citation and f"\ndate-released: {released.group(1)}\n" in citation
 
 
 def test_the_licence_is_mit_and_ships_in_the_wheel():
@@ -188,7 +193,63 @@ def test_make_clean_leaves_the_clone_as_cloned_but_for_downloaded_weights(tmp_pa
     status = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=tmp_path,
                             capture_output=True, text=True, check=True).stdout
     assert sorted(line[3:] for line in status.splitlines()) == sorted(kept)
-    assert "kept: downloaded GPT-2 weights in weights/gpt2*/" in done.stdout
+    assert done.stdout.strip() == ("kept: downloaded GPT-2 weights in weights/gpt2-xl/ weights/gpt2/ "
+                                   "(remove them by hand if you want)")
+    for name in kept:
+        shutil.rmtree((tmp_path / name).parent)
+    done = subprocess.run(["make", "-s", "clean"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == "", done.stdout  # no weights, no word of keeping them
+
+
+STAND_IN_TEST = """from hypothesis import given
+from hypothesis import strategies as st
+
+from picogpt.errors import PicoGPTError
+
+
+@given(st.integers())
+def test_a_property(n):
+    assert str(PicoGPTError(n)) == str(n)
+"""
+STAND_IN_NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "a", "metadata": {}, "outputs": [],
+                                "source": ["import picogpt\n", "\n", "print(picogpt.__version__)"]}],
+                     "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+                     "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("git") is None, reason="needs make and git")
+def test_make_clean_removes_whatever_make_test_makes(tmp_path):
+    """`make test`'s steps as the Makefile runs them (lint, unit, notebooks: ruff, pytest with
+    xdist and Hypothesis, nbval), on a copy of the package with one property test and one notebook
+    as stand-ins for the real ones, then `make clean`: git must see nothing it does not track.
+    Whatever a tool starts to write (a new cache folder) fails this test until clean removes it."""
+    for name in ("Makefile", ".gitignore", "pyproject.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "picogpt", tmp_path / "picogpt", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_stand_in.py").write_text(STAND_IN_TEST)
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "00-stand-in.ipynb").write_text(json.dumps(STAND_IN_NOTEBOOK))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "clone"], cwd=tmp_path, check=True)
+    bin_dir, stamp = Path(sys.executable).parent, REPO / ".venv" / ".installed"
+    if not stamp.exists():
+        pytest.skip("needs make install's .venv")
+    # this test's Python stands in for .venv; -o: never remake the installation stamp; Python writes
+    # its bytecode caches, as on a newcomer's machine
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    made = subprocess.run(["make", "-s", "-o", str(stamp), f"BIN={bin_dir}", f"STAMP={stamp}", "PYTEST_WORKERS=1",
+                           "lint", "unit", "notebooks"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=tmp_path, capture_output=True,
+                            text=True, check=True).stdout
+    assert ".pytest_cache/" in status and "__pycache__" in status  # the stand-ins ran and left their traces
+    subprocess.run(["make", "-s", "clean", f"VENV={tmp_path / '.venv'}"], cwd=tmp_path, check=True, capture_output=True)
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout
+    assert status == "", f"make clean left what make test made:\n{status}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,6 +377,36 @@ def test_code_and_user_docs_quote_no_dates_issue_numbers_or_run_history():
     texts = user_facing_texts()
     assert {"README.md", "benchmarks/README.md", "picogpt/speculative.py"} <= set(texts)
     assert any(name.startswith("notebooks/") for name in texts) and any(name.startswith("tools/") for name in texts)
+    # a version's heading in the changelog carries the day it was cut: the one date a user is owed
+    texts["CHANGELOG.md"] = re.sub(r"^## \d+\.\d+\.\d+ - \d{4}-\d\d-\d\d$", "## a version", texts["CHANGELOG.md"],
+                                   flags=re.MULTILINE)
     found = [f"{name}:{n}: {what}: {words!r}" for name, text in sorted(texts.items()) for n, what, words in history(text)]
     assert not found, ("history in code or user docs: say what is true now (git keeps the history; figures come "
                        "from the results JSON through picogpt/tools/render_docs.py):\n" + "\n".join(found))
+
+
+# ---------------------------------------------------------------------------------------------
+# One size for GPT-2 XL, from one source
+# ---------------------------------------------------------------------------------------------
+
+XL_SIZE = re.compile(r"(?i)(?:gpt-2 xl|gpt2-xl|\bXL\b)([^.\n|]{0,60}?)(\d+(?:\.\d+)?)\s?GB")
+
+
+def test_every_document_gives_gpt2_xl_the_size_the_registry_computes():
+    """GPT-2 XL's weights, in float32, from registry.published_weights_bytes; with GPT-2 small
+    beside it (a download of the pair) their sum, rounded to whole GB."""
+    from picogpt.io.registry import published_weights_bytes
+
+    xl, small = published_weights_bytes("gpt2-xl") / 1e9, published_weights_bytes("gpt2") / 1e9
+    texts = {name: text for name, text in user_facing_texts().items() if not name.startswith("benchmarks/")}
+    texts.update({name: (REPO / name).read_text() for name in ("notebooks/README.md", "notebooks/TEACHING.md")})
+    def line_of(text, match):
+        return text[text.rfind("\n", 0, match.start()) + 1:text.find("\n", match.end())]
+
+    quoted = [(name, line_of(text, match), match.group(2)) for name, text in texts.items()
+              for match in XL_SIZE.finditer(text)]
+    assert any(figure == f"{xl:.1f}" for _, _, figure in quoted)
+    pair = re.compile(r"(?i)small|pair|make weights|gpt2 gpt2-xl")  # the line speaks of both models
+    wrong = [f"{name}: {line.strip()!r}" for name, line, figure in quoted
+             if figure != f"{xl:.1f}" and not (pair.search(line) and figure == f"{small + xl:.0f}")]
+    assert not wrong, f"GPT-2 XL's weights are {xl:.1f} GB (the pair with small {small + xl:.0f} GB):\n" + "\n".join(wrong)

@@ -37,7 +37,7 @@ def test_any_choice_made_from_measured_speedups_says_whether_it_is_resolved():
     named = {"draft, K = 4": Spread(1.7, 1.6, 1.8), "draft, K = 5": Spread(1.75, 1.65, 1.85)}
     assert "[draft, K = 4; draft, K = 5]" in results.resolution_line(named, "strategy", 3, 64)
     apart = {1: Spread(1.1, 1.05, 1.12), 2: Spread(1.4, 1.35, 1.45)}
-    assert results.resolution_line(apart, "L", 5, 64).startswith("resolved: every other L's")
+    assert results.resolution_line(apart, "L", 5, 64).startswith("resolved: the interquartile range of every other L's")
 
 
 def test_without_the_bench_file_everything_says_not_measured(tmp_path):

@@ -113,3 +113,21 @@ def test_matmul_rate_is_2n_cubed_flops_over_the_median_time(monkeypatch):
     assert repeats == 3 and product.shape == (32, 32) and np.all(product == 0.25 * 32)
     with pytest.raises(PicoGPTError, match="positive"):
         measure_matmul_gflops(n=0)
+
+
+def test_scoring_seconds_times_one_call_of_n_against_n_calls_of_one(small_model, clock):
+    model = CountingModel(small_model, clock)
+    cache = model.new_cache()
+    model(np.arange(4), cache)  # the prompt: 4 positions in the cache
+    model.calls.clear()
+    one_call, calls_of_one = timing.scoring_seconds(model, cache, np.arange(10, 13), [1, 3], repeats=2)
+    # the clock advances by cache + new positions per call: one call of 3 on a cache of 4 takes 7,
+    # three calls of one take 5 + 6 + 7 = 18; each timing starts from the same cache of 4
+    assert [one_call[n].median for n in (1, 3)] == [5.0, 7.0]
+    assert [calls_of_one[n].median for n in (1, 3)] == [5.0, 18.0]
+    per_pass = [(1, 4), (1, 4), (3, 4), (1, 4), (1, 5), (1, 6)]  # n = 1 both ways, then n = 3 both ways
+    assert model.calls == per_pass * 3  # one warm-up pass, then 2 repeats interleaved
+    assert len(cache) == 4
+    for bad in (dict(n_new=[0]), dict(n_new=[4]), dict(n_new=[1], repeats=0)):
+        with pytest.raises(PicoGPTError, match="scoring_seconds"):
+            timing.scoring_seconds(model, cache, np.arange(10, 13), **{"repeats": 1, **bad})

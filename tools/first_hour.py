@@ -3,15 +3,20 @@
     .venv/bin/python tools/first_hour.py                 # prints the figures; writes build/first-hour.json
     .venv/bin/python tools/first_hour.py --save          # also benchmarks/first-hour.json + the README's block
     .venv/bin/python tools/first_hour.py --skip-make-test   # without the test suite (minutes less)
-    .venv/bin/python tools/first_hour.py --runs 9        # the README's command in 9 fresh processes (default 5)
+    .venv/bin/python tools/first_hour.py --runs 9        # the README's command in 9 + 9 fresh processes (default 5)
+    .venv/bin/python tools/first_hour.py --busy 0        # without the runs beside busy processes
 
 It clones this repository's HEAD into a temporary folder and there, as the README says:
-- installs (`make` of the virtual environment) and runs `make test`, timed;
-- starts `make lab` headless and times it until the course is served;
+- starts `make lab` headless and times it until the course is served: the first time, when it
+  makes .venv (installing, and compiling picogpt's kernels), and again once .venv exists;
+- runs `make test`, timed;
 - runs the README's `speculate --seed 0 --compare` command, exactly as written, as --runs fresh
-  processes one after another (the first one on the fresh clone pays numba's compile, once per
-  install; the others pay nothing): the text is the same every time, the speedup it prints is the
-  range the README states;
+  processes one after another on the machine as it is, then --runs more beside --busy processes
+  that keep a core busy each (tools/busy_machine.py's; the load a browser and a second notebook
+  kernel put on a laptop), started --settle seconds before, so that the load average shows them.
+  The machine's 1-minute load average is recorded before and after every run: a shared machine's
+  own load moves, and the figures are read beside it. The text is the same every time; the
+  speedups printed are the ranges the README states;
 - measures the same setting in one process with measure/speedup.measure_speedup, so the command
   line and the in-process measurement can be compared.
 The results go to build/first-hour.json (git ignores build/), or with --save to
@@ -34,6 +39,7 @@ import urllib.request
 from pathlib import Path
 
 from browser_test import free_port
+from busy_machine import busy_processes
 
 from picogpt.io.atomic import write_text_atomically
 
@@ -61,7 +67,7 @@ def venv_env(clone):
     return env
 
 
-def lab_start_s(clone, env):
+def lab_start_s(clone, env, limit_s=120):
     """Seconds from `make lab` (headless) to JupyterLab serving the notebooks."""
     port, token = free_port(), "first-hour"
     start = time.perf_counter()
@@ -69,13 +75,13 @@ def lab_start_s(clone, env):
                               cwd=clone, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        while time.perf_counter() - start < 120 and server.poll() is None:
+        while time.perf_counter() - start < limit_s and server.poll() is None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/?token={token}", timeout=2):
                     return time.perf_counter() - start
             except OSError:
                 time.sleep(0.1)
-        sys.exit("make lab did not serve the course within 120 s")
+        sys.exit(f"make lab did not serve the course within {limit_s} s")
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
@@ -104,7 +110,23 @@ def load_average():
         return None
 
 
-def measure(skip_make_test, n_runs):
+def command_runs(clone, env, n_runs, label):
+    """The README's command in n_runs fresh processes: each run's seconds, the speedup it printed,
+    and the load average before and after it; with their low, high and median speedup."""
+    runs = []
+    for n in range(n_runs):
+        before = load_average()
+        seconds, done = timed(SPECULATE, clone, env)
+        runs.append({"seconds": seconds, "speedup": speedup_of(done.stdout), "load_average_before": before,
+                     "compiled_here": "compiling the fast kernels" in done.stderr, "load_average": load_average(),
+                     "stdout": done.stdout, "stderr_lines": done.stderr.strip().splitlines()[-3:]})
+        print(f"{label} run {n + 1}: {seconds:.1f} s, {runs[-1]['speedup']:.2f}x, load average "
+              f"{runs[-1]['load_average']}", file=sys.stderr)
+    speedups = [run["speedup"] for run in runs]
+    return {"runs": runs, "median_speedup": statistics.median(speedups), "low": min(speedups), "high": max(speedups)}
+
+
+def measure(skip_make_test, n_runs, n_busy, settle_s):
     with tempfile.TemporaryDirectory(prefix="picogpt-first-hour-") as tmp:
         clone = Path(tmp) / "picogpt"
         subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
@@ -113,22 +135,24 @@ def measure(skip_make_test, n_runs):
                                             text=True).stdout.strip(),
                    "cores": os.cpu_count(), "load_average_before": load_average(), "steps": {}}
         steps = results["steps"]
-        print("installing into .venv ...", file=sys.stderr)
-        steps["install_s"] = timed(["make", "-s", ".venv/.installed"], clone, env)[0]
+        print("make lab on the fresh clone (it makes .venv first) ...", file=sys.stderr)
+        steps["lab_first_s"] = lab_start_s(clone, env, limit_s=1800)
+        steps["lab_start_s"] = lab_start_s(clone, env)
         if not skip_make_test:
             print("make test ...", file=sys.stderr)
             steps["make_test_s"] = timed(["make", "-s", "test"], clone, env)[0]
-        steps["lab_start_s"] = lab_start_s(clone, env)
-        runs = []
-        for n in range(n_runs):
-            seconds, done = timed(SPECULATE, clone, env)
-            runs.append({"seconds": seconds, "speedup": speedup_of(done.stdout),
-                         "compiled_here": "compiling the fast kernels" in done.stderr, "load_average": load_average(),
-                         "stdout": done.stdout, "stderr_lines": done.stderr.strip().splitlines()[-3:]})
-            print(f"run {n + 1}: {seconds:.1f} s, {runs[-1]['speedup']:.2f}x", file=sys.stderr)
-        speedups = [run["speedup"] for run in runs]
-        results["speculate"] = {"command": COMMAND, "runs": runs, "median_speedup": statistics.median(speedups),
-                                "low": min(speedups), "high": max(speedups)}
+        results["speculate"] = {"command": COMMAND, **command_runs(clone, env, n_runs, "alone:")}
+        if n_busy:
+            spinners = busy_processes(n_busy, seconds=settle_s + 60 * n_runs + 600)
+            try:
+                print(f"{n_busy} busy processes; {settle_s} s for the load average to show them ...", file=sys.stderr)
+                time.sleep(settle_s)
+                results["busy"] = {"busy_processes": n_busy, "settle_s": settle_s,
+                                   **command_runs(clone, env, n_runs, f"beside {n_busy} busy processes:")}
+            finally:
+                for process in spinners:
+                    process.kill()
+                    process.wait()
         results["in_process"] = in_process(clone, env)
         results["load_average_after"] = load_average()
         return results
@@ -137,16 +161,24 @@ def measure(skip_make_test, n_runs):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-make-test", action="store_true", help="do not time make test (saves minutes)")
-    parser.add_argument("--runs", type=int, default=5, help="fresh processes of the README's command (default 5)")
+    parser.add_argument("--runs", type=int, default=5, help="fresh processes of the README's command, alone and "
+                        "beside the busy processes (default 5 each)")
+    parser.add_argument("--busy", type=int, default=2, help="busy processes beside the second set of runs (default 2; "
+                        "0: none)")
+    parser.add_argument("--settle", type=int, default=60, help="seconds the busy processes spin before the runs "
+                        "beside them start, so that the 1-minute load average shows them (default 60)")
     parser.add_argument("--save", action="store_true",
                         help="write benchmarks/first-hour.json and render README.md's quick-start block from it")
     args = parser.parse_args(argv)
     if args.runs < 1:
         sys.exit(f"error: --runs {args.runs}: at least one run of the README's command")
-    results = measure(args.skip_make_test, args.runs)
-    s, inside = results["speculate"], results["in_process"]["speedup"]
-    print(f"the README's command in {args.runs} fresh processes: {s['low']:.2f}-{s['high']:.2f}x, median "
-          f"{s['median_speedup']:.2f}x; measure_speedup in one process: {inside:.2f}x")
+    results = measure(args.skip_make_test, args.runs, args.busy, args.settle)
+    inside = results["in_process"]["speedup"]
+    for label, s in (("alone", results["speculate"]), (f"beside {args.busy} busy processes", results.get("busy"))):
+        if s:
+            print(f"the README's command in {args.runs} fresh processes, {label}: {s['low']:.2f}-{s['high']:.2f}x, "
+                  f"median {s['median_speedup']:.2f}x")
+    print(f"measure_speedup in one process: {inside:.2f}x")
     print(json.dumps(results["steps"]))
     out = REPO / ("benchmarks" if args.save else "build") / "first-hour.json"
     out.parent.mkdir(parents=True, exist_ok=True)

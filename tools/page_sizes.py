@@ -13,7 +13,7 @@ for each engine; this tool isolates the effect. It copies the model's fast-path 
 anonymous memory three times (in huge pages; in 4 KB pages; in 4 KB pages scattered over
 physical memory) and times one-token decode at context 128 on each, beside the bandwidth
 ceiling, in interleaved rounds. Writes build/bench/page-sizes.json (benchmarks/ with --save). Linux only; needs memory
-for three copies (GPT-2 XL: 19 GB).
+for three copies of the weights (GPT-2 XL: three times 6.2 GB).
 """
 
 import argparse

@@ -420,25 +420,37 @@ def kernel_between_table(results, source):
             *table_lines(["model", "layers", "new positions", *ways, "NumPy / compiled"], rows)]
 
 
+def loads_after(runs):
+    """The machine's 1-minute load average after each run, as 'a' or 'low-high'."""
+    return value_range([run["load_average"][0] for run in runs], lambda v: f"{v:.1f}")
+
+
+def command_range(s):
+    """'1.49x to 1.86x (median 1.55x) at load average 0.5-1.2': the speedups a set of fresh runs printed."""
+    return (f"{s['low']:.2f}x to {s['high']:.2f}x (median {s['median_speedup']:.2f}x) at load average "
+            f"{loads_after(s['runs'])}")
+
+
 def quick_start(results, source):
     """tools/first_hour.py: the README's command as a fresh clone printed it the first time, the
-    range of speedups it printed run after run, and how long each step of the quick start took."""
-    s, steps = results["speculate"], results["steps"]
+    range of speedups it printed run after run, alone and beside busy processes, each beside the
+    load average measured, and how long each step of the quick start took."""
+    s, steps, busy = results["speculate"], results["steps"], results.get("busy")
     runs = s["runs"]
-    load = runs[0].get("load_average") or results.get("load_average_before")
-    make_test = (f"`make test` took {steps['make_test_s'] / 60:.1f} minutes ({steps['install_s']:.0f} s of it "
-                 "installing), " if "make_test_s" in steps else f"installing took {steps['install_s']:.0f} s, ")
+    beside = (f"; {len(busy['runs'])} more beside {busy['busy_processes']} busy processes (the load a browser and a "
+              f"second notebook kernel put on a laptop) printed {command_range(busy)}" if busy else "")
+    make_test = f" `make test` took {steps['make_test_s'] / 60:.1f} minutes." if "make_test_s" in steps else ""
     later = (f" and {value_range([run['seconds'] for run in runs[1:]], lambda v: f'{v:.0f}')} s after"
              if len(runs) > 1 else "")
     first = ("it compiled picogpt's fast kernels, once per install, with a progress bar"
              if runs[0]["compiled_here"] else "the kernels were compiled already")
     return ["```text", f"$ {s['command']}", *runs[0]["stdout"].rstrip("\n").splitlines(), "```", "",
-            f"The text repeats run after run (`--seed 0`); the speedup does not: {len(runs)} fresh runs of this "
-            f"command on a {results['cores']}-core machine"
-            + (f" (load average {load[0]:.1f})" if load else "")
-            + f" printed {s['low']:.2f}x to {s['high']:.2f}x (median {s['median_speedup']:.2f}x). There, on a fresh "
-            f"clone, {make_test}`make lab` served the course {steps['lab_start_s']:.0f} s after it started, and the "
-            f"command took {runs[0]['seconds']:.0f} s the first time ({first}){later}. Measured by "
+            f"The text repeats run after run (`--seed 0`); the speedup does not. On a {results['cores']}-core machine, "
+            f"{len(runs)} fresh runs of this command printed {command_range(s)}{beside} (the 1-minute load average "
+            "after each run, the run's own load included). There, on a fresh clone, `make lab` served the course "
+            f"{steps['lab_first_s']:.0f} s after it started the first time (making `.venv`: installing, and compiling "
+            f"picogpt's kernels), and {steps['lab_start_s']:.0f} s after it started once `.venv` existed.{make_test} "
+            f"The command took {runs[0]['seconds']:.0f} s the first time ({first}){later}. Measured by "
             "`tools/first_hour.py` (`benchmarks/first-hour.json`)."]
 
 
@@ -479,9 +491,11 @@ def teaching_payoff(results, source):
     speedups = value_range([run["speedup"] for run in runs], lambda x: f"{x:.2f}")
     first = ("the first of them compiling picogpt's kernels" if runs[0]["compiled_here"]
              else "with the kernels compiled already")
-    return [f"On a {results['cores']}-core machine (load average {results['load_average_before'][0]:.1f} before), "
+    busy = results.get("busy")
+    beside = (f"; beside {busy['busy_processes']} busy processes, {command_range(busy)}" if busy else "")
+    return [f"On a {results['cores']}-core machine (load average {loads_after(runs)} after each run), "
             f"the command took {seconds} s in each of {len(runs)} fresh processes ({first}), and printed speedups "
-            f"of {speedups}x (`tools/first_hour.py`, `benchmarks/first-hour.json`)."]
+            f"of {speedups}x{beside} (`tools/first_hour.py`, `benchmarks/first-hour.json`)."]
 
 
 def teaching_pair_card(report, source):

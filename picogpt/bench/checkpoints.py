@@ -10,10 +10,18 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PicoGPTError, shown
-from ..io.atomic import write_text_atomically
+from ..io.atomic import atomic_folder, write_text_atomically
 from ..io.checkpoint import write_safetensors
 from ..io.params import config_from_json, expected_shapes
-from ..io.registry import EMBEDDED, PRETRAINED, checkpoint_path, is_available, published_config, weights_dir
+from ..io.registry import (
+    EMBEDDED,
+    PRETRAINED,
+    checkpoint_path,
+    is_available,
+    published_config,
+    published_weights_bytes,
+    weights_dir,
+)
 from ..model import checked_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,27 +54,29 @@ def random_checkpoint(name, folder=None, config=None):
     """weights/random-<name>/model.safetensors: random F32 weights with the bare Hugging Face
     names and exact shapes of the published checkpoint `name` (or of the Hugging Face `config`
     dict given), + config.json. Made once, then reused: it says how many GB it writes and
-    where, and shows its progress. Both files are written atomically (io/atomic.py), so a
-    full disk, Ctrl-C or SIGTERM never leaves a partial file there."""
-    folder = Path(folder or weights_dir() / f"random-{name}")
+    where, and shows its progress. The folder is built beside its place and renamed into it once
+    whole (io/atomic.py's atomic_folder), so a full disk, Ctrl-C or SIGTERM leaves no half folder."""
+    folder = Path(folder or random_folder(name))
     path = folder / "model.safetensors"
     if path.exists() and (folder / "config.json").exists():
         return path
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(folder / "config.json", json.dumps(config or published_config(name), indent=2))
-        shapes = expected_shapes(config_from_json(folder / "config.json"))
-        n_bytes = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
-        if shutil.disk_usage(folder).free < n_bytes:
-            raise PicoGPTError(f"bench: random-weight {name} needs {n_bytes / 1e9:.2f} GB in {folder} and only "
-                               f"{shutil.disk_usage(folder).free / 1e9:.2f} GB is free: free some space, set "
-                               "PICOGPT_WEIGHTS_DIR to another disk, or bench fewer --models")
-        print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {shown(folder)} (once)", file=sys.stderr, flush=True)
-        write_safetensors(path, {n: RandomTensor(n, shape) for n, shape in shapes.items()},
-                          metadata={"picogpt": f"random weights with the shapes of {name}"}, progress=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_folder(folder) as building:
+            write_text_atomically(building / "config.json", json.dumps(config or published_config(name), indent=2))
+            shapes = expected_shapes(config_from_json(building / "config.json"))
+            n_bytes = 4 * sum(int(np.prod(shape)) for shape in shapes.values())
+            if shutil.disk_usage(building).free < n_bytes:
+                raise PicoGPTError(f"bench: random-weight {name} needs {n_bytes / 1e9:.2f} GB in {shown(folder.parent)} and "
+                                   f"only {shutil.disk_usage(building).free / 1e9:.2f} GB is free: free some space, set "
+                                   "PICOGPT_WEIGHTS_DIR to another disk, or bench fewer --models")
+            print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {shown(folder)} (once)", file=sys.stderr,
+                  flush=True)
+            write_safetensors(building / "model.safetensors", {n: RandomTensor(n, shape) for n, shape in shapes.items()},
+                              metadata={"picogpt": f"random weights with the shapes of {name}"}, progress=True)
     except OSError as e:
-        raise PicoGPTError(f"bench: could not write random-weight {name} to {folder} ({e.strerror or e}); "
-                           "nothing partial was left at model.safetensors: free some space, set "
+        raise PicoGPTError(f"bench: could not write random-weight {name} to {shown(folder)} ({e.strerror or e}); "
+                           "nothing partial was left there: free some space, set "
                            "PICOGPT_WEIGHTS_DIR to a writable disk, or bench fewer --models") from None
     return path
 
@@ -84,13 +94,31 @@ def given_checkpoint(name):
     return path
 
 
+def given_checkpoints(names):
+    """{name: checkpoint} for every --models entry that is no model name, each checked
+    (given_checkpoint): what the bench checks before it says what it will write or measures."""
+    return {name: given_checkpoint(name) for name in names if name not in (*PRETRAINED, *EMBEDDED)}
+
+
+def random_folder(name):
+    return weights_dir() / f"random-{name}"
+
+
+def random_to_write(names):
+    """[(folder, bytes)] of the random-weight checkpoints a bench of `names` writes before it
+    measures: each published GPT-2 neither downloaded nor written as random weights already."""
+    return [(random_folder(name), published_weights_bytes(name)) for name in names
+            if name in PRETRAINED and not is_available(name)
+            and not all((random_folder(name) / file).exists() for file in ("model.safetensors", "config.json"))]
+
+
 def resolve_models(names):
     """{label: (path, source)} for names (gpt2, gpt2-xl, tiny-draft, tiny-target) or paths.
     Published names fall back to random weights; missing embedded models are skipped. Every
     path is checked before a random-weight checkpoint is written (and so before anything is
     measured). A label is the folder's name as printed (errors.shown: no escape sequence from a
     folder's name reaches the terminal)."""
-    given = {name: given_checkpoint(name) for name in names if name not in (*PRETRAINED, *EMBEDDED)}
+    given = given_checkpoints(names)
     models, notes = {}, []
     for name in names:
         if name in PRETRAINED:

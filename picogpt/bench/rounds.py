@@ -14,7 +14,7 @@ from ..fast import kernels
 from ..measure import machine
 from ..measure.timing import timed
 
-PAUSE_S = 0.2  # after each timed call: OpenBLAS's idle threads spin ~0.1 s before they sleep
+PAUSE_S = 0.2  # a pause after each timed call: OpenBLAS's idle threads spin a while before they sleep, not into the next
 
 
 def summary(times_s):

@@ -7,6 +7,7 @@ but not the number, so the exercise stays an exercise; a right one gets the work
 The defaults of each checker are the numbers its notebook's exercise asks about.
 """
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -44,20 +45,30 @@ def as_number(answer):
     return value if math.isfinite(value) and not isinstance(answer, bool) else None
 
 
+def shown_number(value):
+    """A number as the student gave it, exactly: a whole number with thousands separators
+    (7,087,872, never 7.08787e+06), any other float in the shortest form that reads back as it."""
+    if float(value).is_integer() and abs(value) < 2**53:
+        return f"{int(value):,}"
+    return f"{value:,}"
+
+
 def check_number(answer, expected, how, solution, mistakes=(), rel_tol=0.01):
     """Right when within rel_tol of `expected`: then show the worked `solution`. Wrong: the hint
-    of a known mistake, given as (the value that mistake gives, what went wrong), else `how`."""
+    of a known mistake, given as (the value that mistake gives, what went wrong), else `how`.
+    The answer is shown as given (shown_number): a hint about a number the student did not type
+    would be about someone else's answer."""
     if not_answered(answer):
         return Check(False, "replace the placeholder None with your number, then run the cell again.")
     value = as_number(answer)
     if value is None:
         return Check(False, f"expected a number, got {answer!r}.")
     if math.isclose(value, expected, rel_tol=rel_tol):
-        return Check(True, f"{value:,.6g}. {solution}")
+        return Check(True, f"{shown_number(value)}. {solution}")
     for mistaken, hint in mistakes:
         if math.isclose(value, mistaken, rel_tol=rel_tol):
-            return Check(False, f"{value:,.6g}: {hint}.")
-    return Check(False, f"{value:,.6g} is not it. Hint: {how}")
+            return Check(False, f"{shown_number(value)}: {hint}.")
+    return Check(False, f"{shown_number(value)} is not it. Hint: {how}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,6 +129,29 @@ def kv_cache_bytes(n_layer, n_embd, n_positions, bytes_per_number=4):
     return 2 * n_layer * n_positions * n_embd * bytes_per_number
 
 
+def kv_cache_slips(n_layer):
+    """Each factor of the KV cache's size: (its right value, {a wrong value: the slip that gives it})."""
+    return [(2, {1: "counting keys or values but not both"}),
+            (4, {1: "counting numbers rather than bytes", 2: "counting 2 bytes per number (float16)",
+                 8: "counting 8 bytes per number (float64)"}),
+            (n_layer, {1: "counting one layer instead of all of them"})]
+
+
+def kv_cache_mistakes(n_layer, n_embd, n_positions):
+    """[(a wrong size, [every way of getting it])]: each combination of slips, grouped by the size
+    it gives (two slips can give one number: keys only, or float16, both halve it), so that a hint
+    names every cause a number could have, never only one of them."""
+    by_size = {}
+    choices = [[(right, None), *((value, slip) for value, slip in wrong.items() if value != right)]
+               for right, wrong in kv_cache_slips(n_layer)]  # with n_layer = 1, one layer is no slip
+    for factors in itertools.product(*choices):
+        slips = [slip for _, slip in factors if slip]
+        size = math.prod(value for value, _ in factors) * n_positions * n_embd
+        if slips and size != kv_cache_bytes(n_layer, n_embd, n_positions):
+            by_size.setdefault(size, []).append(" and ".join(slips))
+    return list(by_size.items())
+
+
 def check_kv_cache_bytes(answer, n_layer=48, n_embd=1600, n_positions=1024):
     """How many bytes does GPT-2 XL's KV cache hold at its full context of 1024 positions (float32)?"""
     expected = kv_cache_bytes(n_layer, n_embd, n_positions)
@@ -126,10 +160,9 @@ def check_kv_cache_bytes(answer, n_layer=48, n_embd=1600, n_positions=1024):
     solution = (f"2 (key and value) × {n_layer} layers × {n_positions} positions × {n_embd} numbers "
                 f"× 4 bytes = {expected:,} bytes ({expected / 2**20:,.0f} MiB), read again, on "
                 f"top of the weights, for every new token.")
-    mistakes = [(expected / 2, "count both the keys and the values"),
-                (expected / 4, "that counts numbers; each float32 number is 4 bytes"),
-                (expected / 8, "count keys and values (× 2), and 4 bytes per number (× 4)"),
-                (expected / n_layer, "every one of the layers keeps its own keys and values")]
+    mistakes = [(size, "that is the size you get by " + ", or by ".join(ways) + ": the cache holds keys and values, "
+                 "4 bytes each (float32), in every layer")
+                for size, ways in kv_cache_mistakes(n_layer, n_embd, n_positions)]
     return check_number(answer, expected, how, solution, mistakes, rel_tol=1e-9)
 
 
@@ -190,20 +223,32 @@ def check_min_time_per_token_ms(answer, bandwidth_gbs, n_params=1_557_611_200, b
     return check_number(answer, expected_ms, how, solution, mistakes)
 
 
+DECODING_FLOPS_PER_BYTE = 0.5  # a float32 weight: 4 bytes read, one multiply-add (2 FLOPs)
+
+
+def machine_line(machine_flops_per_byte):
+    """Where decoding stands on a machine that does machine_flops_per_byte FLOPs in the time its
+    memory delivers a byte, as a sentence. The verdict is read from the ratio as printed (3
+    significant digits), so that the number and the words beside it always agree."""
+    need = DECODING_FLOPS_PER_BYTE
+    if machine_flops_per_byte is None:
+        return (f"Compare it with a machine's FLOPs per byte (its GFLOP/s over its GB/s): where that "
+                f"ratio is above {need}, decoding waits on memory.")
+    ratio = float(f"{machine_flops_per_byte:.3g}")
+    said = f"This machine does {ratio:.3g} FLOPs in the time its memory delivers one byte"
+    if ratio > need:
+        return f"{said}, {ratio / need:.3g} times what decoding needs: decoding waits on memory."
+    if ratio == need:
+        return f"{said}, just what decoding needs: memory and arithmetic would finish together."
+    return f"{said}, less than the {need} decoding needs: here the arithmetic, not memory, sets the pace."
+
+
 def check_arithmetic_intensity(answer, machine_flops_per_byte=None):
     """How many FLOPs per byte of weights read does decoding one token (float32) do? The
     notebook passes this machine's ratio, matmul GFLOP/s over bandwidth GB/s, for the solution."""
     how = ("in x @ W with x a single vector, each weight of W is read once and used in one "
            "multiply and one add; a float32 weight takes 4 bytes.")
-    if machine_flops_per_byte is None:
-        machine = ("Compare it with a machine's FLOPs per byte (its GFLOP/s over its GB/s): where that "
-                   "ratio is above 0.5, decoding waits on memory.")
-    elif machine_flops_per_byte > 0.5:
-        machine = (f"This machine does {machine_flops_per_byte:.1f} FLOPs in the time its memory delivers one byte, "
-                   f"{machine_flops_per_byte / 0.5:.0f} times what decoding needs: decoding waits on memory.")
-    else:
-        machine = (f"This machine does {machine_flops_per_byte:.2f} FLOPs in the time its memory delivers one byte, "
-                   "no more than decoding needs: here the arithmetic, not memory, sets the pace.")
+    machine = machine_line(machine_flops_per_byte)
     solution = f"2 FLOPs (a multiply and an add) per weight / 4 bytes per weight = 0.5 FLOP per byte. {machine}"
     mistakes = [(2, "that is FLOPs per weight; divide by the 4 bytes each float32 weight takes"),
                 (0.25, "a multiply-add is 2 FLOPs, not 1")]

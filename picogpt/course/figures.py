@@ -65,6 +65,19 @@ def plot_seconds(x, series_s, ax=None, title="Time per token", xlabel="token pos
     return ax
 
 
+def plot_seconds_spread(x, series, ax=None, title="", xlabel="", ylabel="time (ms)"):
+    """One line per entry of `series` {label: [Spread of seconds] at each x}: the medians in
+    milliseconds, whiskers at their quartiles."""
+    ax = new_ax(ax, (7, 3.5))
+    for label, runs in series.items():
+        ax.errorbar(x, [1e3 * r.median for r in runs], yerr=1e3 * np.array(quartile_whiskers(runs)), fmt="o-",
+                    capsize=3, label=label)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    return ax
+
+
 def plot_grouped_bars(groups, series, ax=None, title="", ylabel="time (ms)", log=False):
     """Bars side by side: one group per entry of `groups`, one bar per entry of `series`
     {label: one value per group}, each bar annotated with its value."""

@@ -5,8 +5,10 @@ each printed with what differs from ours.
 """
 
 import json
+import math
 from pathlib import Path
 
+from ..errors import PicoGPTError
 from ..measure import speedup
 from ..measure.results import BENCH_JSON, bench_measurements
 
@@ -26,12 +28,15 @@ def indistinguishable_from_best(runs):
 
 def resolution_line(runs, what, repeats, N, name=str):
     """Whether these repeats resolve the best of runs {choice: Spread of speedups}, as a sentence:
-    'resolved: ...' or 'not resolved: ...'. `what` names a choice ('K', 'L'), name(choice) prints one."""
+    'resolved: ...', 'not resolved: ...', or 'nothing to resolve: ...' when one choice was measured.
+    `what` names a choice ('K', 'L'), name(choice) prints one."""
     best, tied = indistinguishable_from_best(runs)
     size = f"{repeats} repeats of {N} tokens"
+    if len(runs) == 1:
+        return f"nothing to resolve: {what} = {name(best)} is the only one measured ({size})"
     if tied == [best]:
-        return (f"resolved: every other {what}'s repeat-by-repeat speedups stay below {what} = {name(best)}'s "
-                f"(interquartile ranges over {size})")
+        return (f"resolved: the interquartile range of every other {what}'s repeat-by-repeat speedups lies below "
+                f"{what} = {name(best)}'s ({size})")
     names = [name(choice) for choice in tied]
     separator = "; " if any("," in n for n in names) else ", "  # names with commas of their own
     return (f"not resolved: {what} in [{separator.join(names)}] cannot be told apart by "
@@ -48,6 +53,61 @@ def best_K_lines(m):
         line += "; the prediction " + ("falls among them" if predicted in tied else "falls outside them")
     return [f"best K measured: {best} ({m.by_K[best].speedup:.2f}x); best K predicted (in-loop t_score(K)): "
             f"{predicted} ({m.by_K[predicted].predicted:.2f}x)", line]
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 02: what sets the pace of decoding, and what one call of several positions saves
+# ---------------------------------------------------------------------------------------------
+
+def percent(fraction):
+    """A fraction as the whole percent printed beside it (0.654 -> 65): verdicts read this number,
+    so the words and the figure printed beside them cannot disagree."""
+    return round(100 * fraction)
+
+
+def pace_line(name, nbytes, seconds_per_token, bandwidth_gbs, busy=False):
+    """What sets the pace of one model's decoding, as a sentence: the rate at which it read its
+    weights (nbytes per token, one token every seconds_per_token) as a share of the measured memory
+    bandwidth. Reading them once at that bandwidth takes that share of its time per token; above
+    100% it read them faster than memory delivers, so they came, at least in part, from the CPU's
+    caches. `busy`: the machine was busy while measuring (machine.busy_warning), which slows the
+    bandwidth measurement (all cores) and decoding differently, so the sentence says the share may be off."""
+    if not (nbytes > 0 and seconds_per_token > 0 and bandwidth_gbs > 0
+            and math.isfinite(seconds_per_token) and math.isfinite(bandwidth_gbs)):
+        raise PicoGPTError(f"pace_line needs positive finite numbers, got nbytes={nbytes}, "
+                           f"seconds_per_token={seconds_per_token}, bandwidth_gbs={bandwidth_gbs}")
+    achieved_gbs = nbytes / seconds_per_token / 1e9
+    share = percent(achieved_gbs / bandwidth_gbs)
+    said = (f"{name:12} reads its {nbytes / 1e6:,.1f} MB of weights at {achieved_gbs:,.1f} GB/s ({share:,}% of the "
+            f"measured {bandwidth_gbs:,.1f} GB/s)")
+    caveat = ("; but the machine was busy, which slows the bandwidth measurement and decoding differently, "
+              "so this share may be off" if busy else "")
+    if share > 100:
+        return (f"{said}: faster than memory delivers them, so they come, at least in part, from the CPU's caches "
+                f"(its time per token is below the memory floor){caveat}")
+    reading = f"{said}: reading them once at that bandwidth takes {share}% of its time per token"
+    if share > 50:
+        return f"{reading}, so reading the weights sets its pace{caveat}"
+    if share == 50:
+        return f"{reading}, and per-call overhead the other 50%{caveat}"
+    return f"{reading}, so the other {100 - share}%, per-call overhead, sets its pace{caveat}"
+
+
+def scoring_line(n, one_call, calls_of_one):
+    """n new positions scored in one call against n calls of one position, each a Spread of
+    seconds over the repeats, as a sentence: both medians with their interquartile ranges, how many
+    times cheaper the cheaper way was, and whether the repeats tell the two apart (the ranges do
+    not overlap)."""
+    def ms(run):
+        return f"{run.median * 1e3:.1f} ms ({run.q1 * 1e3:.1f}-{run.q3 * 1e3:.1f})"
+
+    said = f"{n} new positions: {ms(one_call)} in one call, {ms(calls_of_one)} as {n} calls of one"
+    if one_call.q3 < calls_of_one.q1 or calls_of_one.q3 < one_call.q1:
+        cheaper, dearer, how = ((one_call, calls_of_one, "one call") if one_call.median < calls_of_one.median
+                                else (calls_of_one, one_call, f"{n} calls of one"))
+        return (f"{said}: {how} is {dearer.median / cheaper.median:.2f}x cheaper "
+                "(medians; the interquartile ranges do not overlap)")
+    return f"{said}: the interquartile ranges overlap, so these repeats do not tell the two apart"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,10 @@ Everything picogpt writes (checkpoints, config.json, the bench's JSON and figure
     2. flush it to the disk (fsync), so that a crash just after step 3 cannot leave an empty file;
     3. rename it over the target (os.replace: atomic on one file system).
 
+A folder of several files (a random-weight checkpoint and its config.json) is built the same way,
+`atomic_folder`: in a temporary folder beside it, renamed into place once whole, so that an
+interrupted build leaves no half folder.
+
 A write that fails (a full disk, Ctrl-C, any exception) deletes its temporary file and raises.
 SIGTERM and SIGHUP, which would otherwise end the process on the spot, delete the temporary
 files being written and then end it as the signal would (while a write runs in the main thread:
@@ -25,6 +29,7 @@ import glob
 import os
 import re
 import secrets
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -101,12 +106,20 @@ def create_temporary(path, text):
         _being_written.discard(temporary)
 
 
-def delete_and_resignal(signum, frame):
-    """Signal handler: delete the temporary files being written, then end the process as the
-    signal would have (the default action, re-raised)."""
-    for temporary in list(_being_written):
-        with contextlib.suppress(OSError):
+def delete(temporary):
+    """Delete a temporary file, or a temporary folder with everything in it; gone already is fine."""
+    with contextlib.suppress(OSError):
+        if temporary.is_dir() and not temporary.is_symlink():
+            shutil.rmtree(temporary)
+        else:
             os.unlink(temporary)
+
+
+def delete_and_resignal(signum, frame):
+    """Signal handler: delete the temporary files and folders being written, then end the process
+    as the signal would have (the default action, re-raised)."""
+    for temporary in list(_being_written):
+        delete(temporary)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -161,3 +174,52 @@ def write_text_atomically(path, text):
     with atomic_write(path, text=True) as f:
         f.write(text)
     return Path(path)
+
+
+FOLDER_LOCK = ".picogpt-building"  # the lock file inside a folder being built: held while its writer lives
+
+
+def remove_stale_folders(path):
+    """Delete the temporary folders of `path` whose writers have ended (killed outright: SIGKILL,
+    a power cut): nobody holds the lock of the file FOLDER_LOCK inside. Returns them."""
+    removed = []
+    for temporary in map(Path, glob.glob(glob.escape(str(path)) + ".*.tmp")):
+        if writer_pid(temporary, path) in (None, os.getpid()) or not LOCKS or temporary.is_symlink():
+            continue
+        try:
+            with open(temporary / FOLDER_LOCK, "rb", opener=regular_opener(follow=False)) as f:
+                if not try_lock(f):
+                    continue  # its writer is still at work
+        except (OSError, PicoGPTError):
+            continue  # no lock file (yet), or not a folder of ours: left alone
+        delete(temporary)
+        removed.append(temporary)
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_folder(path):
+    """Build the folder `path` whole or not at all: yields a new temporary folder beside it
+    (`<name>.<pid>-<8 hex>.tmp`) to fill. Leaving the block normally puts it in place (a folder
+    already at `path`, incomplete, is replaced); leaving it with an exception, or SIGTERM or
+    SIGHUP, deletes it. One left by a writer killed outright goes with the next build of `path`."""
+    path = Path(path)
+    remove_stale_folders(path)
+    with deleted_on_signal():
+        temporary = temporary_path(path)
+        _being_written.add(temporary)  # before it exists: a signal never finds a folder it does not know of
+        try:
+            temporary.mkdir()
+            with open(temporary / FOLDER_LOCK, "wb") as lock:
+                if LOCKS:
+                    try_lock(lock)
+                yield temporary
+            os.unlink(temporary / FOLDER_LOCK)
+            if path.exists():
+                shutil.rmtree(path)
+            os.rename(temporary, path)
+        except BaseException:
+            delete(temporary)
+            raise
+        finally:
+            _being_written.discard(temporary)

@@ -4,7 +4,7 @@ A safetensors file is
     [8 bytes: header length N, little-endian u64][N bytes: JSON header][raw tensor bytes]
 and the header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]},
 offsets counted from the start of the raw bytes. We memory-map the file, so a float32
-checkpoint (GPT-2 XL is 6.4 GB) is ready at once and its pages are read on first use.
+checkpoint (GPT-2 XL's weights are 6.2 GB) is ready at once and its pages are read on first use.
 Half-precision tensors (F16, BF16) are widened to float32, the precision we compute in.
 
 Every field is validated before a byte is used, so a truncated or corrupt file gives an
@@ -162,7 +162,7 @@ def _validate_no_overlap(path, entries):
 
 def file_identity(stat):
     """What changes when a file is rewritten, truncated or replaced: (device, inode, size,
-    modification time in ns). Comparing it costs one stat call, a few microseconds."""
+    modification time in ns). Comparing it costs one stat call, nothing read from the file."""
     return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
@@ -253,7 +253,7 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None, progress=False)
     absent, the old file, or the whole new one; on any failure (a full disk, Ctrl-C, SIGTERM)
     the temporary file is deleted.
 
-    Tensors are converted and written one at a time, so writing GPT-2 XL (6.4 GB) needs no
+    Tensors are converted and written one at a time, so writing GPT-2 XL (6.2 GB of weights) needs no
     second copy of the weights in memory. progress=True draws a progress bar (tqdm) in bytes."""
     from tqdm.auto import tqdm
 

@@ -14,7 +14,7 @@ ones (io/pins.py), as a download is checked; the pinned revision's snapshot is l
 then the others (the same bytes under another commit are the same file). Only model.safetensors
 is verified, so the hyperparameters are the pinned ones, not the snapshot's config.json.
 
-Hashing GPT-2 XL's 6.4 GB takes a while, so a verdict is remembered: `<name>/hf-cache.json` in
+Hashing GPT-2 XL's checkpoint takes a while, so a verdict is remembered: `<name>/hf-cache.json` in
 picogpt's weights folder (registry.record_file), written atomically, holds for each file hashed
 its path in the cache, the identity of the file the path led to (device, inode, size and
 modification time, following the link: checkpoint.file_identity) and the sha256 it had. A later

@@ -12,13 +12,15 @@ teaching pair ships inside the package (`picogpt/io/data/`), so any install runs
 offline; a `tiny-draft/` or `tiny-target/` in the weights folder takes its place (a retrained pair).
 """
 
+import math
 import os
 import sys
 from pathlib import Path
 
 from ..errors import CheckpointError, PicoGPTError, shown
+from ..gpt2 import GPT2Config
 from .hf_cache import RECORD, verified_copy
-from .params import PRETRAINED, hf_config  # PRETRAINED: the published GPT-2 shapes
+from .params import N_CTX, N_VOCAB, PRETRAINED, expected_shapes, hf_config  # PRETRAINED: the published GPT-2 shapes
 from .pins import PINNED
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]  # the repository, when run from a checkout
@@ -32,6 +34,17 @@ def published_config(name):
     """The Hugging Face config.json dict of the published checkpoint `name`."""
     shape = PRETRAINED[name]
     return hf_config(n_layer=shape["n_layer"], n_head=shape["n_head"], n_embd=shape["n_embd"])
+
+
+def published_weights_bytes(name):
+    """Bytes of the published checkpoint `name`'s weights in float32 (every parameter, 4 bytes):
+    what memory holds and what decoding reads for every token. The one source of the size the
+    documents quote (tests/test_repository.py checks them); the downloaded file is somewhat larger,
+    as Hugging Face's also stores each layer's attention mask, which picogpt does not load."""
+    shape = PRETRAINED[name]
+    config = GPT2Config(n_layer=shape["n_layer"], n_head=shape["n_head"], n_embd=shape["n_embd"], n_ctx=N_CTX,
+                        n_vocab=N_VOCAB)
+    return 4 * sum(math.prod(size) for size in expected_shapes(config).values())
 
 
 def weights_dir():

@@ -1,5 +1,5 @@
 """What this machine can do, measured (memory bandwidth, arithmetic throughput), and what it is
-(CPU, BLAS, memory, load, page cache): the facts printed beside every timing.
+(CPU, cores, memory, BLAS, library versions, load average): the facts printed beside every timing.
 
 Decoding one token multiplies a single vector by every weight matrix: each float32 weight is
 read once (4 bytes) and used for one multiply-add (2 FLOPs), so the arithmetic units wait on
@@ -113,3 +113,15 @@ def load_average():
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def busy_warning(load_averages, cores):
+    """A sentence when the machine was busy while measuring, else '': load_averages are the OS's
+    (1, 5, 15 minute) load averages read around a measurement (None where unknown). Busy means the
+    1-minute figure, as printed, above the core count: more threads were ready to run than there
+    were cores, the measurement's own among them (so it does not say whose they were)."""
+    loads = [round(load[0], 1) for load in load_averages if load]
+    if loads and max(loads) > cores:
+        return (f"warning: the machine was busy (load average up to {max(loads):.1f} on {cores} cores): more threads "
+                "were ready to run than there were cores, so these timings may be slower and noisier than on an idle machine")
+    return ""

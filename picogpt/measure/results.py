@@ -7,7 +7,6 @@ from pathlib import Path
 
 from ..errors import PicoGPTError
 from ..io.registry import SOURCE_TREE, in_source_checkout, user_cache_dir
-from . import speedup
 
 BENCH_DIR = SOURCE_TREE / "benchmarks"  # the committed results: written only by `bench --save`
 BENCH_JSON = BENCH_DIR / "bench.json"
@@ -40,9 +39,21 @@ def results_path(name, save=False, out=None):
 
 
 
+def bench_seconds(path=BENCH_JSON):
+    """(seconds, cores) of the committed full bench run (benchmarks/bench.json), or None where
+    there is none (an installed package, or a file without them)."""
+    try:
+        results = json.loads(Path(path).read_text())
+        return float(results["seconds"]), int(results["machine"]["cores"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def bench_measurements(path=BENCH_JSON):
     """The speculative-sampling measurements of benchmarks/bench.json: ([(SpeedupMeasurement,
     weights source)], a line saying when and where), or ([], why there are none)."""
+    from . import speedup  # here, so that the command line's --help reads bench_seconds without the samplers
+
     path = Path(path)
     if not path.exists():
         return [], (f"{path.name} not found: speculative sampling at GPT-2's shapes is not measured yet "

@@ -4,7 +4,8 @@ repeated runs with their spread, and one number per token position.
 A single timing on a laptop is noise (another program, a page fault, the CPU clocking up), so
 every figure is the median of a few runs, with its interquartile range where it is reported.
 `time_per_token_s` measures what the KV cache saves: the cost of the next token at each
-position, recomputing everything or reusing the cache.
+position, recomputing everything or reusing the cache; `scoring_seconds` what scoring several
+positions in one call saves over one call per position.
 """
 
 import time
@@ -69,3 +70,37 @@ def time_per_token_s(model, ids, positions, use_cache=True, repeats=3):
 
         times_s[n] = median_seconds(step, repeats)
     return np.array([times_s[n] for n in positions])
+
+
+def scoring_seconds(model, cache, tokens, n_new, repeats=5):
+    """Seconds to score n new positions (tokens[:n]) after what `cache` holds, two ways, for each n
+    in n_new: in one call of n positions, and in n calls of one position. Returns ({n: Spread},
+    {n: Spread}) over `repeats` interleaved repeats (each repeat times every n both ways, so a busy
+    moment hits both alike), after one untimed pass of the same calls (first calls of a shape pay
+    one-time costs). The cache is rolled back after each timing: every repeat does the same work."""
+    start = len(cache)
+    n_new = [int(n) for n in n_new]
+    if repeats < 1 or not n_new or min(n_new) < 1 or max(n_new) > len(tokens):
+        raise PicoGPTError(f"scoring_seconds needs repeats >= 1 (got {repeats}) and each n in 1..{len(tokens)} "
+                           f"(the tokens given), got {n_new}")
+
+    def one_call(n):
+        model(tokens[:n], cache)  # [n] -> [n, n_vocab]: one pass over the weights
+
+    def calls_of_one(n):
+        for i in range(n):
+            model(tokens[i:i + 1], cache)  # [1] -> [1, n_vocab]: a pass over the weights per position
+
+    def seconds(way, n):
+        elapsed, _ = timed(way, n)
+        cache.truncate(start)
+        return elapsed
+
+    for n in n_new:  # warm-up, not counted
+        seconds(one_call, n), seconds(calls_of_one, n)
+    one, many = {n: [] for n in n_new}, {n: [] for n in n_new}
+    for _ in range(repeats):
+        for n in n_new:
+            one[n].append(seconds(one_call, n))
+            many[n].append(seconds(calls_of_one, n))
+    return {n: spread(one[n]) for n in n_new}, {n: spread(many[n]) for n in n_new}
