@@ -166,33 +166,60 @@ def theorem1_panel(p, q, choice="(q − p)+"):
 
 
 NOTHING_REJECTED = "undefined, never used: nothing is rejected"
-VISIBLE_TV = 5e-4  # a TV below this prints as 0.000
+VISIBLE_TV = 5e-4  # a TV below this prints as 0.000 and moves no bar visibly
+ROUNDING_TV = 1e-9  # a TV below this is floating-point rounding: the output is q
 
 
-def lucky(panel):
-    """Why a wrong choice of residual happens to give q for this pair (a phrase), or None when
-    its output visibly differs from q."""
-    if panel.choice == "(q − p)+" or panel.output_tv >= VISIBLE_TV:
+def residual_is_q(panel):
+    """(q - p)+ equals q itself (up to rounding): when q is a point mass, when p and q share no token,
+    and in general when p is the same fraction of q on every token of q's."""
+    return tv_distance(panel.residual, panel.q) <= ROUNDING_TV
+
+
+def why_exact(panel):
+    """Why a wrong choice of residual gives exactly q for this pair (a phrase), or None when it does
+    not. The output of a wrong choice is min(p, q) + P(reject) x (what it draws from), which is q
+    only where nothing is rejected or where what it draws from is (q - p)+ itself."""
+    if panel.choice == "(q − p)+":
         return None
-    if panel.choice == "none":
-        return "p = q here, so keeping every draft gives q"
     if panel.never_rejects:
-        return "p = q here: nothing is rejected, so what a rejection would draw from is never used"
-    if panel.choice == "q" and panel.p_accept <= RESIDUAL_MASS_EPS:
-        return "p and q share no token: every draft is rejected, and a fresh draw from q is q"
-    return "with these sliders its error is too small to show"
+        return ("p = q here, so keeping every draft gives q" if panel.choice == "none" else
+                "p = q here: nothing is rejected, so what a rejection would draw from is never used")
+    if panel.choice != "q" or not residual_is_q(panel):
+        return None
+    if np.count_nonzero(panel.q) == 1:
+        return ("q is a point mass, so (q − p)+ = q whatever p is: resampling from q is the right step here, "
+                "and no p can tell the two apart; only a q with mass on more than one token can")
+    if panel.p_accept <= RESIDUAL_MASS_EPS:
+        return ("p and q share no token, so (q − p)+ = q: every draft is rejected, and a fresh draw from q is q; "
+                "only a p that overlaps q can tell the two apart")
+    return "on every token of q's, p is the same fraction of q, so (q − p)+ = q: resampling from q is the right step here"
+
+
+def error_factors(panel):
+    """TV(output, q) of a wrong choice, as the two numbers it is the product of: (P(reject),
+    TV(what a rejection draws from, (q - p)+)); for "none" (no test, output p): (TV(p, q), 1)."""
+    if panel.choice == "none":
+        return 1.0 - panel.p_accept, 1.0
+    return float(panel.excess.sum()), tv_distance(panel.resample_from, panel.residual)
 
 
 def wrong_choice_text(panel, tv_format=".3f"):
-    """What a wrong residual does to the output here: how far from q it lands, or why it happens
-    to give q for this pair. '' for the right residual."""
+    """What a wrong residual does to the output here: how far from q it lands, or why it gives exactly
+    q for this pair. '' for the right residual."""
     if panel.choice == "(q − p)+":
         return ""
-    why = lucky(panel)
+    why = why_exact(panel)
     if why:
-        return (f"{RESIDUALS[panel.choice]}, which happens to give q for this pair ({why}; "
-                f"TV(output, q) = {panel.output_tv:.1g}): move the sliders apart to see it fail")
-    return f"{RESIDUALS[panel.choice]}: the output is not q, TV(output, q) = {panel.output_tv:{tv_format}}"
+        return f"{RESIDUALS[panel.choice]}, which gives exactly q for this pair: {why}"
+    if panel.output_tv >= VISIBLE_TV:
+        return f"{RESIDUALS[panel.choice]}: the output is not q, TV(output, q) = {panel.output_tv:{tv_format}}"
+    rejected, apart = error_factors(panel)
+    if panel.choice == "none":
+        return (f"{RESIDUALS[panel.choice]}: the output is p, not q, but TV(output, q) = TV(p, q) = {rejected:.1g} "
+                "is too small to show: p is nearly q")
+    return (f"{RESIDUALS[panel.choice]}: the output is not q, but TV(output, q) = P(reject) × TV(what it draws from, "
+            f"(q − p)+) = {rejected:.2g} × {apart:.2g} = {rejected * apart:.1g} is too small to show; it grows with both factors")
 
 
 def readout(panel):
@@ -289,6 +316,20 @@ def shown_tv(mc, q, shown=None):
     if shown is None or len(shown) >= len(q):
         return mc.tv, f"over all {len(q):,} tokens"
     return tv_distance(lump(mc.empirical, shown), lump(q, shown)), f"over the {len(shown)} tokens shown + the rest lumped"
+
+
+def monte_carlo_text(panel, mc):
+    """What a Monte-Carlo run of `panel`'s step did: how many trials kept the draft, what became of
+    the rest, and (for a wrong residual) whether the output is q."""
+    text = f"n = {mc.n:,} trial{'s' if mc.n > 1 else ''}: {mc.n_accepted / mc.n:.1%} accepted the drafted token, "
+    if mc.n_accepted == mc.n:
+        text += "none was rejected, so nothing was resampled"
+    else:
+        text += f"the rest resampled from {panel.choice}"
+    if panel.choice == "(q − p)+":
+        return text
+    return (f"{text}; {wrong_choice_text(panel, '.4f')}"
+            + ("" if why_exact(panel) else " (computed exactly: it stays so however large n is)"))
 
 
 def tv_by_n(p, q, ns, seed=0):
@@ -432,7 +473,13 @@ def scoring_rounding(model, ids, n_prompt, K):
         model(ids[:n_prompt], cache)
         rows = [model(ids[start: start + chunk], cache) for start in range(n_prompt, len(ids), chunk)]
         return np.concatenate(rows).astype(np.float64)  # [len(ids) - n_prompt, n_vocab]
-    scored, one_row = logits_of(K + 1), logits_of(1)
+    return rounding(logits_of(K + 1), logits_of(1))
+
+
+def rounding(scored, one_row):
+    """How far a scoring call's logits [n_positions, n_vocab] land from one-row calls' for the same
+    positions, and how near a tie the one-row calls' two largest logits come."""
+    scored, one_row = np.asarray(scored, np.float64), np.asarray(one_row, np.float64)
     diff = np.abs(scored - one_row)  # [n_positions, n_vocab]
     top_two = np.sort(one_row, axis=-1)[:, -2:]  # [n_positions, 2]
     return Rounding(max_abs_diff=float(diff.max()),
