@@ -167,7 +167,7 @@ def theorem1_panel(p, q, choice="(q − p)+"):
 
 NOTHING_REJECTED = "undefined, never used: nothing is rejected"
 VISIBLE_TV = 5e-4  # a TV below this prints as 0.000 and moves no bar visibly
-ROUNDING_TV = 1e-9  # a TV below this is floating-point rounding: the output is q
+ROUNDING_TV = 1e-12  # a TV below this is floating-point rounding: the output is q
 
 
 def residual_is_q(panel):

@@ -119,6 +119,15 @@ def candidates_panel(p, q, m, rule=MULTI_STEP.name, independent=False):
                            float(0.5 * np.abs(output - q).sum()), independent)
 
 
+def candidates_bound(p, q, m):
+    """Σ_x min(q(x), 1 - (1 - p(x))^m): no exact rule keeps one of m candidates drawn independently
+    from p more often. The coupling bound of notebook 04 (P(X = x and x is a candidate) is at most
+    both q(x) and P(x is a candidate)); Sun et al. (SpecTr, arXiv 2310.15141) pose the best rule as
+    an optimal-transport problem under this bound."""
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    return float(np.minimum(q, 1.0 - (1.0 - p) ** m).sum())
+
+
 def n_drawn(panel):
     """How many candidates a drawing yields: m, but no more than p has tokens when drawn without replacement."""
     return panel.m if panel.independent else min(panel.m, int(np.count_nonzero(panel.p)))
