@@ -1,8 +1,9 @@
 """Every sentence a readout or a verdict prints is true for the numbers it was given, over the
 whole of its input domain, not only for the numbers a notebook ran on: property tests (Hypothesis)
-of the Theorem 1 explorer's readouts (notebook 04), the candidates explorer's (07), the statements
-of what a measurement resolves (05-07), the draft-time comparison of trees and chains (07) and
-the rounding verdict on greedy choices (03).
+of the Theorem 1 explorer's readouts (notebook 04), the candidates explorer's and the bound it
+prints (07), the verdicts on the fastest tree and strategy (06, 07), the draft-time comparison of
+trees and chains (07) and the rounding verdict on greedy choices (03). (The resolution statements
+themselves, results.resolution_line and best_K_lines, are tests/test_verdicts.py's.)
 
 Each test draws inputs from the whole domain (distributions with zeros, point masses, equal and
 disjoint pairs; spreads that overlap or not) and asserts that each claim the text makes holds."""
@@ -216,7 +217,7 @@ def test_the_cases_the_old_candidates_readout_got_wrong():
 
 
 # ---------------------------------------------------------------------------------------------
-# Notebooks 05-07: what the repeats resolve
+# Notebooks 06-07: the fastest tree and strategy, and what the loops resolve
 # ---------------------------------------------------------------------------------------------
 
 @st.composite
@@ -224,48 +225,6 @@ def spread(draw):
     """A Spread of positive numbers: q1 <= median <= q3."""
     q1, median, q3 = sorted(draw(st.lists(st.floats(0.1, 4.0), min_size=3, max_size=3)))
     return Spread(median, q1, q3)
-
-
-@st.composite
-def runs_by_choice(draw, min_size=1):
-    keys = draw(st.lists(st.integers(1, 12), min_size=min_size, max_size=8, unique=True))
-    return {K: draw(spread()) for K in keys}
-
-
-@PROPERTY
-@given(runs_by_choice(), st.integers(1, 9), st.integers(1, 256))
-def test_the_resolution_line_is_true_for_every_set_of_spreads(runs, repeats, N):
-    line = results.resolution_line(runs, "K", repeats, N)
-    best = max(runs, key=lambda K: runs[K].median)
-    overlapping = [K for K in runs if K != best and runs[K].q3 >= runs[best].q1]
-    if len(runs) == 1:
-        assert line.startswith("only K = ") and "nothing to tell apart" in line, line
-    elif line.startswith("resolved"):
-        assert not overlapping and f"K = {best}'s" in line
-    else:
-        assert line.startswith("not resolved") and overlapping
-        listed = [int(x) for x in re.search(r"\[(.*)\]", line).group(1).split(", ")]
-        assert set(listed) == {best, *overlapping}
-        for K in overlapping:  # "their interquartile ranges overlap the best's": both ends
-            assert runs[K].q1 <= runs[best].q3 and runs[K].q3 >= runs[best].q1
-    assert f"{repeats} repeats of {N} tokens" in line or len(runs) == 1
-
-
-@PROPERTY
-@given(runs_by_choice(), st.data())
-def test_the_best_K_lines_are_true_for_every_measurement(runs, data):
-    Ks = sorted(runs)
-    predicted_K = data.draw(st.sampled_from(Ks))
-    m = SimpleNamespace(Ks=Ks, repeats=5, N=64, best_K=(None, predicted_K),
-                        by_K={K: SimpleNamespace(speedup_runs=runs[K], speedup=runs[K].median, predicted=1.0) for K in Ks})
-    first, second = results.best_K_lines(m)
-    best = max(Ks, key=lambda K: runs[K].median)
-    assert first.startswith(f"best K measured: {best} ({runs[best].median:.2f}x); best K predicted")
-    tied = [K for K in Ks if runs[K].q3 >= runs[best].q1]
-    if "falls among them" in second:
-        assert predicted_K in tied and len(tied) > 1
-    if "falls outside them" in second:
-        assert predicted_K not in tied
 
 
 @PROPERTY
@@ -312,7 +271,7 @@ def test_the_best_strategy_is_the_one_with_the_highest_median(found):
 
 
 # ---------------------------------------------------------------------------------------------
-# Notebook 06: isolated c with its spread; notebook 03: can rounding change a greedy choice?
+# Notebook 03: can rounding change a greedy choice?
 # ---------------------------------------------------------------------------------------------
 
 @PROPERTY

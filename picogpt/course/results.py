@@ -29,8 +29,6 @@ def resolution_line(runs, what, repeats, N, name=str):
     'resolved: ...' or 'not resolved: ...'. `what` names a choice ('K', 'L'), name(choice) prints one."""
     best, tied = indistinguishable_from_best(runs)
     size = f"{repeats} repeats of {N} tokens"
-    if len(runs) == 1:
-        return f"only {what} = {name(best)} was measured: nothing to tell apart"
     if tied == [best]:
         return (f"resolved: every other {what}'s repeat-by-repeat speedups stay below {what} = {name(best)}'s "
                 f"(interquartile ranges over {size})")
