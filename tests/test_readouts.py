@@ -271,6 +271,27 @@ def test_the_best_strategy_is_the_one_with_the_highest_median(found):
 
 
 # ---------------------------------------------------------------------------------------------
+# Notebook 05: what a scoring call pays once, and what each position adds
+# ---------------------------------------------------------------------------------------------
+
+@PROPERTY
+@given(st.lists(st.integers(1, 16), min_size=2, max_size=8, unique=True).map(sorted), st.data())
+def test_the_scoring_cost_line_is_true_of_the_line_it_fits(Ks, data):
+    ratios = data.draw(st.lists(st.floats(0.2, 4.0), min_size=len(Ks), max_size=len(Ks)))
+    line = panels.scoring_cost_line(Ks, ratios)
+    per_position, per_call = np.polyfit(np.array(Ks) + 1, ratios, 1)
+    a, sign, b = re.search(r"t_score ≈ (-?[0-9.]+) ([+−]) ([0-9.]+) ×", line).groups()
+    assert float(a) == round(per_call, 2) and float(b) * (1 if sign == "+" else -1) == pytest.approx(round(per_position, 2))
+    if "too noisy" in line:
+        assert float(a) <= 0 or sign == "−" or float(b) == 0
+        return
+    assert float(a) > 0 and sign == "+" and float(b) > 0
+    share = int(re.search(r"\((\d+)%\) is paid once per call", line).group(1))
+    assert share == round(100 * per_call / (per_call + per_position))
+    assert line.count("most of") == (share > 50) and ("less than half" in line) == (share < 50)
+
+
+# ---------------------------------------------------------------------------------------------
 # Notebook 03: can rounding change a greedy choice?
 # ---------------------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """The numbers behind the course's pictures, as pure functions (no matplotlib, no widgets):
 toy and real next-token distributions, Theorem 1's panel, the Monte-Carlo of one
 accept/resample step (with a switch to wrong residuals), and the speculative loop's trace as
-tables and marked text (notebooks 03-04), loops whose acceptance varies (05). Tested headless
-in tests/test_figures*.py and tests/test_theorem1_widget.py.
+tables and marked text (notebooks 03-04), loops whose acceptance varies and what a scoring call
+pays once (05). Tested headless in tests/test_figures*.py, tests/test_theorem1_widget.py and,
+for every sentence they print, tests/test_readouts.py.
 
 Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
 token, (f)+ = max(0, f) / Σ max(0, f).
@@ -444,6 +445,22 @@ def pooled_acceptance(alphas, K, n_loops=100_000, seed=0):
     judged = np.minimum(n_accepted + 1, K)  # the accepted drafts and the rejected one, if any
     return PooledAcceptance(K=K, tokens_per_loop=float(np.mean(n_accepted + 1)), mean_alpha=float(alpha.mean()),
                             alpha_hat=float(n_accepted.sum() / judged.sum()))
+
+
+def scoring_cost_line(Ks, score_ratios):
+    """A straight line through t_score(K) / t_target against the K + 1 positions scored, as a
+    sentence: what a call pays once and what each position adds, in target steps, and how much of a
+    one-position call the once-per-call part is; or, when the fit puts either part at or below zero,
+    that these timings are too noisy to split a call so."""
+    positions = np.asarray(Ks, np.float64) + 1
+    per_position, per_call = np.polyfit(positions, np.asarray(score_ratios, np.float64), 1)
+    said = (f"t_score ≈ {per_call:.2f} {'−' if per_position < 0 else '+'} {abs(per_position):.2f} × (positions scored), "
+            f"in t_target (a least-squares line over K + 1 = {positions.min():.0f}..{positions.max():.0f} positions)")
+    if round(per_call, 2) <= 0 or round(per_position, 2) <= 0:
+        return f"{said}: a part at or below zero, so these timings are too noisy to split a call that way"
+    share = round(100 * per_call / (per_call + per_position))  # of a call on one position
+    most = "most" if share > 50 else "half" if share == 50 else "less than half"
+    return f"{said}: {most} of a one-position call ({share}%) is paid once per call"
 
 
 # ---------------------------------------------------------------------------------------------
