@@ -120,6 +120,10 @@ def test_the_theorem1_readout_is_true_for_every_pair_and_residual(pair, choice):
         return
     claims_of_a_wrong_choice(panel, panels.wrong_choice_text(panel))
     assert panels.wrong_choice_text(panel) in text
+    title = panels.identity_title(panel)  # over the figure's accepted + resampled bars
+    assert ("yet output = q" in title) == ("gives exactly q" in text) and ("≠ q" in title) == ("not q" in text)
+    if "≠ q" in title:
+        assert float(re.search(r"TV = ([0-9.e-]+)", title).group(1)) > 0
 
 
 @PROPERTY

@@ -223,6 +223,18 @@ def wrong_choice_text(panel, tv_format=".3f"):
             f"(q − p)+) = {rejected:.2g} × {apart:.2g} = {rejected * apart:.1g} is too small to show; it grows with both factors")
 
 
+def identity_title(panel):
+    """The title over the accepted + resampled bars: the identity for the right residual; for a
+    wrong one, whether its output is q for this pair, and how far from q it lands."""
+    if panel.choice == "(q − p)+":
+        return "min(p, q) + max(0, q − p) = q"
+    if why_exact(panel):
+        return "Wrong residual, yet output = q for this pair"
+    if panel.output_tv >= VISIBLE_TV:
+        return f"Wrong residual: output ≠ q, TV = {panel.output_tv:.3f}"
+    return f"Wrong residual: output ≠ q, TV = {panel.output_tv:.1g} (too small to see)"
+
+
 def readout(panel):
     """The sentence the explorer shows above its figure."""
     text = (f"P(accept) = Σ min(p, q) = {panel.p_accept:.3f} &nbsp;·&nbsp; "
