@@ -166,6 +166,10 @@ def test_the_candidates_readout_is_true_for_every_pair_m_rule_and_drawing(pair, 
     assert text.startswith(f"{drawn} candidate"), text
     assert ("no more can be drawn" in text) == (drawn < m)
     assert f"Σ min(p, q) = {theory.acceptance_rate(p, q):.3f}" in text
+    title = trees.candidates_title(panel)  # over the explorer's figure
+    assert title.startswith(f"{drawn} candidate")
+    printed_tv = float(re.search(r"TV\(output, q\) = ([0-9.e-]+)", title).group(1))
+    assert (printed_tv > 0) == (panel.tv > panels.ROUNDING_TV) or panel.tv >= panels.VISIBLE_TV
     if rule == trees.MULTI_STEP.name:
         assert "the output is q" in text and panel.tv <= EXACT
         return

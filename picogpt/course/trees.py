@@ -161,6 +161,13 @@ def kept_comparison(panel, right):
             f"{theirs} for the multi-candidate step")
 
 
+def candidates_title(panel):
+    """The title over the candidates' figure: how many were drawn, and how far the output is from q."""
+    drawn = n_drawn(panel)
+    tv = f"{panel.tv:.3f}" if panel.tv >= VISIBLE_TV or panel.tv <= ROUNDING_TV else f"{panel.tv:.1g}"
+    return f"{drawn} candidate{'s' if drawn > 1 else ''}: the emitted token's distribution, TV(output, q) = {tv}"
+
+
 def candidates_readout(panel):
     """The sentence the candidates explorer shows above its figure, true for every p, q, m and rule."""
     drawn, how = n_drawn(panel), "independently" if panel.independent else "without replacement"
