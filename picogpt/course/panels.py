@@ -205,7 +205,7 @@ def error_factors(panel):
     return float(panel.excess.sum()), tv_distance(panel.resample_from, panel.residual)
 
 
-def wrong_choice_text(panel, tv_format=".3f"):
+def wrong_choice_text(panel):
     """What a wrong residual does to the output here: how far from q it lands, or why it gives exactly
     q for this pair. '' for the right residual."""
     if panel.choice == "(q − p)+":
@@ -214,7 +214,7 @@ def wrong_choice_text(panel, tv_format=".3f"):
     if why:
         return f"{RESIDUALS[panel.choice]}, which gives exactly q for this pair: {why}"
     if panel.output_tv >= VISIBLE_TV:
-        return f"{RESIDUALS[panel.choice]}: the output is not q, TV(output, q) = {panel.output_tv:{tv_format}}"
+        return f"{RESIDUALS[panel.choice]}: the output is not q, TV(output, q) = {panel.output_tv:.3f}"
     rejected, apart = error_factors(panel)
     if panel.choice == "none":
         return (f"{RESIDUALS[panel.choice]}: the output is p, not q, but TV(output, q) = TV(p, q) = {rejected:.1g} "
@@ -341,8 +341,12 @@ def monte_carlo_text(panel, mc):
         text += f"the rest resampled from {panel.choice}"
     if panel.choice == "(q − p)+":
         return text
-    return (f"{text}; {wrong_choice_text(panel, '.4f')}"
-            + ("" if why_exact(panel) else " (computed exactly: it stays so however large n is)"))
+    if why_exact(panel):
+        return f"{text}; {wrong_choice_text(panel)}"
+    if panel.output_tv >= VISIBLE_TV:
+        return (f"{text}; {RESIDUALS[panel.choice]}: the output is not q: exactly, TV(output, q) = {panel.output_tv:.4f}, "
+                "however large n is")
+    return f"{text}; {wrong_choice_text(panel)}; exactly so, however large n is"
 
 
 def tv_by_n(p, q, ns, seed=0):
