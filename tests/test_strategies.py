@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import NoDrafts, random_gpt2
 
-from picogpt import speculative_sampling, theory
+from picogpt import theory
 from picogpt.course import strategies
 from picogpt.drafts import AdaptiveK, PromptLookup, first_layers
 from picogpt.measure import speedup
@@ -101,7 +101,25 @@ def test_bytes_per_token_of_a_config_is_what_the_model_reads():
     assert strategies.bytes_per_token(dataclasses.replace(model.config, n_layer=1)) == first_layers(model, 1).bytes_per_token
 
 
-def test_time_per_token_ratio_of_a_model_with_itself_is_about_one(pair):
-    target = pair[1]
-    ids = speculative_sampling(target, target, [1], 10, K=2, seed=0).tokens
-    assert 0.2 < strategies.time_per_token_ratio(target, target, [1] + ids) < 5
+def test_isolated_c_interleaves_the_two_models_steps_and_reports_the_spread_of_their_ratios(pair):
+    calls = []
+
+    class Recorded:
+        """A model that notes which model each call was made on."""
+
+        def __init__(self, model, name):
+            self.model, self.name = model, name
+
+        def new_cache(self):
+            return self.model.new_cache()
+
+        def __call__(self, ids, cache):
+            calls.append((self.name, len(ids)))
+            return self.model(ids, cache)
+
+    draft, target = pair
+    c = strategies.isolated_c(Recorded(draft, "draft"), Recorded(target, "target"), [1, 3, 1, 4, 1], repeats=4, steps=2)
+    assert 0 < c.q1 <= c.median <= c.q3
+    steps = [name for name, n in calls if n == 1]
+    assert calls[:2] == [("draft", 4), ("target", 4)]  # the text before the last token, once each
+    assert steps == ["draft", "target"] + ["draft", "draft", "target", "target"] * 4  # warm-up, then each repeat

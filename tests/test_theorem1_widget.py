@@ -300,22 +300,29 @@ def test_the_residual_panel_shows_what_a_wrong_step_draws_from():
 
 # ---- p = q, and wrong residuals that happen to give q -------------------------------------------
 
-def test_a_wrong_residual_that_happens_to_give_q_is_said_to_and_never_called_wrong_at_tv_0():
+def test_a_wrong_residual_that_gives_q_says_why_and_is_never_called_wrong_at_tv_0():
     p = q = panels.toy_distributions(centre_p=3.0, width_p=1.0)[0]
     disjoint_p, disjoint_q = np.array([0.5, 0.5, 0.0, 0.0]), np.array([0.0, 0.0, 0.3, 0.7])
+    point_q = np.array([0.0, 1.0, 0.0])  # a greedy target: (q − p)+ = q whatever p is
     cases = [((p, q, "q"), "nothing is rejected"), ((p, q, "p"), "nothing is rejected"),
-             ((p, q, "none"), "keeping every draft gives q"), ((disjoint_p, disjoint_q, "q"), "share no token")]
+             ((p, q, "none"), "keeping every draft gives q"), ((disjoint_p, disjoint_q, "q"), "share no token"),
+             ((np.array([0.2, 0.5, 0.3]), point_q, "q"), "q is a point mass"),
+             ((np.array([0.1, 0.3, 0.3, 0.3]), np.array([0.0, 0.0, 0.5, 0.5]), "q"), "same fraction of q")]
     for (p_, q_, choice), why in cases:
         panel = panels.theorem1_panel(p_, q_, choice)
         text = panels.readout(panel)
-        assert "happens to give q" in text and why in text and "the output is not q" not in text, text
+        assert "gives exactly q for this pair" in text and why in text and "not q" not in text, text
+        assert "too small" not in text and "sliders" not in text, text  # it is 0, and no slider move changes that
         outputs, _ = widgets.monte_carlo_update(p_, q_, 500, 0, [str(i) for i in range(len(p_))], choice=choice)
         assert "however large n is" not in outputs[0]["text"] and why in outputs[0]["text"], outputs[0]["text"]
     wrong = panels.theorem1_panel(*panels.toy_distributions(), "q")
     assert f"the output is not q, TV(output, q) = {wrong.output_tv:.3f}" in panels.readout(wrong)
-    assert panels.lucky(wrong) is None and wrong.output_tv > 0.1
+    assert panels.why_exact(wrong) is None and wrong.output_tv > 0.1
     outputs, _ = widgets.monte_carlo_update(*panels.toy_distributions(), 500, 0, panels.TOY_VOCAB, choice="q")
     assert "however large n is" in outputs[0]["text"]
+    nearly = panels.theorem1_panel(np.array([0.5, 0.5]), np.array([0.5001, 0.4999]), "p")  # visible to no bar
+    text = panels.readout(nearly)
+    assert "too small to show" in text and "0.0001 × 0.5 = 5e-05" in text, text
 
 
 def test_with_p_equal_to_q_the_residual_is_drawn_empty_and_said_to_be_unused():

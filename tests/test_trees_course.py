@@ -63,7 +63,7 @@ def test_wrong_rules_leave_q_except_stopping_which_keeps_fewer(rule, wrong):
     assert (panel.tv > 0.05) is wrong
     if not wrong:
         assert panel.kept < right.kept - 0.1
-        assert "exact, but it keeps fewer candidates" in trees.candidates_readout(panel)
+        assert "exact for this pair, and it keeps fewer candidates" in trees.candidates_readout(panel)
     else:
         assert "the output is not q" in trees.candidates_readout(panel)
 

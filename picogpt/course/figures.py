@@ -13,7 +13,16 @@ import textwrap
 import numpy as np
 
 from ..errors import PicoGPTError
-from .panels import NOTHING_REJECTED, TEMPERATURES, shown_tv, token_label, tokens_per_loop_counts, tokens_per_loop_pmf, top_tokens
+from .panels import (
+    NOTHING_REJECTED,
+    TEMPERATURES,
+    identity_title,
+    shown_tv,
+    token_label,
+    tokens_per_loop_counts,
+    tokens_per_loop_pmf,
+    top_tokens,
+)
 
 try:
     import matplotlib
@@ -198,8 +207,7 @@ def plot_identity(panel, labels, shown=None, ax=None):
            label="max(0, q − p): resampled" if right else f"resampled ({panel.choice})")
     ax.scatter(x, panel.q[shown], marker="_", s=400, color="black", zorder=3, label="q (target)")
     token_axis(ax, labels, shown, len(panel.q), {"p": panel.p, "q": panel.q})
-    ax.set(ylabel="P(output token)", title="min(p, q) + max(0, q − p) = q" if right else
-           f"Wrong residual: output ≠ q, TV = {panel.output_tv:.3f}")
+    ax.set(ylabel="P(output token)", title=identity_title(panel))
     room_for_legend(ax, panel.output[shown], panel.q[shown])
     return ax
 

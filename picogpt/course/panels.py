@@ -1,8 +1,9 @@
 """The numbers behind the course's pictures, as pure functions (no matplotlib, no widgets):
 toy and real next-token distributions, Theorem 1's panel, the Monte-Carlo of one
 accept/resample step (with a switch to wrong residuals), and the speculative loop's trace as
-tables and marked text (notebooks 03-04), loops whose acceptance varies (05). Tested headless
-in tests/test_figures*.py and tests/test_theorem1_widget.py.
+tables and marked text (notebooks 03-04), loops whose acceptance varies and what a scoring call
+pays once (05). Tested headless in tests/test_figures*.py, tests/test_theorem1_widget.py and,
+for every sentence they print, tests/test_readouts.py.
 
 Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
 token, (f)+ = max(0, f) / Σ max(0, f).
@@ -166,33 +167,72 @@ def theorem1_panel(p, q, choice="(q − p)+"):
 
 
 NOTHING_REJECTED = "undefined, never used: nothing is rejected"
-VISIBLE_TV = 5e-4  # a TV below this prints as 0.000
+VISIBLE_TV = 5e-4  # a TV below this prints as 0.000 and moves no bar visibly
+ROUNDING_TV = 1e-12  # a TV below this is floating-point rounding: the output is q
 
 
-def lucky(panel):
-    """Why a wrong choice of residual happens to give q for this pair (a phrase), or None when
-    its output visibly differs from q."""
-    if panel.choice == "(q − p)+" or panel.output_tv >= VISIBLE_TV:
+def residual_is_q(panel):
+    """(q - p)+ equals q itself (up to rounding): when q is a point mass, when p and q share no token,
+    and in general when p is the same fraction of q on every token of q's."""
+    return tv_distance(panel.residual, panel.q) <= ROUNDING_TV
+
+
+def why_exact(panel):
+    """Why a wrong choice of residual gives exactly q for this pair (a phrase), or None when it does
+    not. The output of a wrong choice is min(p, q) + P(reject) x (what it draws from), which is q
+    only where nothing is rejected or where what it draws from is (q - p)+ itself."""
+    if panel.choice == "(q − p)+":
         return None
-    if panel.choice == "none":
-        return "p = q here, so keeping every draft gives q"
     if panel.never_rejects:
-        return "p = q here: nothing is rejected, so what a rejection would draw from is never used"
-    if panel.choice == "q" and panel.p_accept <= RESIDUAL_MASS_EPS:
-        return "p and q share no token: every draft is rejected, and a fresh draw from q is q"
-    return "with these sliders its error is too small to show"
+        return ("p = q here, so keeping every draft gives q" if panel.choice == "none" else
+                "p = q here: nothing is rejected, so what a rejection would draw from is never used")
+    if panel.choice != "q" or not residual_is_q(panel):
+        return None
+    if np.count_nonzero(panel.q) == 1:
+        return ("q is a point mass, so (q − p)+ = q whatever p is: resampling from q is the right step here, "
+                "and no p can tell the two apart; only a q with mass on more than one token can")
+    if panel.p_accept <= RESIDUAL_MASS_EPS:
+        return ("p and q share no token, so (q − p)+ = q: every draft is rejected, and a fresh draw from q is q; "
+                "only a p that overlaps q can tell the two apart")
+    return "on every token of q's, p is the same fraction of q, so (q − p)+ = q: resampling from q is the right step here"
 
 
-def wrong_choice_text(panel, tv_format=".3f"):
-    """What a wrong residual does to the output here: how far from q it lands, or why it happens
-    to give q for this pair. '' for the right residual."""
+def error_factors(panel):
+    """TV(output, q) of a wrong choice, as the two numbers it is the product of: (P(reject),
+    TV(what a rejection draws from, (q - p)+)); for "none" (no test, output p): (TV(p, q), 1)."""
+    if panel.choice == "none":
+        return 1.0 - panel.p_accept, 1.0
+    return float(panel.excess.sum()), tv_distance(panel.resample_from, panel.residual)
+
+
+def wrong_choice_text(panel):
+    """What a wrong residual does to the output here: how far from q it lands, or why it gives exactly
+    q for this pair. '' for the right residual."""
     if panel.choice == "(q − p)+":
         return ""
-    why = lucky(panel)
+    why = why_exact(panel)
     if why:
-        return (f"{RESIDUALS[panel.choice]}, which happens to give q for this pair ({why}; "
-                f"TV(output, q) = {panel.output_tv:.1g}): move the sliders apart to see it fail")
-    return f"{RESIDUALS[panel.choice]}: the output is not q, TV(output, q) = {panel.output_tv:{tv_format}}"
+        return f"{RESIDUALS[panel.choice]}, which gives exactly q for this pair: {why}"
+    if panel.output_tv >= VISIBLE_TV:
+        return f"{RESIDUALS[panel.choice]}: the output is not q, TV(output, q) = {panel.output_tv:.3f}"
+    rejected, apart = error_factors(panel)
+    if panel.choice == "none":
+        return (f"{RESIDUALS[panel.choice]}: the output is p, not q, but TV(output, q) = TV(p, q) = {rejected:.1g} "
+                "is too small to show: p is nearly q")
+    return (f"{RESIDUALS[panel.choice]}: the output is not q, but TV(output, q) = P(reject) × TV(what it draws from, "
+            f"(q − p)+) = {rejected:.2g} × {apart:.2g} = {rejected * apart:.1g} is too small to show; it grows with both factors")
+
+
+def identity_title(panel):
+    """The title over the accepted + resampled bars: the identity for the right residual; for a
+    wrong one, whether its output is q for this pair, and how far from q it lands."""
+    if panel.choice == "(q − p)+":
+        return "min(p, q) + max(0, q − p) = q"
+    if why_exact(panel):
+        return "Wrong residual, yet output = q for this pair"
+    if panel.output_tv >= VISIBLE_TV:
+        return f"Wrong residual: output ≠ q, TV = {panel.output_tv:.3f}"
+    return f"Wrong residual: output ≠ q, TV = {panel.output_tv:.1g} (too small to see)"
 
 
 def readout(panel):
@@ -289,6 +329,24 @@ def shown_tv(mc, q, shown=None):
     if shown is None or len(shown) >= len(q):
         return mc.tv, f"over all {len(q):,} tokens"
     return tv_distance(lump(mc.empirical, shown), lump(q, shown)), f"over the {len(shown)} tokens shown + the rest lumped"
+
+
+def monte_carlo_text(panel, mc):
+    """What a Monte-Carlo run of `panel`'s step did: how many trials kept the draft, what became of
+    the rest, and (for a wrong residual) whether the output is q."""
+    text = f"n = {mc.n:,} trial{'s' if mc.n > 1 else ''}: {mc.n_accepted / mc.n:.1%} accepted the drafted token, "
+    if mc.n_accepted == mc.n:
+        text += "none was rejected, so nothing was resampled"
+    else:
+        text += f"the rest resampled from {panel.choice}"
+    if panel.choice == "(q − p)+":
+        return text
+    if why_exact(panel):
+        return f"{text}; {wrong_choice_text(panel)}"
+    if panel.output_tv >= VISIBLE_TV:
+        return (f"{text}; {RESIDUALS[panel.choice]}: the output is not q: exactly, TV(output, q) = {panel.output_tv:.4f}, "
+                "however large n is")
+    return f"{text}; {wrong_choice_text(panel)}; exactly so, however large n is"
 
 
 def tv_by_n(p, q, ns, seed=0):
@@ -405,6 +463,22 @@ def pooled_acceptance(alphas, K, n_loops=100_000, seed=0):
                             alpha_hat=float(n_accepted.sum() / judged.sum()))
 
 
+def scoring_cost_line(Ks, score_ratios):
+    """A straight line through t_score(K) / t_target against the K + 1 positions scored, as a
+    sentence: what a call pays once and what each position adds, in target steps, and how much of a
+    one-position call the once-per-call part is; or, when the fit puts either part at or below zero,
+    that these timings are too noisy to split a call so."""
+    positions = np.asarray(Ks, np.float64) + 1
+    per_position, per_call = np.polyfit(positions, np.asarray(score_ratios, np.float64), 1)
+    said = (f"t_score ≈ {per_call:.2f} {'−' if per_position < 0 else '+'} {abs(per_position):.2f} × (positions scored), "
+            f"in t_target (a least-squares line over K + 1 = {positions.min():.0f}..{positions.max():.0f} positions)")
+    if round(per_call, 2) <= 0 or round(per_position, 2) <= 0:
+        return f"{said}: a part at or below zero, so these timings are too noisy to split a call that way"
+    share = round(100 * per_call / (per_call + per_position))  # of a call on one position
+    most = "most" if share > 50 else "half" if share == 50 else "less than half"
+    return f"{said}: {most} of a one-position call ({share}%) is paid once per call"
+
+
 # ---------------------------------------------------------------------------------------------
 # Where floating point enters (notebook 03): a scoring call's logits against one-row calls'
 # ---------------------------------------------------------------------------------------------
@@ -432,7 +506,13 @@ def scoring_rounding(model, ids, n_prompt, K):
         model(ids[:n_prompt], cache)
         rows = [model(ids[start: start + chunk], cache) for start in range(n_prompt, len(ids), chunk)]
         return np.concatenate(rows).astype(np.float64)  # [len(ids) - n_prompt, n_vocab]
-    scored, one_row = logits_of(K + 1), logits_of(1)
+    return rounding(logits_of(K + 1), logits_of(1))
+
+
+def rounding(scored, one_row):
+    """How far a scoring call's logits [n_positions, n_vocab] land from one-row calls' for the same
+    positions, and how near a tie the one-row calls' two largest logits come."""
+    scored, one_row = np.asarray(scored, np.float64), np.asarray(one_row, np.float64)
     diff = np.abs(scored - one_row)  # [n_positions, n_vocab]
     top_two = np.sort(one_row, axis=-1)[:, -2:]  # [n_positions, 2]
     return Rounding(max_abs_diff=float(diff.max()),

@@ -131,12 +131,27 @@ def mean_acceptance(draft, ids, q_rows, **controls):
     return float(np.mean(theory.acceptance_rate(p_rows, q_rows)))
 
 
-def time_per_token_ratio(draft, target, ids, repeats=5):
-    """c measured outside the loop: the draft's cached one-token step over the target's, median
-    over `repeats` at the last position of `ids`."""
-    position = [len(ids) - 1]
-    return float(timing.time_per_token_s(draft, ids, position, repeats=repeats)[0]
-                 / timing.time_per_token_s(target, ids, position, repeats=repeats)[0])
+def isolated_c(draft, target, ids, repeats=7, steps=3):
+    """c measured outside the loop, as the course measures a cost: per repeat, the median of `steps`
+    cached one-token steps of the draft, then of the target, at the last position of `ids`
+    (interleaved, so that a busy moment hits both), after one warm-up of each; returns the Spread
+    (measure.timing) of the repeat-by-repeat ratios draft / target."""
+    position = len(ids) - 1
+    stepping = []
+    for model in (draft, target):
+        cache = model.new_cache()
+        if position:
+            model(ids[:position], cache)  # the text before the last token (not timed)
+
+        def step(model=model, cache=cache):
+            model(ids[position:position + 1], cache)  # [1] -> [1, n_vocab]
+            cache.truncate(position)  # rolled back: every step does the same work
+
+        stepping.append(step)
+    draft_step, target_step = stepping
+    draft_step(), target_step()  # warm-up
+    return timing.spread([timing.median_seconds(draft_step, steps) / timing.median_seconds(target_step, steps)
+                          for _ in range(repeats)])
 
 
 def bytes_per_token(config):

@@ -7,7 +7,7 @@ figure and returns it; the numbers come from course/trees.py.
 import numpy as np
 
 from .figures import COLOURS, new_ax, room_for_legend
-from .trees import ACCEPTED, NOT_REACHED, REJECTED, tree_layout
+from .trees import ACCEPTED, NOT_REACHED, REJECTED, candidates_title, tree_layout
 
 STATUS_COLOURS = {ACCEPTED: "tab:green", REJECTED: "tab:red", NOT_REACHED: "lightgrey"}
 
@@ -72,8 +72,7 @@ def plot_candidates(panel, labels, ax=None):
            label=f"emitted: {panel.rule}")
     ax.step(x, panel.p, where="mid", color=COLOURS["p"], lw=1, label="p (draft)")
     ax.set_xticks(x, labels)
-    ax.set(xlabel="token", ylabel="probability", title=f"{panel.m} candidates: the emitted token's distribution, "
-                                       f"TV(output, q) = {panel.tv:.3f}")
+    ax.set(xlabel="token", ylabel="probability", title=candidates_title(panel))
     room_for_legend(ax, panel.q, panel.output, panel.p)
     return ax
 

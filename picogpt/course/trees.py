@@ -13,8 +13,9 @@ import numpy as np
 
 from .. import theory
 from ..errors import PicoGPTError
-from ..rejection import residual
+from ..rejection import RESIDUAL_MASS_EPS, residual
 from ..tree import ROOT
+from .panels import ROUNDING_TV, VISIBLE_TV
 from .tree_exercise import MISTAKES, MULTI_STEP
 
 # ---------------------------------------------------------------------------------------------
@@ -118,16 +119,73 @@ def candidates_panel(p, q, m, rule=MULTI_STEP.name, independent=False):
                            float(0.5 * np.abs(output - q).sum()), independent)
 
 
+def candidates_bound(p, q, m):
+    """Σ_x min(q(x), 1 - (1 - p(x))^m): no exact rule keeps one of m candidates drawn independently
+    from p more often. The coupling bound of notebook 04 (P(X = x and x is a candidate) is at most
+    both q(x) and P(x is a candidate)); Sun et al. (SpecTr, arXiv 2310.15141) pose the best rule as
+    an optimal-transport problem under this bound."""
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    return float(np.minimum(q, 1.0 - (1.0 - p) ** m).sum())
+
+
+def n_drawn(panel):
+    """How many candidates a drawing yields: m, but no more than p has tokens when drawn without replacement."""
+    return panel.m if panel.independent else min(panel.m, int(np.count_nonzero(panel.p)))
+
+
+def told_apart(a, b):
+    """a and b printed with the fewest decimals (3 or more) that show them different."""
+    digits = next((d for d in range(3, 13) if f"{a:.{d}f}" != f"{b:.{d}f}"), 12)
+    return f"{a:.{digits}f}", f"{b:.{digits}f}"
+
+
+def why_as_many(panel):
+    """Why an exact rule that stops after the first candidate keeps as many as the multi-candidate
+    step for this pair (a phrase)."""
+    first = theory.acceptance_rate(panel.p, panel.q)
+    if n_drawn(panel) == 1:
+        return "with one candidate there is no second one to try"
+    if first >= 1 - RESIDUAL_MASS_EPS:
+        return "p = q here: the first candidate is always kept"
+    if first <= RESIDUAL_MASS_EPS:
+        return "p and q share no token here: no candidate is ever kept"
+    return "no candidate after the first is ever kept for this pair"
+
+
+def kept_comparison(panel, right):
+    """How many candidates an exact wrong rule keeps, against the multi-candidate step (`right`, the same drawing)."""
+    if abs(panel.kept - right.kept) <= ROUNDING_TV:
+        return f"it keeps as many candidates as the multi-candidate step ({panel.kept:.3f}): {why_as_many(panel)}"
+    ours, theirs = told_apart(panel.kept, right.kept)
+    return (f"it keeps {'fewer' if panel.kept < right.kept else 'more'} candidates: P(one is kept) = {ours} against "
+            f"{theirs} for the multi-candidate step")
+
+
+def candidates_title(panel):
+    """The title over the candidates' figure: how many were drawn, and how far the output is from q."""
+    drawn = n_drawn(panel)
+    tv = f"{panel.tv:.3f}" if panel.tv >= VISIBLE_TV or panel.tv <= ROUNDING_TV else f"{panel.tv:.1g}"
+    return f"{drawn} candidate{'s' if drawn > 1 else ''}: the emitted token's distribution, TV(output, q) = {tv}"
+
+
 def candidates_readout(panel):
-    """The sentence the candidates explorer shows above its figure."""
-    drawn = "independently" if panel.independent else "without replacement"
-    text = (f"{panel.m} candidate{'s' if panel.m > 1 else ''} drawn {drawn}: P(one is kept) = "
-            f"{panel.kept:.3f} (one candidate: Σ min(p, q) = {theory.acceptance_rate(panel.p, panel.q):.3f})")
+    """The sentence the candidates explorer shows above its figure, true for every p, q, m and rule."""
+    drawn, how = n_drawn(panel), "independently" if panel.independent else "without replacement"
+    text = f"{drawn} candidate{'s' if drawn > 1 else ''} drawn {how}"
+    if drawn < panel.m:
+        text += f" (p has {drawn} token{'s' if drawn > 1 else ''}: no more can be drawn without replacement)"
+    text += (f": P(one is kept) = {panel.kept:.3f} (one candidate: Σ min(p, q) = "
+             f"{theory.acceptance_rate(panel.p, panel.q):.3f})")
     if panel.rule == MULTI_STEP.name:
         return text + f" &nbsp;·&nbsp; TV(output, q) = {panel.tv:.1g}: the output is q"
-    exact = panel.tv < 5e-4
-    return text + (f"<br><b>{panel.rule}: TV(output, q) = {panel.tv:.3f}" +
-                   (" — exact, but it keeps fewer candidates</b>" if exact else ": the output is not q</b>"))
+    if panel.tv <= ROUNDING_TV:
+        right = candidates_panel(panel.p, panel.q, panel.m, independent=panel.independent)
+        verdict = f"TV(output, q) = {panel.tv:.1g}: exact for this pair, and {kept_comparison(panel, right)}"
+    elif panel.tv >= VISIBLE_TV:
+        verdict = f"TV(output, q) = {panel.tv:.3f}: the output is not q"
+    else:
+        verdict = f"TV(output, q) = {panel.tv:.1g}: the output is not q, though too little to show on the bars"
+    return text + f"<br><b>{panel.rule}: {verdict}</b>"
 
 
 def running_residuals(rows, q):
@@ -148,6 +206,32 @@ def verdict_lines(m):
             f"({m.variants[best].speedup:.2f}x autoregressive)", resolution_line(runs, "variant", m.repeats, m.N)]
 
 
+def draft_time_line(tree, chain):
+    """A tree's in-loop draft time against a chain's of as many drafted tokens (measure.trees
+    Variants): its draft calls a loop against the chain's, the two times with their loop-by-loop
+    spread, and whether that spread resolves the difference."""
+    from ..measure.trees import ms_text
+    calls = f"{tree.name}: {len(tree.shape)} draft calls a loop, {chain.name}: {len(chain.shape)}"
+    times = (f"the draft's time a loop {ms_text(tree.t_draft, tree.t_draft_s)} ms against "
+             f"{ms_text(chain.t_draft, chain.t_draft_s)} ms ({tree.t_draft_s / chain.t_draft_s:.2f} of the chain's)")
+    if tree.t_draft is None or chain.t_draft is None:
+        return f"{calls}; {times}: no spread recorded, so these medians do not say whether the difference is resolved"
+    if tree.t_draft.q3 < chain.t_draft.q1:
+        verdict = "less, resolved (the loops' interquartile ranges do not overlap)"
+    elif tree.t_draft.q1 > chain.t_draft.q3:
+        verdict = "more, resolved (the loops' interquartile ranges do not overlap)"
+    else:
+        verdict = "not resolved: the loops' interquartile ranges overlap"
+    return f"{calls}; {times}: {verdict}"
+
+
+def draft_time_lines(m):
+    """draft_time_line for every tree of a TreeMeasurement raced beside a chain of as many drafted tokens."""
+    chains = {v.nodes: v for v in m.variants.values() if set(v.shape) == {1}}
+    return [draft_time_line(v, chains[v.nodes]) for v in m.variants.values()
+            if set(v.shape) != {1} and v.nodes in chains]
+
+
 def bench_tree_lines(path=None):
     """The bench's committed chains and trees (benchmarks/bench.json's "trees"), as text, each pair
     with where its weights came from and what its repeats resolve; or a line saying they are not
@@ -163,5 +247,5 @@ def bench_tree_lines(path=None):
     for entry in found:
         m = tree_measure.from_dict(entry["trees"])
         lines += [f"the bench, {m.target}: {bench_source(bench, m.target)}", *tree_measure.text_lines(m),
-                  *verdict_lines(m), ""]
+                  *verdict_lines(m), *draft_time_lines(m), ""]
     return lines

@@ -45,15 +45,8 @@ def monte_carlo_update(p, q, n, seed, labels, shown=None, choice="(q − p)+"):
     fig = Figure(figsize=(7, 3.6), layout="constrained")
     plot_histogram(mc, q, labels, shown, ax=fig.subplots())
     panel = panels.theorem1_panel(p, q, choice)
-    if choice == "(q − p)+":
-        how = "nothing rejected, so nothing resampled" if panel.never_rejects else "the rest resampled from (q − p)+"
-    elif panels.lucky(panel):
-        how = panels.wrong_choice_text(panel)
-    else:
-        how = f"{panels.RESIDUALS[choice]}: exactly, TV(output, q) = {panel.output_tv:.4f}, however large n is"
     tv, over = panels.shown_tv(mc, q, shown)
-    summary = (f"n = {mc.n:,} trials: {mc.n_accepted / mc.n:.1%} accepted the drafted token, "
-               f"{how}; TV(empirical, q) = {tv:.4f} {over}")
+    summary = f"{panels.monte_carlo_text(panel, mc)}; TV(empirical, q) = {tv:.4f} {over}"
     if shown is not None and len(shown) < len(q):
         summary += (f"\n(over all {len(q):,} tokens it is {mc.tv:.4f}: with so many rare tokens, TV over every token "
                     "only gets small once n is much larger than the vocabulary)")

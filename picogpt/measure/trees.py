@@ -59,6 +59,7 @@ class Variant:
     t_draft_s: float  # median in-loop draft time per loop (all its draft calls and draws)
     predicted_tokens: float  # tokens per loop by the formula
     predicted: float  # predicted speedup: predicted_tokens / (t_draft_s + t_score) x t_target
+    t_draft: Spread = None  # the in-loop draft time, loop by loop (t_draft_s is its median; None in older files)
 
     @property
     def speedup(self):
@@ -100,14 +101,14 @@ def measure_trees(draft, target, ids, N, methods, repeats=5, seed=0, **controls)
         results = runs[m.name]
         loops = [loop for run in results for loop in run.loops]
         steady = [loop for run in results for loop in run.loops[1:]] or loops
-        t_score, t_draft_s = spread([loop.t_score_s for loop in steady]), float(np.median([loop.t_draft_s for loop in steady]))
+        t_score, t_draft = spread([loop.t_score_s for loop in steady]), spread([loop.t_draft_s for loop in steady])
         tokens = predicted_tokens_per_loop(m.shape, alphas)
         variants[m.name] = Variant(
             name=m.name, shape=m.shape, nodes=n_nodes(m.shape), seconds=spread([run.seconds for run in results]),
             speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, results)]),
             tokens_per_call=sum(len(loop.tokens) for loop in loops) / len(loops),  # a LoopTrace's or a TreeLoop's
-            t_score=t_score, t_draft_s=t_draft_s, predicted_tokens=tokens,
-            predicted=tokens / (t_draft_s + t_score.median) * t_target.median)
+            t_score=t_score, t_draft_s=t_draft.median, predicted_tokens=tokens,
+            predicted=tokens / (t_draft.median + t_score.median) * t_target.median, t_draft=t_draft)
     return TreeMeasurement(draft=draft.name, target=target.name, N=N, repeats=repeats, controls=dict(controls),
                            alphas=[float(a) for a in alphas], autoregressive_s=spread([run.seconds for run in ar_runs]),
                            t_target=t_target, variants=variants, load_average_before=load_before,
@@ -122,9 +123,9 @@ def as_dict(m):
 def from_dict(data):
     """as_dict's inverse (also for data read back from JSON)."""
     def spreads(d, keys):
-        return {k: Spread(**v) if k in keys else v for k, v in d.items()}
+        return {k: Spread(**v) if k in keys and v is not None else v for k, v in d.items()}
 
-    variants = {name: Variant(**{**spreads(v, ("seconds", "speedup_runs", "t_score")), "shape": tuple(v["shape"])})
+    variants = {name: Variant(**{**spreads(v, ("seconds", "speedup_runs", "t_score", "t_draft")), "shape": tuple(v["shape"])})
                 for name, v in data["variants"].items()}
     return TreeMeasurement(**{**spreads(data, ("autoregressive_s", "t_target")), "variants": variants})
 
@@ -136,10 +137,18 @@ def text_lines(m):
              f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}), "
              f"t_target {m.t_target.median * 1e3:.1f} ms; alpha_1..{len(m.alphas)} "
              + " ".join(f"{a:.2f}" for a in m.alphas) + f"; load average {m.load_average_before} -> {m.load_average_after}",
-             f"  {'':16} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms':>10} "
+             f"  {'':16} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms (IQR)':>18} "
              f"{'measured':>26} {'predicted':>9}"]
     for v in m.variants.values():
         lines.append(f"  {v.name:16} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
-                     f"{v.t_score.median * 1e3:7.1f} ({v.t_score.q1 * 1e3:.1f}-{v.t_score.q3 * 1e3:.1f}) "
-                     f"{v.t_draft_s * 1e3:10.1f} {speedup.speedup_text(v):>26} {v.predicted:8.2f}x")
+                     f"{ms_text(v.t_score):>18} {ms_text(v.t_draft, v.t_draft_s):>18} {speedup.speedup_text(v):>26} "
+                     f"{v.predicted:8.2f}x")
     return lines
+
+
+def ms_text(s, median_s=None):
+    """A time's median and interquartile range in ms, '14.3 (11.6-19.5)'; only the median when no
+    spread was recorded (s None)."""
+    if s is None:
+        return f"{median_s * 1e3:.1f}"
+    return f"{s.median * 1e3:.1f} ({s.q1 * 1e3:.1f}-{s.q3 * 1e3:.1f})"
