@@ -79,6 +79,77 @@ def speculative_step(drafted, p, q, rng, r_drawn=None):
     return emitted
 
 
+# ---------------------------------------------------------------------------------------------
+# Steps 3 and 4 another way: the block judged together
+# ---------------------------------------------------------------------------------------------
+#
+# Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh 2025, arXiv
+# 2403.10444, their Algorithm 2) takes the same drafts and the same K + 1 target rows and emits
+# the same kind of output (a prefix of the drafts, then one token), distributed exactly as q, and
+# in expectation keeps at least as many drafts as speculative_step. The paper calls the target
+# M_b and the draft M_s (our q and p) and the lookahead gamma (our K), and counts from 1: its
+# X_i is drafted[i - 1], M_b(. | c, X^{i-1}) is q[i - 1], M_s(. | c, X^{i-1}) is p[i - 1], and
+# M_b(. | c, X^gamma) is q[K]. Its running weights p_0 .. p_gamma are `weights` (the course's
+# w_0 .. w_K: p is the draft here), its h_1 .. h_gamma are `keep[0] .. keep[K - 1]`, its uniforms
+# eta_i are `eta[i - 1]`, and its tau (the drafts kept; tau is the temperature here) is `n_kept`.
+# Each per-position piece is one function of rejection.py.
+
+def block_keep_probabilities(drafted, p, q):
+    """The running weights w_0 .. w_K [K + 1] (w_0 = 1) and the keep probabilities h_1 .. h_K
+    [K] of these drafts. h_K = w_K is h_i's formula against a draft row of zeros: after the last
+    draft the draft offers nothing (and the weighted residual against it is q[K], the extra token's row)."""
+    K = len(drafted)
+    weights = [1.0]  # w_0 = 1
+    for i in range(1, K + 1):  # the paper's i; row i - 1
+        weights.append(rejection.running_weight(weights[-1], p[i - 1], q[i - 1], drafted[i - 1]))
+    keep = [rejection.block_keep_probability(weights[i], p[i], q[i]) for i in range(1, K)]  # h_1 .. h_{K-1}
+    if K:
+        keep.append(weights[K])  # h_K = w_K
+    return weights, keep
+
+
+def block_step(drafted, p, q, rng, r_drawn=None):
+    """Steps 3 and 4 by block verification: which tokens the loop emits.
+
+    The same arguments and output as speculative_step (drafted: K ids; p [K, n_vocab]; q
+    [K + 1, n_vocab]; a numpy Generator), so it can be passed as speculative_sampling's `step`.
+    One uniform eta_i per position; the drafts kept are x~_1 .. x~_i for the LARGEST i with
+    eta_i < h_i (a failing position does not end the block: a longer prefix can still pass), none
+    if no position passes. Then one token: from q[K] when all K are kept, else from the weighted
+    residual (w_i q_{i+1} - p_{i+1})+. `r_drawn` (a list), if given, receives the K uniforms.
+    """
+    K = len(drafted)
+    eta = rng.random(K)  # eta_1 .. eta_K ~ U[0, 1), all drawn first
+    if r_drawn is not None:
+        r_drawn.extend(float(e) for e in eta)
+    weights, keep = block_keep_probabilities(drafted, p, q)  # w_0 .. w_K and h_1 .. h_K
+    n_kept = max((i for i in range(1, K + 1) if eta[i - 1] < keep[i - 1]), default=0)  # the largest i that passes
+    kept = [int(x) for x in drafted[:n_kept]]  # x~_1 .. x~_{n_kept}
+    if n_kept == K:  # every draft kept: the extra token from q_{K+1} = q[K]
+        return kept + [sample(q[K], rng)]
+    return kept + [sample(rejection.weighted_residual(weights[n_kept], p[n_kept], q[n_kept]), rng)]
+
+
+def block_output_distribution(drafted, p, q):
+    """The exact law of what block_step emits for these drafts: {emitted tuple: probability}.
+    i drafts are kept with probability h_i (1 - h_{i+1}) ... (1 - h_K) (position i passes, no later
+    one does; h_0 = 1), then the token comes from the weighted residual of position i + 1, or from
+    q[K] when i = K."""
+    K = len(drafted)
+    weights, keep = block_keep_probabilities(drafted, p, q)
+    law, none_later = {}, 1.0  # P(no position after n_kept passes)
+    for n_kept in range(K, -1, -1):
+        h = 1.0 if n_kept == 0 else keep[n_kept - 1]
+        chance = h * none_later  # P(exactly n_kept drafts kept)
+        none_later *= 1.0 - h
+        if chance <= 0:
+            continue
+        last = q[K] if n_kept == K else rejection.weighted_residual(weights[n_kept], p[n_kept], q[n_kept])
+        for y in np.flatnonzero(last):
+            law[tuple(int(x) for x in drafted[:n_kept]) + (int(y),)] = chance * float(last[y])
+    return law
+
+
 def token_ids(output):
     """A step's output as a tuple of Python ints, or None when it is not a list, tuple or 1-D
     integer array of token ids."""
