@@ -21,7 +21,8 @@ from picogpt.speculative import block_keep_probabilities, block_output_distribut
 #
 # A rule is what block verification computes for drafts x~_1 .. x~_K, p [K, V], q [K + 1, V]:
 # the running weights p_0 .. p_K, the keep probabilities h_1 .. h_K, the law of tau given the h's,
-# and what the token after x~_1 .. x~_tau is drawn from. Its law for given drafts follows.
+# and what the token after x~_1 .. x~_tau is drawn from. Its law for given drafts follows. (Here in
+# the paper's letters: p_i is the running weight, the library's w_i, and tau the drafts kept.)
 
 
 def paper_weights(drafted, p, q, cap=True):
