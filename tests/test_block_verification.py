@@ -2,7 +2,6 @@
 as the target, its law for given drafts is the paper's Algorithm 2's, it keeps at least as many
 drafts as Theorem 1's step, and each realistic mistake fails the same exact tests."""
 
-from dataclasses import dataclass, field
 from itertools import product
 
 import numpy as np
@@ -10,133 +9,66 @@ import pytest
 from helpers_sampling import chi_square_test
 
 from picogpt import autoregressive_sampling, rejection, speculative_sampling, theory
+from picogpt.course import block_exercise, blocks
 from picogpt.course.step_exercise import ALGORITHM_2
 from picogpt.course.toy_models import BigramModel, joint_distribution, toy_pair
 from picogpt.sampling import distribution
 from picogpt.speculative import block_keep_probabilities, block_output_distribution, block_step, speculative_step
 
 # ---------------------------------------------------------------------------------------------
-# The paper's Algorithm 2, written again here from the paper (not from picogpt), and the mistakes
+# The paper's Algorithm 2, written again here from the paper (not from picogpt)
 # ---------------------------------------------------------------------------------------------
 #
-# A rule is what block verification computes for drafts x~_1 .. x~_K, p [K, V], q [K + 1, V]:
-# the running weights p_0 .. p_K, the keep probabilities h_1 .. h_K, the law of tau given the h's,
-# and what the token after x~_1 .. x~_tau is drawn from. Its law for given drafts follows. (Here in
-# the paper's letters: p_i is the running weight, the library's w_i, and tau the drafts kept.)
+# In the paper's letters: p_i is the running weight (the library's w_i), h_i the keep
+# probabilities, tau the drafts kept; M_b(. | X^{i-1}) is q[i - 1], M_s(. | X^{i-1}) is p[i - 1].
 
 
-def paper_weights(drafted, p, q, cap=True):
+def paper_weights(drafted, p, q):
     weights = [1.0]  # p_0 = 1; p_i = min(1, p_{i-1} M_b(X_i) / M_s(X_i))
     for t, x in enumerate(drafted):
-        w = weights[-1] * q[t][x] / p[t][x]
-        weights.append(min(1.0, w) if cap else w)
+        weights.append(min(1.0, weights[-1] * q[t][x] / p[t][x]))
     return weights
 
 
 def paper_keep(weights, p, q, K):
     """h_i = sum_x max(p_i M_b(x) - M_s(x), 0) / (that sum + 1 - p_i) for i < K, h_K = p_K."""
     h = []
-    for i in range(1, K + 1):
-        if i == K:
-            h.append(weights[K])
-            continue
+    for i in range(1, K):
         mass = sum(max(weights[i] * q[i][x] - p[i][x], 0.0) for x in range(len(q[i])))
         h.append(mass / (mass + 1 - weights[i]) if mass + 1 - weights[i] > 0 else 1.0)
-    return h
+    return h + [weights[K]]
 
 
-def largest_passing(h):
-    """P(tau = i), i = 0 .. K, for one uniform per position and tau the largest i with eta_i < h_i:
+def paper_tau_law(h):
+    """P(tau = i), i = 0 .. K, for one uniform per position and tau the largest i with eta_i <= h_i:
     every pattern of passes and failures enumerated."""
     law = np.zeros(len(h) + 1)
     for passes in product((False, True), repeat=len(h)):
-        prob = np.prod([min(max(hi, 0), 1) if ok else 1 - min(max(hi, 0), 1) for hi, ok in zip(h, passes)])
-        law[max((i + 1 for i, ok in enumerate(passes) if ok), default=0)] += prob
+        law[max((i + 1 for i, ok in enumerate(passes) if ok), default=0)] += np.prod(
+            [hi if ok else 1 - hi for hi, ok in zip(h, passes)])
     return law
 
 
-def paper_residual(weights, p, q, tau, K):
-    if tau == K:
-        return np.asarray(q[K], np.float64)
-    positive = np.maximum(weights[tau] * np.asarray(q[tau]) - np.asarray(p[tau]), 0.0)
-    return positive / positive.sum() if positive.sum() > 1e-12 else np.asarray(q[tau], np.float64)
+def paper_law(drafted, p, q):
+    """{emitted tuple: probability}: X^tau, then Y ~ M_b(. | X^gamma) if tau = gamma, else
+    Y ~ max(p_tau M_b(. | X^tau) - M_s(. | X^tau), 0), normalised."""
+    K = len(drafted)
+    weights = paper_weights(drafted, p, q)
+    out = {}
+    for tau, p_tau in enumerate(paper_tau_law(paper_keep(weights, p, q, K)) if K else [1.0]):
+        if tau == K:
+            last = np.asarray(q[K], np.float64)
+        else:
+            last = np.maximum(weights[tau] * np.asarray(q[tau]) - np.asarray(p[tau]), 0.0)
+            last = last / last.sum() if last.sum() > 1e-12 else np.asarray(q[tau], np.float64)
+        for y in range(len(last)):
+            if p_tau * last[y] > 0:
+                out[tuple(int(x) for x in drafted[:tau]) + (y,)] = p_tau * float(last[y])
+    return out
 
 
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    cap: bool = True
-    keep: object = field(default=paper_keep)
-    tau_law: object = field(default=largest_passing)
-    residual: object = field(default=paper_residual)
+MISTAKES = list(block_exercise.MISTAKES.values())
 
-    def law(self, drafted, p, q):
-        """{emitted tuple: probability} for these drafts."""
-        K = len(drafted)
-        weights = paper_weights(drafted, p, q, self.cap)
-        out = {}
-        for tau, p_tau in enumerate(self.tau_law(self.keep(weights, p, q, K))):
-            if p_tau > 0:
-                for y, prob in enumerate(self.residual(weights, p, q, tau, K)):
-                    if prob > 0:
-                        key = tuple(int(x) for x in drafted[:tau]) + (y,)
-                        out[key] = out.get(key, 0.0) + p_tau * prob
-        return out
-
-
-def first_failure_stops(h):
-    """tau = the drafts kept before the first failing position (token-wise thinking)."""
-    law, reached = np.zeros(len(h) + 1), 1.0
-    for i, hi in enumerate(h):
-        law[i] = reached * (1 - hi)
-        reached *= hi
-    law[len(h)] = reached
-    return law
-
-
-def one_uniform(h):
-    """One eta for the whole block: tau = the largest i with eta < h_i."""
-    h = np.clip(h, 0, 1)
-    law, above = np.zeros(len(h) + 1), 0.0  # above: max of the h's after i
-    for i in range(len(h), 0, -1):
-        law[i] = max(0.0, h[i - 1] - above)
-        above = max(above, h[i - 1])
-    law[0] = 1 - above
-    return law
-
-
-def last_like_the_others(weights, p, q, K):
-    """h_K computed with the formula of the other positions, p's last row standing in for the missing next one."""
-    h = paper_keep(weights, p, q, K)
-    mass = sum(max(weights[K] * q[K][x] - p[K - 1][x], 0.0) for x in range(len(q[K])))
-    h[-1] = mass / (mass + 1 - weights[K]) if mass + 1 - weights[K] > 0 else 1.0
-    return h
-
-
-def every_position_like_the_last(weights, p, q, K):
-    """h_i = p_i everywhere (compare the running product with a uniform, as token-wise code does)."""
-    return list(weights[1:])
-
-
-def residual_without_weight(weights, p, q, tau, K):
-    """(q - p)+ after tau kept drafts: Theorem 1's residual, the running weight left out."""
-    return paper_residual([1.0] * (K + 1), p, q, tau, K)
-
-
-def residual_from_q(weights, p, q, tau, K):
-    return np.asarray(q[tau], np.float64)
-
-
-PAPER = Rule("the paper's Algorithm 2")
-MISTAKES = (
-    Rule("stopping at the first failing position", tau_law=first_failure_stops),
-    Rule("the residual from q", residual=residual_from_q),
-    Rule("the residual without the running weight, (q - p)+", residual=residual_without_weight),
-    Rule("the running weight not capped at 1", cap=False),
-    Rule("the last position's h computed like the others", keep=last_like_the_others),
-    Rule("every position's h computed like the last (h_i = p_i)", keep=every_position_like_the_last),
-    Rule("one uniform for the whole block", tau_law=one_uniform),
-)
 
 # ---------------------------------------------------------------------------------------------
 # Cases: toy bigram models (context-dependent rows) and random rows
@@ -152,33 +84,17 @@ def rows(model, sequence, n_rows, controls):
 
 def draft_and_target_rows(draft, target, drafted, controls):
     """p [K, V] (the draft's rows drafted was sampled from), q [K + 1, V], and P(drafted) under p."""
-    K = len(drafted)
-    q = rows(target, PROMPT + list(drafted), K + 1, controls)
-    p = rows(draft, PROMPT + list(drafted[:-1]), K, controls) if K else np.zeros((0, q.shape[1]))
-    return p, q, float(np.prod([p[t, x] for t, x in enumerate(drafted)]))
+    return blocks.loop_rows(draft, target, PROMPT, drafted, controls)
 
 
 def one_loop_then_target(draft, target, K, controls, law):
-    """The exact joint of the first K + 1 tokens when one loop of `law(drafted, p, q)` runs on drafts
-    sampled from the draft, and the target samples the rest (what every later loop does, if exact)."""
-    V = target.config.n_vocab
-    total = np.zeros((V,) * (K + 1))
-    for drafted in product(range(V), repeat=K):
-        p, q, prob = draft_and_target_rows(draft, target, drafted, controls)
-        if prob == 0:
-            continue
-        for emitted, p_emit in law(list(drafted), p, q).items():
-            rest = K + 1 - len(emitted)
-            total[emitted] += prob * p_emit * (joint_distribution(target, PROMPT + list(emitted), rest, **controls)
-                                               if rest else 1.0)
-    return total
+    return blocks.one_loop_joint(draft, target, PROMPT, K, law, **controls)
 
 
 CONTROLS = [{}, dict(temperature=0.7, top_k=2)]  # top-k leaves zeros in p and q
 
 
-def total_variation(a, b):
-    return 0.5 * float(np.abs(np.asarray(a) - np.asarray(b)).sum())
+total_variation = blocks.total_variation
 
 
 def random_rows(rng, K, V, concentration=0.7):
@@ -214,7 +130,7 @@ MISTAKES_PAIR = dict(n_vocab=3, seed=0)  # a toy pair on which every mistake mov
 def test_each_mistake_fails_the_same_exactness_test(mistake):
     draft, target = toy_pair(**MISTAKES_PAIR)
     exact = joint_distribution(target, PROMPT, 4)
-    tv = total_variation(one_loop_then_target(draft, target, 3, {}, mistake.law), exact)
+    tv = total_variation(one_loop_then_target(draft, target, 3, {}, mistake.output_distribution), exact)
     print(f"{mistake.name}: TV(first 4 tokens, target) = {tv:.4f}")
     assert tv > 1e-3
 
@@ -223,7 +139,8 @@ def test_a_mistake_can_be_exact_on_the_first_tokens_and_wrong_later():
     """Why the law must be checked on whole blocks (and drafted tuple by drafted tuple): on this
     pair the residual without the running weight gives the first two tokens exactly, not three."""
     draft, target = toy_pair(**MISTAKES_PAIR)
-    wrong = one_loop_then_target(draft, target, 3, {}, MISTAKES[2].law)
+    unweighted = block_exercise.MISTAKES["the residual without the running weight"]
+    wrong = one_loop_then_target(draft, target, 3, {}, unweighted.output_distribution)
     exact = joint_distribution(target, PROMPT, 4)
     assert np.max(np.abs(wrong.sum(axis=(2, 3)) - exact.sum(axis=(2, 3)))) <= 1e-12
     assert total_variation(wrong.sum(axis=3), exact.sum(axis=3)) > 1e-3
@@ -232,7 +149,7 @@ def test_a_mistake_can_be_exact_on_the_first_tokens_and_wrong_later():
 def test_the_paper_and_its_rewrite_here_are_both_exact():
     draft, target = toy_pair(n_vocab=3, seed=2)
     exact = joint_distribution(target, PROMPT, 3)
-    assert np.max(np.abs(one_loop_then_target(draft, target, 2, {}, PAPER.law) - exact)) <= 1e-12
+    assert np.max(np.abs(one_loop_then_target(draft, target, 2, {}, paper_law) - exact)) <= 1e-12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,13 +178,13 @@ LAW_CASES = law_cases()
 
 
 def test_the_law_for_given_drafts_is_the_papers():
-    worst = max(law_distance(block_output_distribution(d, p, q), PAPER.law(d, p, q)) for d, p, q in LAW_CASES)
+    worst = max(law_distance(block_output_distribution(d, p, q), paper_law(d, p, q)) for d, p, q in LAW_CASES)
     assert worst <= 1e-12
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda rule: rule.name)
 def test_each_mistake_moves_the_law_of_some_drafts(mistake):
-    worst = max(law_distance(mistake.law(d, p, q), PAPER.law(d, p, q)) for d, p, q in LAW_CASES)
+    worst = max(law_distance(mistake.output_distribution(d, p, q), paper_law(d, p, q)) for d, p, q in LAW_CASES)
     print(f"{mistake.name}: the largest change of one output's probability = {worst:.3f}")
     assert worst > 0.01
 
@@ -299,10 +216,10 @@ def test_block_step_samples_its_law(case):
         return chi_square_test([counts.get(k, 0) for k in keys], [law.get(k, 0.0) for k in keys])[2]
 
     assert fits(block_output_distribution(drafted, p, q)) > 1e-3
-    distinct = [m for m in MISTAKES if law_distance(m.law(drafted, p, q), PAPER.law(drafted, p, q)) >= 0.03]
+    distinct = [m for m in MISTAKES if law_distance(m.output_distribution(drafted, p, q), paper_law(drafted, p, q)) >= 0.03]
     assert len(distinct) >= 2
     for mistake in distinct:
-        assert fits(mistake.law(drafted, p, q)) < 1e-6, mistake.name
+        assert fits(mistake.output_distribution(drafted, p, q)) < 1e-6, mistake.name
 
 
 # ---------------------------------------------------------------------------------------------
