@@ -183,7 +183,7 @@ def cmd_speculate(args):
     from .course import course_pair_names
     from .io.tokenizer import tokenizer
     from .measure.speedup import warm_up
-    from .speculative import speculative_sampling
+    from .speculative import Chain
 
     ids = parse_request(args)
     if args.repeats < 1:
@@ -199,8 +199,9 @@ def cmd_speculate(args):
     if args.compare:
         result, ars, measurement = compare(args, draft, target, ids, on_loop)
     else:
-        warm_up({args.K: (draft, args.K)}, target, ids, min(args.N, 4), args.seed, sampling_controls(args))
-        result = speculative_sampling(draft, target, ids, args.N, K=args.K, **sampling_options(args), on_loop=on_loop)
+        method = Chain(args.K)
+        warm_up({args.K: (draft, method)}, target, ids, min(args.N, 4), args.seed, sampling_controls(args))
+        result = method.sample(draft, target, ids, args.N, **sampling_options(args), on_loop=on_loop)
         ars = measurement = None
     if args.json:
         print(json.dumps(speculate_report(args, draft, target, result, ars, measurement)))

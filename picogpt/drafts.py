@@ -1,8 +1,8 @@
 """Other drafts for speculative sampling (notebook 06): each is run by the same Algorithm 2.
 
 speculative_sampling takes as its draft a model (the paper's p, wrapped in
-speculative.ModelDraft) or any object with the same four members: `models`, `start()`,
-`propose(sequence, K, controls, rng) -> (drafted, p_rows)` and `roll_back(n_kept)`. Theorem 1
+speculative.ModelDraft) or a speculative.ChainDraft: `name`, `models`, `start()`,
+`propose(sequence, K, controls, rng) -> (drafted, p_rows)` and `keep(n, branch)`. Theorem 1
 asks only that the drafts are sampled from the p the step is given, whatever p is, so each of
 these is exact:
 
@@ -26,7 +26,7 @@ import numpy as np
 from .errors import PicoGPTError
 from .model import GPT2
 from .sampling import is_whole
-from .speculative import as_draft
+from .speculative import ChainDraft, ModelDraft, draft_for
 
 
 def lookup(sequence, K, ngram_max=3):
@@ -41,7 +41,7 @@ def lookup(sequence, K, ngram_max=3):
     return []
 
 
-class PromptLookup:
+class PromptLookup(ChainDraft):
     """A draft with no model: `lookup` proposes, and p is a point mass on each proposed token.
     It proposes 0 to K tokens; a loop with none is one plain target step (its one token comes
     from q_1, the extra row)."""
@@ -54,17 +54,11 @@ class PromptLookup:
         self.n_vocab, self.ngram_max = n_vocab, ngram_max
         self.name = name or f"prompt lookup (n-grams up to {ngram_max})"
 
-    def start(self):
-        pass  # nothing to reset: the text itself is the draft's only state
-
-    def propose(self, sequence, K, controls, rng):
+    def propose(self, sequence, K, controls, rng):  # the text itself is the draft's only state
         drafted = lookup(sequence, K, self.ngram_max)
         p = np.zeros((len(drafted), self.n_vocab))  # [K, n_vocab]
         p[np.arange(len(drafted)), drafted] = 1.0  # a point mass on each proposed token
         return drafted, p
-
-    def roll_back(self, n_kept):
-        pass
 
 
 def first_layers(model, n_layer):
@@ -81,12 +75,12 @@ def first_layers(model, n_layer):
     return GPT2(params, config, name=f"{model.name} first {n_layer}/{total} layers")
 
 
-class AdaptiveK:
+class AdaptiveK(ChainDraft):
     """`draft` with the lookahead chosen as it goes: start at K_start; after each loop, +up if it
     accepted every draft, else -down, never below 1 nor above speculative_sampling's K."""
 
     def __init__(self, draft, K_start=4, up=2, down=1):
-        self.inner = as_draft(draft)
+        self.inner = draft_for("AdaptiveK", ChainDraft, draft, ModelDraft)
         self.models, self.K_start, self.up, self.down = self.inner.models, K_start, up, down
         self.name = f"{self.inner.name}, adaptive K (start {K_start}, +{up} / -{down})"
         self.K = K_start
@@ -97,11 +91,11 @@ class AdaptiveK:
 
     def propose(self, sequence, K, controls, rng):
         self.K = min(self.K, K)
-        self.n, (drafted, p) = len(sequence), self.inner.propose(sequence, self.K, controls, rng)
+        drafted, p = self.inner.propose(sequence, self.K, controls, rng)
         self.proposed = len(drafted)
         return drafted, p
 
-    def roll_back(self, n_kept):
-        accepted_all = n_kept - self.n == self.proposed
+    def keep(self, n, branch):
+        accepted_all = len(branch) == self.proposed
         self.K = self.K + self.up if accepted_all else max(1, self.K - self.down)
-        self.inner.roll_back(n_kept)
+        self.inner.keep(n, branch)

@@ -30,11 +30,12 @@ from .io.params import (
 )
 from .io.registry import model_names, resolve
 from .kv_cache import KVCache
+from .sampling import Model
 
 ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they take seconds)
 
 
-class GPT2:
+class GPT2(Model):
     """A loaded GPT-2. `model(ids)` is the full forward pass; `model(ids, cache)` decodes;
     `model(ids, cache, positions, mask)` scores a token tree (gpt2.gpt2, picogpt/tree.py).
 
@@ -199,7 +200,7 @@ class GPT2:
                                            mask=float32_or_none(mask)))
 
 
-class ModelView:
+class ModelView(Model):
     """A model seen through another object that records, times or memoises its calls: the same
     config, name, caches and input checks; a subclass changes `__call__`. speculative_sampling and
     autoregressive_sampling take it wherever they take a model."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import PicoGPTError
+from .errors import PicoGPTError, echo
 
 TOP_P_ROUNDING = 1e-12  # cumulative sums within this of top_p count as reaching it
 MIN_TEMPERATURE = 1e-30  # smallest positive temperature accepted (0 is greedy); see above
@@ -63,6 +63,7 @@ def autoregressive_sampling(model, ids, N, *, temperature=1.0, top_k=None, top_p
     None, or a numpy Generator (then used as is). `on_token(token)` is called as each token is
     produced (the command line streams text with it); its time is not counted in the timings.
     """
+    check_model(model, "model")
     prompt = validate_sampling_args(ids, N, (model,), temperature=temperature, top_k=top_k, top_p=top_p)
     rng = random_generator(seed)
     cache = model.new_cache()
@@ -225,6 +226,20 @@ def random_generator(seed):
         return np.random.default_rng(seed)
     except (TypeError, ValueError):
         raise PicoGPTError(f"seed must be a whole number >= 0 (or None for a random one), got {seed!r}") from None
+
+
+class Model:
+    """What the samplers ask of a model: `model(ids, cache)` -> logits [len(ids), n_vocab], its
+    own `new_cache()`, `validate_ids(ids, n_past)`, `config.n_vocab` and `config.n_ctx`, a `name`.
+    picogpt.load's GPT2 is one (picogpt/model.py); so are a view of one that records or times its
+    calls (model.ModelView) and the course's toy bigram models (course/toy_models.py)."""
+
+
+def check_model(model, role, alternative=""):
+    """Raise one readable PicoGPTError unless `model` is a Model."""
+    if not isinstance(model, Model):
+        raise PicoGPTError(f"the {role} must be a model (picogpt.load(...)){' ' + alternative if alternative else ''}, "
+                           f"got {echo(model, 80)}")
 
 
 def validate_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=None, top_p=None):

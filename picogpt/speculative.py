@@ -11,9 +11,11 @@ The paper indexes tokens from 1 (x_1 .. x_K, q_1 .. q_{K+1}); Python indexes fro
 paper's drafted token x~_t is `drafted[t - 1]` here, and its distributions `p_rows[t - 1]`,
 `q_rows[t - 1]`; the target's extra distribution q_{K+1} is `q_rows[K]`.
 
-Reading order: the four steps, the paper's draft (a model with its KV cache), the loop; then
-what the loop records about itself (its trace and timings), kept apart so the loop reads like
-the paper.
+Reading order: the four steps; a learner's step, checked as the loop runs it; what a loop asks
+of its draft, and the paper's draft (a model with its KV cache); the loop, and the value that
+names it for a measurement; then what a loop records about itself (its trace and timings), kept
+apart so that the loop reads like the paper. picogpt/tree.py's loop shares the draft's contract,
+the checked step and the recorder.
 """
 
 import time
@@ -23,8 +25,8 @@ from functools import partial
 import numpy as np
 
 from . import rejection
-from .errors import PicoGPTError
-from .sampling import distribution, random_generator, sample, validate_sampling_args
+from .errors import PicoGPTError, echo, shown
+from .sampling import check_model, distribution, random_generator, sample, validate_sampling_args
 
 # ---------------------------------------------------------------------------------------------
 # The steps of one loop
@@ -150,6 +152,10 @@ def block_output_distribution(drafted, p, q):
     return law
 
 
+# ---------------------------------------------------------------------------------------------
+# A step other than the library's, as a loop runs it
+# ---------------------------------------------------------------------------------------------
+
 def token_ids(output):
     """A step's output as a tuple of Python ints, or None when it is not a list, tuple or 1-D
     integer array of token ids."""
@@ -171,7 +177,7 @@ def step_problem(output, drafted, n_vocab):
         return f"a loop emits 1 to K + 1 = {K + 1} tokens, not {len(tokens)}"
     outside = [x for x in tokens if not 0 <= x < n_vocab]
     if outside:
-        return f"token id {outside[0]} is outside the vocabulary (ids 0..{n_vocab - 1})"
+        return f"token id {echo(outside[0])} is outside the vocabulary (ids 0..{n_vocab - 1})"
     if list(tokens[:-1]) != list(drafted[: len(tokens) - 1]):
         j = next(i for i, (a, b) in enumerate(zip(tokens, drafted)) if a != b)  # the first token that is not a draft
         return (f"after the accepted drafts {list(tokens[:j])} comes {tokens[j]}, which is not x~_{j + 1} = {drafted[j]}, "
@@ -179,40 +185,86 @@ def step_problem(output, drafted, n_vocab):
     return None
 
 
-def checked_step(step, n_vocab):
-    """A step other than the library's, as the loop runs it: on copies of drafted, p and q (a step
-    that changes them in place cannot corrupt the loop or its trace), its output checked on every
-    loop (the accepted drafts, then exactly one token, ids in the vocabulary) and handed back as a
-    list of Python ints. A wrong output stops the loop with one PicoGPTError naming it."""
-    def run(drafted, p, q, rng):
-        output = step(list(drafted), p.copy(), q.copy(), rng)
-        problem = step_problem(output, drafted, n_vocab)
-        if problem:
-            raise PicoGPTError(f"step={getattr(step, '__name__', 'step')} returned {output!r} for the drafts "
-                               f"{list(drafted)}: {problem}. Grade it with "
-                               "picogpt.course.step_exercise.check_speculative_step")
-        return list(token_ids(output))
+def copied(x):
+    """What a learner's function is handed: a copy of a list or an array (changing it in place
+    cannot corrupt the loop or its trace), anything else (the Generator) as is."""
+    return x.copy() if isinstance(x, np.ndarray) else list(x) if isinstance(x, (list, tuple)) else x
+
+
+def checked(step, problem, loop, noun, grader):
+    """A step other than the library's, as a loop runs it (speculative_sampling's Steps 3-4, and
+    tree_sampling's multi-candidate step): on copies of its inputs, `problem(output, *inputs)`
+    (a sentence, or None) judged on every call, an exception it raises named with the step and
+    the loop. Either stops the loop with one PicoGPTError that names the step's first input (the
+    `noun`: drafts, candidates) and says what to do (`grader`)."""
+    name = shown(getattr(step, "__name__", None) or type(step).__name__, 40)
+
+    def run(*inputs):
+        try:
+            output = step(*map(copied, inputs))
+        except Exception as error:  # the learner's code: say whose it is, and where it ran
+            raise PicoGPTError(f"step={name} raised {type(error).__name__} inside {loop}: {shown(error, 200)}. "
+                               f"Grade it with {grader}") from error
+        found = problem(output, *inputs)
+        if found:
+            raise PicoGPTError(f"step={name} returned {echo(output)} for the {noun} {echo(list(inputs[0]))} "
+                               f"inside {loop}: {found}. Grade it with {grader}")
+        return output
     return run
 
 
+def checked_step(step, n_vocab):
+    """A learner's `step(drafted, p, q, rng)` as speculative_sampling runs it (`checked`): its
+    output, the accepted drafts then exactly one token with ids in the vocabulary, handed back as
+    a list of Python ints."""
+    run = checked(step, lambda output, drafted, *_: step_problem(output, drafted, n_vocab), "speculative_sampling",
+                  "drafts", "picogpt.course.step_exercise.check_speculative_step")
+    return lambda drafted, p, q, rng: list(token_ids(run(drafted, p, q, rng)))
+
+
 # ---------------------------------------------------------------------------------------------
-# The draft: the paper's is a smaller model
+# The draft: what a loop asks of it, and the paper's, a smaller model
 # ---------------------------------------------------------------------------------------------
 
-class ModelDraft:
-    """The paper's draft: a smaller model p, sampled with its own KV cache (Step 1).
+class Draft:
+    """What a sampling loop asks of its draft p. The paper's draft is a smaller model
+    (ModelDraft); notebook 06's drafts (picogpt/drafts.py) and a token tree's (tree.TreeDraft)
+    keep the same contract:
+      name, models                           its name; the models it runs (their vocabulary and context are checked)
+      start()                                before the first loop of every run
+      propose(sequence, size, controls, rng) Step 1: drafts to follow x_1 .. x_n = sequence
+      keep(n, branch)                        after Steps 3-4: the loop kept x_1 .. x_n, then the drafted
+                                             nodes `branch` (in a chain: the first len(branch) drafts);
+                                             forget anything after them
+    A chain's draft (ChainDraft) proposes up to K tokens, a tree's (tree.TreeDraft) a tree of a
+    given shape; each loop takes a draft of its own kind, or a model it wraps in its own."""
 
-    speculative_sampling takes a model as its draft and wraps it in this class; any object with
-    the same four members can draft instead (notebook 06 and picogpt/drafts.py: a draft with no
-    model, the target's own first layers, a lookahead that adapts):
-      models                               the models it runs (their vocabulary and context are checked)
-      start()                              before the first loop of every run
-      propose(sequence, K, controls, rng)  up to K drafts to follow x_1 .. x_n = sequence, and the
-                                           distributions p [len(drafts), n_vocab] they were sampled from
-      roll_back(n_kept)                    the loop kept x_1 .. x_{n_kept}: forget anything after it
-    """
+    name = "draft"
+    models = ()
+
+    def start(self):
+        """Before the first loop of every run: nothing to reset unless the draft keeps state."""
+
+    def propose(self, sequence, size, controls, rng):
+        """Step 1: the drafts to follow `sequence`, with the distributions they were sampled from."""
+        raise PicoGPTError(f"{shown(type(self).__name__, 60)} must define propose(sequence, size, controls, rng)")
+
+    def keep(self, n, branch):
+        """The loop kept x_1 .. x_n and then `branch`: nothing to forget unless the draft keeps state."""
+
+
+class ChainDraft(Draft):
+    """A draft for Algorithm 2 (speculative_sampling): propose(sequence, K, controls, rng) returns
+    up to K token ids x~_1 .. x~_k and the rows p [k, n_vocab] they were sampled from, where row t
+    is a distribution (finite, >= 0, summing to 1) under which x~_t is possible. Theorem 1 asks
+    nothing else of p: the loop checks exactly this on every proposal (`checked_proposal`)."""
+
+
+class ModelDraft(ChainDraft):
+    """The paper's draft: a smaller model p, sampled with its own KV cache (Step 1)."""
 
     def __init__(self, model):
+        check_model(model, "draft", "or a ChainDraft of your own (picogpt/drafts.py)")
         self.model, self.name, self.models = model, model.name, (model,)
         self.cache = None
 
@@ -222,54 +274,124 @@ class ModelDraft:
     def propose(self, sequence, K, controls, rng):
         return draft_tokens(self.model, self.cache, sequence[len(self.cache):], K, controls, rng)
 
-    def roll_back(self, n_kept):
+    def keep(self, n, branch):
         # the draft never saw its own last draft x~_K, so its cache may already be shorter
-        self.cache.truncate(min(n_kept, len(self.cache)))
+        self.cache.truncate(min(n + len(branch), len(self.cache)))
 
 
-def as_draft(draft):
-    """A model becomes a ModelDraft; an object that already drafts (has `propose`) is used as is."""
-    return draft if hasattr(draft, "propose") else ModelDraft(draft)
+def draft_for(loop, kind, draft, wrap_model):
+    """The draft `loop` runs: a draft of its `kind` (ChainDraft; tree.TreeDraft) as it is, a model
+    wrapped in its own (`wrap_model`: ModelDraft; tree.ModelTreeDraft); a draft of the other kind
+    refused with what to pass instead."""
+    if isinstance(draft, kind):
+        return draft
+    if isinstance(draft, Draft):
+        raise PicoGPTError(f"{shown(draft.name, 60)} is a {type(draft).__name__}, and {loop} runs a {kind.__name__} "
+                           "(ChainDraft: speculative_sampling, TreeDraft: tree_sampling): pass it the draft model "
+                           "itself, or run this draft with the other loop")
+    return wrap_model(draft)
+
+
+PROBABILITY_ROUNDING = 1e-6  # a row of p may sum to 1 within this (float32 rows, renormalised sums)
+
+
+def rows_problem(p, drafted):
+    """Why the rows p [n, n_vocab] cannot be the distributions the tokens `drafted` [n] were drawn
+    from (a sentence), or None: each row finite, >= 0 and summing to 1, its token possible."""
+    sums = p.sum(axis=-1)  # NaN or inf anywhere in a row makes its sum NaN or inf
+    if not (np.all(np.abs(sums - 1) <= PROBABILITY_ROUNDING) and (p.size == 0 or p.min() >= 0)):
+        return "rows of p that are not distributions (NaN, inf, negative, or not summing to 1)"
+    if any(p[t, x] <= 0 for t, x in enumerate(drafted)):
+        return "a token its own row of p gives probability 0"
+    return None
+
+
+def checked_proposal(proposal, K, n_vocab, name):
+    """A chain draft's proposal as the loop uses it: up to K ids in the vocabulary and p
+    [len(drafted), n_vocab], rows that are distributions under which their draft is possible.
+    A NaN row would have its draft accepted every time (Python's min(1, q / NaN) is 1): one
+    readable PicoGPTError naming the draft instead. Returns (drafted as ints, p as float64)."""
+    def refuse(problem):
+        raise PicoGPTError(f"the draft {shown(name, 60)} proposed {problem}; propose(sequence, K, controls, rng) "
+                           f"returns up to K = {K} token ids and p [len(drafted), {n_vocab}], one distribution per draft")
+
+    try:
+        drafted, p = proposal
+    except (TypeError, ValueError):
+        refuse(f"{echo(proposal)}, not a pair (drafted, p)")
+    drafted = token_ids(drafted)
+    if drafted is None or len(drafted) > K or any(not 0 <= x < n_vocab for x in drafted):
+        refuse(f"the drafts {echo(proposal[0])}")
+    try:
+        p = np.asarray(p, np.float64)
+    except (TypeError, ValueError):
+        refuse(f"p = {echo(proposal[1])}")
+    if p.shape != (len(drafted), n_vocab):
+        refuse(f"p of shape {p.shape} for {len(drafted)} drafts")
+    problem = rows_problem(p, drafted)
+    if problem:
+        refuse(problem)
+    return list(drafted), p
 
 
 # ---------------------------------------------------------------------------------------------
 # Algorithm 2
 # ---------------------------------------------------------------------------------------------
 
+VERIFIERS = {"token": speculative_step, "block": block_step}  # verify=...: Steps 3-4, each with speculative_step's contract
+
+
+def verifier(verify, step, n_vocab, r_drawn):
+    """Steps 3-4 as the loop runs them: the library's verifier named by `verify`, handing its
+    uniform draws r to the trace; or a learner's `step`, checked on every loop (checked_step)."""
+    if not isinstance(verify, str) or verify not in VERIFIERS:
+        raise PicoGPTError(f"verify={echo(verify, 40)}: expected one of {', '.join(map(repr, VERIFIERS))}")
+    if step is None:
+        return partial(VERIFIERS[verify], r_drawn=r_drawn)
+    if verify != "token":
+        raise PicoGPTError(f"give verify={verify!r} (the library's verifier) or step= (your own), not both")
+    return checked_step(step, n_vocab)
+
+
 def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=None, top_p=None,
-                         seed=None, keep_distributions=False, on_loop=None, step=speculative_step):
+                         seed=None, verify="token", step=None, keep_distributions=False, on_loop=None):
     """Algorithm 2: sample N tokens from `target` (q), with `draft` (p) proposing K per loop.
 
-    `draft` is a model, or any object that drafts (see ModelDraft). Sampling controls are
-    applied to both p and q before the rejection step. One numpy Generator, made from `seed`
-    (an int, None, or a Generator used as is), drives every random draw: same seed, same output.
-    `keep_distributions=True` keeps p and q of every loop in the trace (for plots). `on_loop(trace)`
-    is called after each loop (its time is not counted). `step` replaces Steps 3-4 with your own
-    `step(drafted, p, q, rng) -> list[int]` (the shape of `speculative_step`; notebook 03's exercise
-    plugs the learner's function in here): it gets copies of its inputs, and what it returns is
-    checked every loop (checked_step).
+    `draft` is a model, or a ChainDraft (picogpt/drafts.py). Sampling controls are applied to both
+    p and q before Steps 3-4. One numpy Generator, made from `seed` (an int, None, or a Generator
+    used as is), drives every random draw: same seed, same output. `verify` names the library's
+    Steps 3-4 (VERIFIERS: "token" is the paper's, token by token; "block" judges the K drafts
+    together, block_step, and keeps at least as many on average). `step` replaces them with your
+    own `step(drafted, p, q, rng) -> list[int]` (speculative_step's contract; notebook 03's
+    exercise plugs the learner's function in here): it gets copies of its inputs, and what it
+    returns is checked every loop (checked_step). `keep_distributions=True` keeps p and q of every
+    loop in the trace (for plots). `on_loop(trace)` is called after each loop (its time is not
+    counted).
 
     Near the end of the context the lookahead shrinks so that the K drafts fit (it never falls
     below 1, since the prompt + N must fit).
     """
-    drafter = as_draft(draft)
+    check_model(target, "target")
+    drafter = draft_for("speculative_sampling", ChainDraft, draft, ModelDraft)
     prompt = validate_sampling_args(ids, N, (*drafter.models, target), K=K, temperature=temperature,
                                     top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rng = random_generator(seed)
-    n_ctx = min(model.config.n_ctx for model in (*drafter.models, target))
+    n_vocab, n_ctx = target.config.n_vocab, min(model.config.n_ctx for model in (*drafter.models, target))
+    record = LoopRecorder(on_loop)  # traces and timings go here
+    step = verifier(verify, step, n_vocab, record.r)
     drafter.start()
     target_cache = target.new_cache()
     sequence = list(prompt)  # x_1 .. x_n: the prompt and every token emitted so far
-    record = LoopRecorder(keep_distributions, on_loop)  # the clock starts; traces and timings go here
-    step = record.with_r_draws(step, target.config.n_vocab)
+    record.start()
 
     while len(sequence) - len(prompt) < N:  # "while n < T"
         n = len(sequence)
         record.start_loop()
 
         # Step 1. Sample the draft autoregressively: x~_t ~ p(x | x_1..x_n, x~_1..x~_{t-1}).
-        drafted, p_rows = drafter.propose(sequence, min(K, n_ctx - n), controls, rng)
+        K_now = min(K, n_ctx - n)
+        drafted, p_rows = checked_proposal(drafter.propose(sequence, K_now, controls, rng), K_now, n_vocab, drafter.name)
         record.lap("draft")
 
         # Step 2. In parallel (one call), the K + 1 target distributions
@@ -277,7 +399,7 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
         q_rows = score(target, target_cache, sequence[len(target_cache):], drafted, controls)
         record.lap("score")
 
-        # Steps 3 and 4 (accept/reject each draft in turn; resample or add the extra token).
+        # Steps 3 and 4 (the verifier: keep a prefix of the drafts, then resample or add the extra token).
         emitted = step(drafted, p_rows, q_rows, rng)
         n_accepted = len(emitted) - 1
         sequence += emitted
@@ -285,11 +407,32 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
         # Roll both caches back to the kept tokens x_1 .. x_{n + n_accepted}. Neither model has
         # seen the new token yet: the next loop feeds each model exactly the tokens it is missing.
         target_cache.truncate(n + n_accepted)
-        drafter.roll_back(n + n_accepted)
-        record.end_loop(drafted, p_rows, q_rows, emitted)
+        drafter.keep(n, range(n_accepted))
+        record.end_loop(partial(LoopTrace.of, drafted, p_rows, q_rows, emitted, keep_distributions, record.r))
 
     return SpeculativeResult(tokens=sequence[len(prompt): len(prompt) + N], loops=record.loops,
                              seconds=record.seconds(), K=K)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Algorithm 2 with K drafts a loop and a verifier, as one value: what a measurement runs
+    (measure/, the bench, the course, the command line), beside tree.TreeShape for a token tree."""
+    K: int
+    verify: str = "token"
+
+    @property
+    def shape(self):
+        """A chain is the token tree of shape (1, 1, ..., 1): one candidate a level, K levels."""
+        return (1,) * self.K
+
+    @property
+    def name(self):
+        return f"chain K = {self.K}" + ("" if self.verify == "token" else f", {self.verify} verification")
+
+    def sample(self, draft, target, ids, N, **options):
+        """speculative_sampling with this K and verifier (`options`: seed, sampling controls, on_loop)."""
+        return speculative_sampling(draft, target, ids, N, K=self.K, verify=self.verify, **options)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,15 +445,26 @@ class LoopTrace:
     drafted: tuple  # x~_1 .. x~_K, sampled from p
     p_drafted: tuple  # p_t(x~_t): the draft's probability of each drafted token
     q_drafted: tuple  # q_t(x~_t): the target's probability of each drafted token
-    r: tuple  # the uniform draws, one per accept/reject decision (empty when a custom `step` ran)
+    r: tuple  # the uniform draws of the library's verifier (empty when a custom `step` ran)
     n_accepted: int  # drafted tokens kept (the first n_accepted)
-    new_token: int  # resampled from (q - p)+ after a rejection, or the extra token from q_{K+1}
-    resampled: bool  # True: new_token came from (q - p)+; False: all K accepted, it is the extra
+    new_token: int  # resampled from (q - p)+ after a rejection (block: (w q - p)+), or the extra token from q_{K+1}
+    resampled: bool  # True: new_token came from a residual; False: all K accepted, it is the extra
     t_draft_s: float  # K draft calls + sampling
     t_score_s: float  # the one target call + turning its logits into q
     t_decide_s: float  # the accept/reject steps and the cache roll-back
     p: np.ndarray = field(default=None, compare=False, repr=False)  # [K, n_vocab] if kept
     q: np.ndarray = field(default=None, compare=False, repr=False)  # [K + 1, n_vocab] if kept
+
+    @classmethod
+    def of(cls, drafted, p_rows, q_rows, emitted, keep_distributions, r, **times_s):
+        """The trace of a loop that drafted `drafted` from p_rows, scored q_rows and emitted
+        `emitted`; `r` the verifier's uniform draws, `times_s` its steps' (LoopRecorder.end_loop)."""
+        return cls(drafted=tuple(int(x) for x in drafted),
+                   p_drafted=tuple(float(p_rows[t, x]) for t, x in enumerate(drafted)),
+                   q_drafted=tuple(float(q_rows[t, x]) for t, x in enumerate(drafted)),
+                   r=tuple(r), n_accepted=len(emitted) - 1, new_token=int(emitted[-1]),
+                   resampled=len(emitted) <= len(drafted), **times_s,
+                   p=p_rows if keep_distributions else None, q=q_rows if keep_distributions else None)
 
     @property
     def K(self):
@@ -348,7 +502,8 @@ class SpeculativeResult:
     def alpha_hat(self):
         """Observed acceptance rate: accepted / accept-reject decisions made (a decision ends a
         loop at the first rejection, so later drafts are never judged). This is the estimate
-        of alpha that goes into theory.expected_tokens_per_loop(alpha, K)."""
+        of alpha that goes into theory.expected_tokens_per_loop(alpha, K), under verify="token"
+        (block verification keeps drafts that token-by-token verification would have rejected)."""
         decisions = sum(loop.decisions for loop in self.loops)
         return sum(self.accepted) / decisions if decisions else float("nan")
 
@@ -363,22 +518,20 @@ class SpeculativeResult:
 
 
 class LoopRecorder:
-    """Everything speculative_sampling measures and keeps, in one place, so that its loop shows
-    only the algorithm: the wall clock (on_loop's time left out), the time of each step, the
-    uniform draws r of the library's step, and one LoopTrace per loop."""
+    """Everything a sampling loop measures and keeps, in one place, so that the loop shows only the
+    algorithm (speculative_sampling's, and tree.tree_sampling's): the wall clock from `start` (the
+    time of on_loop left out), the time of each step of each loop, the uniform draws r the library's
+    verifier hands over, and one trace per loop."""
 
-    def __init__(self, keep_distributions=False, on_loop=None):
-        self.keep_distributions, self.on_loop = keep_distributions, on_loop
+    def __init__(self, on_loop=None):
+        self.on_loop = on_loop
         self.loops, self.r, self.laps_s = [], [], {}
         self.callback_s = 0.0
-        self.started = self.lap_started = time.perf_counter()
+        self.start()
 
-    def with_r_draws(self, step, n_vocab):
-        """The library's step (also for step=None), made to hand its uniform draws r to the trace;
-        any other step checked on every loop (checked_step; its trace has no r)."""
-        if step is None or step is speculative_step:
-            return partial(speculative_step, r_drawn=self.r)
-        return checked_step(step, n_vocab)
+    def start(self):
+        """The clock starts (again: after the run's set-up)."""
+        self.started = self.lap_started = time.perf_counter()
 
     def start_loop(self):
         self.r.clear()
@@ -391,18 +544,12 @@ class LoopRecorder:
         self.laps_s[name] = now - self.lap_started
         self.lap_started = now
 
-    def end_loop(self, drafted, p_rows, q_rows, emitted):
-        """Steps 3-4 and the roll-back are over: time them, trace the loop, call on_loop."""
+    def end_loop(self, trace_of):
+        """Steps 3-4 and the roll-back are over: time them, make the loop's trace with
+        `trace_of(t_draft_s=..., t_score_s=..., t_decide_s=...)`, call on_loop with it."""
         self.lap("decide")
-        n_accepted = len(emitted) - 1
-        trace = LoopTrace(
-            drafted=tuple(int(x) for x in drafted),
-            p_drafted=tuple(float(p_rows[t, x]) for t, x in enumerate(drafted)),
-            q_drafted=tuple(float(q_rows[t, x]) for t, x in enumerate(drafted)),
-            r=tuple(self.r), n_accepted=n_accepted, new_token=int(emitted[-1]),
-            resampled=len(emitted) <= len(drafted),
-            t_draft_s=self.laps_s["draft"], t_score_s=self.laps_s["score"], t_decide_s=self.laps_s["decide"],
-            p=p_rows if self.keep_distributions else None, q=q_rows if self.keep_distributions else None)
+        trace = trace_of(t_draft_s=self.laps_s["draft"], t_score_s=self.laps_s["score"],
+                         t_decide_s=self.laps_s["decide"])
         self.loops.append(trace)
         if self.on_loop is not None:
             before = time.perf_counter()

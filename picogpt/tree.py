@@ -16,18 +16,20 @@ positions: an accepted candidate's children were drawn from p at the true contex
 candidate's subtree is never looked at. TreeDraft draws a node's candidates without replacement.
 
 Reading order: the tree and the two things a call needs (positions and mask), one scored call,
-the draft that builds a tree, the walk, the loop.
+the draft that builds a tree, the walk, the loop and the value that names it for a measurement.
+The draft's contract, the checks of a learner's step and the recorder are speculative.py's.
 """
 
-import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
-from .errors import PicoGPTError
+from .errors import PicoGPTError, echo, shown
 from .gpt2 import causal_mask
 from .rejection import accept_among
-from .sampling import distribution, is_whole, random_generator, sample, validate_sampling_args
+from .sampling import check_model, distribution, is_whole, random_generator, sample, validate_sampling_args
+from .speculative import Draft, LoopRecorder, checked, draft_for, rows_problem
 
 ROOT = -1  # the parent of the first level: the text's last token
 
@@ -120,15 +122,20 @@ def draw_without_replacement(p, m, rng):
     return tokens, np.array(rows).reshape(len(rows), len(left))
 
 
-class TreeDraft:
+class TreeDraft(Draft):
+    """A draft for tree_sampling (speculative.Draft's contract): propose(sequence, shape, controls,
+    rng) returns a Tree of at most that shape after x_1 .. x_n = sequence, each node's row of p
+    the distribution its token was drawn from; keep(n, branch) after the walk."""
+
+
+class ModelTreeDraft(TreeDraft):
     """A draft model that proposes a tree of `shape` = (m_1, .., m_D): m_1 candidates after the
     text, m_2 after each of those, and so on, each node's children drawn without replacement from
     p at that node. One draft call per level (the text's unseen tokens first, then each level's
-    nodes under the tree's mask), as a chain of D drafts makes D calls.
-      propose(sequence, shape, controls, rng) -> Tree
-      keep(n, branch)   the loop kept the text's first n tokens and then this branch of the tree"""
+    nodes under the tree's mask), as a chain of D drafts makes D calls."""
 
     def __init__(self, model):
+        check_model(model, "draft", "or a TreeDraft of your own")
         self.model, self.name, self.models = model, f"{model.name}, tree", (model,)
         self.cache = None
 
@@ -156,6 +163,29 @@ class TreeDraft:
     def keep(self, n, branch):
         fed = len(self.cache) - n  # the deepest level was never fed to the draft
         self.cache.keep(n, [node for node in branch if node < fed])
+
+
+def checked_tree(tree, shape, n_vocab, name):
+    """A tree draft's proposal as the loop uses it: a Tree of at most `shape`'s nodes, each
+    node's parent an earlier node (or ROOT), its token in the vocabulary, its row of p a
+    distribution under which the token is possible. One readable PicoGPTError otherwise."""
+    def refuse(problem):
+        raise PicoGPTError(f"the tree draft {shown(name, 60)} proposed {problem}; propose(sequence, shape, controls, "
+                           f"rng) returns a Tree of at most {n_nodes(shape)} nodes for shape {shape}")
+
+    if not isinstance(tree, Tree):
+        refuse(echo(tree))
+    n = len(tree.tokens)
+    if n > n_nodes(shape) or len(tree.parents) != n or any(not ROOT <= parent < i for i, parent in enumerate(tree.parents)):
+        refuse(f"a tree of {n} nodes with parents {echo(tree.parents)}")
+    if any(not is_whole(x) or not 0 <= x < n_vocab for x in tree.tokens):
+        refuse(f"the tokens {echo(tree.tokens)}")
+    if np.shape(tree.p) != (n, n_vocab):
+        refuse(f"p of shape {np.shape(tree.p)} for {n} nodes")
+    problem = rows_problem(np.asarray(tree.p, np.float64), tree.tokens)
+    if problem:
+        refuse(problem)
+    return tree
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,56 +248,106 @@ class TreeResult:
         return float(np.mean([len(loop.tokens) for loop in self.loops]))
 
 
-def validate_shape(shape):
-    """The tree's shape as a tuple of whole numbers >= 1, (m_1, .., m_D), D >= 1."""
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__") or not shape or not all(
-            is_whole(m) and m >= 1 for m in shape):
-        raise PicoGPTError(f"a tree's shape is the number of candidates per level, whole numbers >= 1, "
-                           f"e.g. (2, 2) or (3, 1, 1); got {shape!r}")
-    return tuple(int(m) for m in shape)
+def n_nodes(shape, stop_above=None):
+    """The drafted tokens of a tree of this shape: m_1 + m_1 m_2 + ... + m_1 ... m_D (counted
+    only until they pass `stop_above`, if given: a shape of 10**30 candidates is refused at once)."""
+    nodes, level = 0, 1
+    for m in shape:
+        level *= m
+        nodes += level
+        if stop_above is not None and nodes > stop_above:
+            break
+    return nodes
+
+
+def validate_shape(shape, max_nodes):
+    """The tree's shape as a tuple of whole numbers >= 1, (m_1, .., m_D), D >= 1, of at most
+    `max_nodes` nodes: every node sits in both KV caches beside the text for one call, so a tree
+    is capped at the models' context (a wider one would take the memory of a longer text)."""
+    if not isinstance(shape, (tuple, list)) or not shape or not all(is_whole(m) and m >= 1 for m in shape):
+        raise PicoGPTError(f"a tree's shape is a tuple of the number of candidates per level, whole numbers >= 1, "
+                           f"e.g. (2, 2) or (3, 1, 1); got {echo(shape)}")
+    shape = tuple(int(m) for m in shape)
+    if n_nodes(shape, stop_above=max_nodes) > max_nodes:
+        raise PicoGPTError(f"a tree of shape {echo(shape)} has more than {max_nodes} nodes, the models' context: one "
+                           "call scores every node, so a tree may hold at most that many; draft a smaller tree")
+    return shape
+
+
+def token_problem(output, n_vocab):
+    """Why `output` cannot be the token the multi-candidate step emits (a sentence), or None."""
+    if not isinstance(output, (int, np.integer)) or isinstance(output, (bool, np.bool_)):
+        return "it must return one token id (a Python int)"
+    if not 0 <= output < n_vocab:
+        return f"token id {echo(output)} is outside the vocabulary (ids 0..{n_vocab - 1})"
+    return None
+
+
+def checked_node_step(step, n_vocab):
+    """A learner's multi-candidate `step(candidates, p, q, rng)` as tree_sampling runs it
+    (speculative.checked: copies in, an exception named, the output checked on every node): one
+    token id in the vocabulary, handed back as a Python int."""
+    run = checked(step, lambda output, *_: token_problem(output, n_vocab), "tree_sampling", "candidates",
+                  "picogpt.course.tree_exercise.check_multi_candidate_step")
+    return lambda candidates, p, q, rng: int(run(candidates, p, q, rng))
 
 
 def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k=None, top_p=None, seed=None,
-                  step=accept_among):
+                  step=None, on_loop=None):
     """Sample N tokens from `target` (q), with `draft` (p) proposing a tree of `shape` per loop:
     (m_1, .., m_D) candidates at each level below each node; (1,) * K is Algorithm 2's chain.
-    `draft` is a model (wrapped in TreeDraft) or an object with TreeDraft's members (`models`,
-    `start`, `propose`, `keep`; not a chain's draft, speculative_sampling's). The sampling
-    controls apply to p and q; one numpy Generator from `seed` drives every draw. `step` replaces
-    the multi-candidate step (notebook 07's exercise). Near the end of the context the tree gets
-    shallower so that its deepest node fits."""
-    if hasattr(draft, "roll_back") and not hasattr(draft, "keep"):
-        raise PicoGPTError(f"{draft.name} drafts a chain (speculative_sampling's drafts); tree_sampling grows a "
-                           "tree from a model: pass the draft model itself")
-    drafter = draft if hasattr(draft, "keep") else TreeDraft(draft)
-    shape = validate_shape(shape)
-    prompt = validate_sampling_args(ids, N, (*drafter.models, target), temperature=temperature, top_k=top_k,
-                                    top_p=top_p)
+    `draft` is a model (wrapped in ModelTreeDraft) or a TreeDraft. The sampling controls apply to
+    p and q; one numpy Generator from `seed` drives every draw. `step` replaces the multi-candidate
+    step with your own `step(candidates, p, q, rng) -> token` (notebook 07's exercise), checked on
+    every node as speculative_sampling checks its step. `on_loop(trace)` is called after each loop
+    (its time is not counted). Near the end of the context the tree gets shallower so that its
+    deepest node fits."""
+    check_model(target, "target")
+    drafter = draft_for("tree_sampling", TreeDraft, draft, ModelTreeDraft)
+    models = (*drafter.models, target)
+    n_vocab, n_ctx = target.config.n_vocab, min(model.config.n_ctx for model in models)
+    shape = validate_shape(shape, n_ctx)
+    prompt = validate_sampling_args(ids, N, models, temperature=temperature, top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rng = random_generator(seed)
-    n_ctx = min(model.config.n_ctx for model in (*drafter.models, target))
+    step = accept_among if step is None else checked_node_step(step, n_vocab)
+    record = LoopRecorder(on_loop)
     drafter.start()
     target_cache = target.new_cache()
     sequence = list(prompt)  # x_1 .. x_n
-    loops, started = [], time.perf_counter()
+    record.start()
 
     while len(sequence) - len(prompt) < N:
         n = len(sequence)
-        t0 = time.perf_counter()
+        record.start_loop()
         # Step 1. Draft a tree: m_1 candidates after x_1..x_n, m_2 after each of them, ...
-        tree = drafter.propose(sequence, shape[: n_ctx - n], controls, rng)
-        t1 = time.perf_counter()
+        tree = checked_tree(drafter.propose(sequence, shape[: n_ctx - n], controls, rng), shape, n_vocab, drafter.name)
+        record.lap("draft")
         # Step 2. One target call: q after the text and after every node.
         q_rows = score_tree(target, target_cache, sequence, tree, controls)
-        t2 = time.perf_counter()
+        record.lap("score")
         # Steps 3-4. Walk from the root with the multi-candidate step; the accepted branch, then one token.
         branch, token = walk(tree, q_rows, rng, step)
         sequence += [tree.tokens[node] for node in branch] + [token]
         # Both caches keep x_1..x_n and the accepted branch; neither has seen the new token yet.
         target_cache.keep(n, branch)
         drafter.keep(n, branch)
-        loops.append(TreeLoop(tree.tokens, tree.parents, tuple(branch), token, t1 - t0, t2 - t1,
-                              time.perf_counter() - t2))
+        record.end_loop(partial(TreeLoop, tree.tokens, tree.parents, tuple(branch), token))
 
-    return TreeResult(tokens=sequence[len(prompt): len(prompt) + N], loops=loops,
-                      seconds=time.perf_counter() - started, shape=shape)
+    return TreeResult(tokens=sequence[len(prompt): len(prompt) + N], loops=record.loops, seconds=record.seconds(),
+                      shape=shape)
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """Tree sampling with a tree of this shape, as one value: what a measurement runs (measure/,
+    the bench, the course), beside speculative.Chain for Algorithm 2's chain."""
+    shape: tuple
+
+    @property
+    def name(self):
+        return f"tree {tuple(self.shape)}"
+
+    def sample(self, draft, target, ids, N, **options):
+        """tree_sampling with this shape (`options`: seed, sampling controls, on_loop)."""
+        return tree_sampling(draft, target, ids, N, shape=self.shape, **options)

@@ -11,6 +11,7 @@ from picogpt.gpt2 import GPT2Config
 from picogpt.io.checkpoint import write_safetensors
 from picogpt.io.params import expected_shapes, params_from_tensors
 from picogpt.model import GPT2
+from picogpt.speculative import ChainDraft
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PARITY = FIXTURES / "parity"
@@ -75,19 +76,12 @@ class FillingFile:
         self.f.close()
 
 
-class NoDrafts:
+class NoDrafts(ChainDraft):
     """A draft that never finds anything to propose (a prompt lookup on text that never repeats)."""
-    models = ()
     name = "no drafts"
 
     def __init__(self, n_vocab):
         self.n_vocab = n_vocab
 
-    def start(self):
-        pass
-
     def propose(self, sequence, K, controls, rng):
         return [], np.zeros((0, self.n_vocab))
-
-    def roll_back(self, n_kept):
-        pass

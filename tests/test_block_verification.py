@@ -6,14 +6,15 @@ from itertools import product
 
 import numpy as np
 import pytest
-from helpers_sampling import chi_square_test
+from helpers import random_gpt2
+from helpers_sampling import MemoModel, chi_square_test
 
 from picogpt import autoregressive_sampling, rejection, speculative_sampling, theory
 from picogpt.course import block_exercise, blocks
 from picogpt.course.step_exercise import ALGORITHM_2
 from picogpt.course.toy_models import BigramModel, joint_distribution, toy_pair
 from picogpt.sampling import distribution
-from picogpt.speculative import block_keep_probabilities, block_output_distribution, block_step, speculative_step
+from picogpt.speculative import Chain, block_keep_probabilities, block_output_distribution, block_step, speculative_step
 
 # ---------------------------------------------------------------------------------------------
 # The paper's Algorithm 2, written again here from the paper (not from picogpt)
@@ -443,3 +444,101 @@ def test_a_bigram_pair_where_the_draft_is_the_target_keeps_every_block():
     same = BigramModel(target.table, "copy")
     result = speculative_sampling(same, target, PROMPT, 20, K=4, seed=1, step=block_step)
     assert all(loop.n_accepted == loop.K for loop in result.loops[:-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# verify="block": the loop runs block_step
+# ---------------------------------------------------------------------------------------------
+
+
+def test_verify_block_is_block_step_draw_for_draw_and_traces_its_uniforms():
+    draft, target = toy_pair(n_vocab=5, seed=11)
+    for seed in range(5):
+        by_name = speculative_sampling(draft, target, PROMPT, 25, K=3, seed=seed, verify="block")
+        as_step = speculative_sampling(draft, target, PROMPT, 25, K=3, seed=seed, step=block_step)
+        assert by_name.tokens == as_step.tokens
+        assert all(len(loop.r) == loop.K for loop in by_name.loops)  # one eta per position
+        assert by_name.tokens != speculative_sampling(draft, target, PROMPT, 25, K=3, seed=seed).tokens or seed
+
+
+def test_a_chain_value_names_its_verifier():
+    chain = Chain(4, verify="block")
+    assert chain.name == "chain K = 4, block verification"
+    draft, target = toy_pair(n_vocab=4, seed=12)
+    assert chain.sample(draft, target, PROMPT, 12, seed=3).tokens == speculative_sampling(
+        draft, target, PROMPT, 12, K=4, seed=3, verify="block").tokens
+
+
+@pytest.mark.parametrize("prompt", [[0], [3, 1, 4, 1], [7, 7, 2, 5, 0, 6]])
+def test_greedy_block_verification_is_the_targets_greedy_text(prompt):
+    draft, target = random_gpt2(1), random_gpt2(2)
+    N = target.config.n_ctx - len(prompt)  # up to the end of the context
+    expected = autoregressive_sampling(target, prompt, N, temperature=0).tokens
+    for K in range(1, 9):
+        assert speculative_sampling(draft, target, prompt, N, K=K, temperature=0, seed=K, verify="block").tokens == expected
+
+
+def test_block_keeps_at_least_as_many_drafts_as_token_wise_on_paired_seeds():
+    """The same pair, prompt and seeds: on average over many runs, never fewer tokens per loop."""
+    draft, target = toy_pair(n_vocab=6, seed=13)
+    token, block = ([speculative_sampling(draft, target, PROMPT, 60, K=4, seed=seed, verify=v).tokens_per_loop
+                     for seed in range(40)] for v in ("token", "block"))
+    gap = np.mean(block) - np.mean(token)
+    spread = np.std(np.subtract(block, token)) / np.sqrt(40)
+    print(f"tokens per loop: token {np.mean(token):.3f}, block {np.mean(block):.3f}, paired difference {gap:.3f} ± {spread:.3f}")
+    assert gap > -2 * spread
+
+
+GENERATION_CONTROLS = {"temperature 1": dict(temperature=1.0), "temperature 0.7, top-k 4": dict(temperature=0.7, top_k=4),
+                       "top-p 0.9": dict(top_p=0.9)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, K", [("temperature 1", 3), ("temperature 0.7, top-k 4", 5), ("top-p 0.9", 2)])
+def test_whole_generations_by_block_verification_are_the_targets(name, K):
+    """Chi-square of the first two tokens of 20,000 generations (a random GPT-2 pair, vocabulary 8)
+    against the target's exact joint, as tests/test_speculative.py does for Algorithm 2."""
+    draft, target = random_gpt2(1), random_gpt2(2)
+    memo_draft, memo_target = MemoModel(draft), MemoModel(target)
+    controls = GENERATION_CONTROLS[name]
+    exact = joint_distribution(target, [3, 1, 4], 2, **controls)
+    rng, counts = np.random.default_rng(0), np.zeros((8, 8))
+    for _ in range(20_000):
+        counts[tuple(speculative_sampling(memo_draft, memo_target, [3, 1, 4], 2, K=K, seed=rng, verify="block",
+                                          **controls).tokens)] += 1
+    statistic, dof, p_value = chi_square_test(counts, exact)
+    print(f"{name}, K = {K}: chi2 = {statistic:.1f} on {dof} dof, p = {p_value:.3g}")
+    assert p_value > 1e-3
+
+
+def support_joint(model, prompt, n_tokens, **controls):
+    """{sequence: probability} of the next n_tokens under autoregressive sampling, enumerating only
+    the tokens the controls leave possible (for GPT-2's vocabulary with a small top-k)."""
+    if n_tokens == 0:
+        return {(): 1.0}
+    row = distribution(model(list(prompt))[-1], **controls)
+    return {(int(x),) + rest: float(row[x]) * prob for x in np.flatnonzero(row)
+            for rest, prob in support_joint(model, list(prompt) + [int(x)], n_tokens - 1, **controls).items()}
+
+
+@pytest.mark.slow
+def test_whole_generations_on_the_teaching_pair_are_the_targets(monkeypatch):
+    """The teaching pair (GPT-2's vocabulary), top-k 2 at temperature 0.8: the first three tokens of
+    1,200 generations by block verification against the target's exact law of three tokens (what
+    autoregressive sampling draws from). Each run softmaxes rows of 50,257 tokens: ~40 s."""
+    import picogpt
+
+    monkeypatch.setenv("PICOGPT_COURSE_MODELS", "tiny")
+    draft, target = picogpt.course_models(verbose=False)
+    memo_draft, memo_target = MemoModel(draft), MemoModel(target)
+    prompt, controls = picogpt.tokenizer().encode("And the LORD said unto"), dict(temperature=0.8, top_k=2)
+    exact = support_joint(target, prompt, 3, **controls)
+    rng, counts = np.random.default_rng(1), {}
+    for _ in range(1200):
+        tokens = tuple(speculative_sampling(memo_draft, memo_target, prompt, 3, K=3, seed=rng, verify="block",
+                                            **controls).tokens)
+        counts[tokens] = counts.get(tokens, 0) + 1
+    keys = sorted(set(exact) | set(counts))
+    statistic, dof, p_value = chi_square_test([counts.get(k, 0) for k in keys], [exact.get(k, 0.0) for k in keys])
+    print(f"teaching pair, top-k 2: chi2 = {statistic:.1f} on {dof} dof, p = {p_value:.3g}")
+    assert p_value > 1e-3

@@ -11,7 +11,7 @@ from picogpt.course import step_exercise
 from picogpt.drafts import AdaptiveK, PromptLookup, first_layers, lookup
 from picogpt.errors import PicoGPTError
 from picogpt.gpt2 import gpt2
-from picogpt.speculative import ModelDraft
+from picogpt.speculative import ChainDraft, ModelDraft
 
 PROMPT = [3, 1, 4, 3, 1]  # its last 2-gram (3, 1) occurred before: prompt lookup proposes 4, 3, 1
 SIGNIFICANCE = 1e-3
@@ -96,7 +96,7 @@ def test_prompt_lookup_takes_a_whole_number_of_tokens_per_n_gram(ngram_max):
 # Adaptive K
 # ---------------------------------------------------------------------------------------------
 
-class Scripted:
+class Scripted(ChainDraft):
     """A draft that proposes K copies of token 0 (p a point mass), and records what it was asked."""
     models = ()
     name = "scripted"
@@ -104,15 +104,9 @@ class Scripted:
     def __init__(self):
         self.asked = []
 
-    def start(self):
-        pass
-
     def propose(self, sequence, K, controls, rng):
         self.asked.append(K)
         return [0] * K, np.tile(one_hot(0, 4), (K, 1))
-
-    def roll_back(self, n_kept):
-        pass
 
 
 def test_adaptive_K_adds_2_after_a_full_acceptance_and_takes_1_otherwise():
@@ -122,14 +116,14 @@ def test_adaptive_K_adds_2_after_a_full_acceptance_and_takes_1_otherwise():
     n = 10
     for accepted_of_proposed, K_next in ((4, 6), (6, 8), (3, 7), (0, 6), (6, 8), (8, 10)):
         adaptive.propose([0] * n, K=10, controls={}, rng=None)
-        adaptive.roll_back(n + accepted_of_proposed)
+        adaptive.keep(n, range(accepted_of_proposed))
         assert adaptive.K == K_next
         n += accepted_of_proposed + 1
     adaptive.propose([0] * n, K=10, controls={}, rng=None)  # asked for 10 at most
     assert inner.asked == [4, 6, 8, 7, 6, 8, 10]
     for _ in range(12):  # rejections all the way down: never below 1
         adaptive.propose([0] * n, K=10, controls={}, rng=None)
-        adaptive.roll_back(n)
+        adaptive.keep(n, [])
     assert adaptive.K == 1
     adaptive.start()
     assert adaptive.K == 4  # a new run starts again

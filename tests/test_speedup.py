@@ -55,12 +55,14 @@ def recorded(monkeypatch):
     """Every SpeculativeResult measure_speedup gets, by K."""
     runs = {}
 
+    sample = speculative.speculative_sampling
+
     def recording(draft, target, ids, N, *, K, **controls):
-        result = speculative.speculative_sampling(draft, target, ids, N, K=K, **controls)
+        result = sample(draft, target, ids, N, K=K, **controls)
         runs.setdefault(K, []).append(result)
         return result
 
-    monkeypatch.setattr(speedup, "speculative_sampling", recording)
+    monkeypatch.setattr(speculative, "speculative_sampling", recording)  # what speculative.Chain runs
     return runs
 
 

@@ -13,7 +13,7 @@ from picogpt import PicoGPTError, autoregressive_sampling, load, speculative_sam
 from picogpt.model import ModelView, load_checkpoint
 from picogpt.rejection import residual
 from picogpt.sampling import distribution, sample
-from picogpt.tree import ROOT, Tree, TreeDraft, attention_mask, positions, tree_call, tree_sampling, walk
+from picogpt.tree import ROOT, ModelTreeDraft, Tree, attention_mask, positions, tree_call, tree_sampling, walk
 
 PARITY = Path(__file__).parent / "fixtures" / "parity"
 # a hand-made tree: two candidates after the text, two below the first, one below the second,
@@ -172,7 +172,7 @@ def pair():
 
 
 def test_the_draft_grows_a_tree_of_its_shape_with_distinct_siblings_drawn_from_its_rows(pair):
-    drafter = TreeDraft(pair[0])
+    drafter = ModelTreeDraft(pair[0])
     drafter.start()
     sequence = [3, 1, 4]
     tree = drafter.propose(sequence, (3, 2, 1), dict(temperature=1.0), np.random.default_rng(0))
@@ -273,13 +273,13 @@ def test_greedy_tree_sampling_equals_greedy_autoregressive(pair, prompt):
 
 def test_a_chains_draft_is_refused_with_what_to_pass_instead(pair):
     from picogpt.speculative import ModelDraft
-    with pytest.raises(PicoGPTError, match="drafts a chain .* pass the draft model itself"):
+    with pytest.raises(PicoGPTError, match="is a ModelDraft, and tree_sampling runs a TreeDraft .* model itself"):
         tree_sampling(ModelDraft(pair[0]), pair[1], [1], 4)
 
 
-@pytest.mark.parametrize("shape", [(), [0], (2, 1.5), "22", None])
+@pytest.mark.parametrize("shape", [(), [0], (2, 1.5), "22", None, np.array([2, 2]), {2, 3}, {2: 2}, (True, 2)])
 def test_a_malformed_shape_is_refused(pair, shape):
-    with pytest.raises(PicoGPTError, match="shape is the number of candidates per level"):
+    with pytest.raises(PicoGPTError, match="shape is a tuple of the number of candidates per level"):
         tree_sampling(*pair, [1], 4, shape=shape)
 
 

@@ -87,7 +87,8 @@ def test_the_formula_for_a_chain_shape_is_leviathans_eq_1():
     alphas = np.array([0.7, 0.8, 0.85])
     assert tree_measure.predicted_tokens_per_loop((1, 1, 1, 1), alphas) == pytest.approx(theory.expected_tokens_per_loop(0.7, 4))
     assert tree_measure.predicted_tokens_per_loop((2, 3), alphas) == pytest.approx(1 + 0.8 + 0.8 * 0.85)
-    assert tree_measure.n_nodes((2, 3, 1)) == 2 + 6 + 6 and tree_measure.shape_name((1, 1)) == "chain K = 2"
+    assert tree_measure.n_nodes((2, 3, 1)) == 2 + 6 + 6 and tree_measure.method((1, 1)).name == "chain K = 2"
+    assert tree_measure.method((2, 1)).name == "tree (2, 1)"
 
 
 def test_mean_acceptances_average_the_exact_acceptance_over_the_text():
@@ -99,7 +100,8 @@ def test_mean_acceptances_average_the_exact_acceptance_over_the_text():
 @pytest.fixture(scope="module")
 def measurement():
     draft, target = random_gpt2(1), random_gpt2(2)
-    return tree_measure.measure_trees(draft, target, [1, 2, 3], 12, [(1, 1, 1), (2, 1), (3,)], repeats=2, seed=0)
+    return tree_measure.measure_trees(draft, target, [1, 2, 3], 12,
+                                     map(tree_measure.method, [(1, 1, 1), (2, 1), (3,)]), repeats=2, seed=0)
 
 
 def test_the_measurement_has_every_variant_with_its_spread(measurement):

@@ -40,7 +40,7 @@ def end_to_end(pair, paths, temperatures, s, log):
     if s["tree_shapes"]:
         log(f"chains and trees: {pair[0]} -> {pair[1]}, temperature {temperatures[0]}, shapes "
             f"{', '.join(map(str, s['tree_shapes']))}, N = {s['end_to_end_N']}, {s['end_to_end_repeats']} repeats")
-        measured = trees.measure_trees(draft, target, ids, s["end_to_end_N"], s["tree_shapes"],
+        measured = trees.measure_trees(draft, target, ids, s["end_to_end_N"], map(trees.method, s["tree_shapes"]),
                                        repeats=s["end_to_end_repeats"], temperature=temperatures[0])
         tree_entries.append({"pair": list(pair), "source": source, "trees": trees.as_dict(measured)})
     return entries, tree_entries

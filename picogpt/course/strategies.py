@@ -20,6 +20,7 @@ from .. import theory
 from ..io.params import expected_shapes
 from ..measure import speedup, timing
 from ..sampling import distribution
+from ..speculative import Chain
 from . import results
 
 
@@ -77,8 +78,8 @@ def measure_strategies(strategies, target, ids, N, repeats=3, seed=0, on_run=Non
     in one interleaved measurement (measure.speedup.timed_runs, with its warm-up); `on_run(name,
     run)` sees each timed run (name None: autoregressive). Returns {name: StrategyResult}."""
     controls = {"temperature": 1.0, "top_k": None, "top_p": None, **controls}
-    ar_runs, spec_runs, loads = speedup.timed_runs(strategies, target, ids, N, repeats, seed, 4, controls,
-                                                   on_run=on_run)
+    variants = {name: (draft, Chain(K)) for name, (draft, K) in strategies.items()}
+    ar_runs, spec_runs, loads = speedup.timed_runs(variants, target, ids, N, repeats, seed, 4, controls, on_run=on_run)
     found = {}
     for name, (_, K) in strategies.items():
         m = speedup.summarise(name, target.name, N, controls, ar_runs, {K: spec_runs[name]}, *loads)

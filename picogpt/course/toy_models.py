@@ -1,7 +1,7 @@
 """Toy language models over a handful of tokens, small enough to enumerate every sequence.
 
 A `BigramModel`'s next-token logits depend only on the last token (a table [n_vocab, n_vocab]),
-yet it has the interface the samplers expect from a GPT2 (`model(ids, cache)`, `new_cache()`,
+yet it is a `sampling.Model`, with the interface the samplers expect from a GPT2 (`model(ids, cache)`, `new_cache()`,
 `validate_ids`, `config.n_vocab`, `config.n_ctx`, `name`). So speculative_sampling runs on a toy pair exactly as
 on GPT-2, and the exact joint distribution of its first tokens can be written down
 (`joint_distribution`) and compared with what the loop samples (notebook 04).
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import PicoGPTError
 from ..model import GPT2
-from ..sampling import distribution
+from ..sampling import Model, distribution
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class TokenCache:
         self.tokens[start:] = [self.tokens[start + i] for i in rows]
 
 
-class BigramModel:
+class BigramModel(Model):
     """Next-token logits = table[last token]: [n_vocab, n_vocab]."""
 
     def __init__(self, table, name="bigram", n_ctx=64):

@@ -49,8 +49,7 @@ from tqdm import tqdm
 from .. import theory
 from ..errors import PicoGPTError
 from ..sampling import autoregressive_sampling
-from ..speculative import speculative_sampling
-from ..tree import tree_sampling
+from ..speculative import Chain
 from .machine import load_average
 from .timing import Spread, spread
 
@@ -254,18 +253,19 @@ def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=
     the first run of each to print)."""
     Ks = [int(K) for K in Ks]
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    ar_runs, spec_runs, loads = timed_runs({K: (draft, K) for K in Ks}, target, ids, N, repeats, seed, warmup_tokens,
-                                           controls, on_loop, progress, on_run)
+    ar_runs, spec_runs, loads = timed_runs({K: (draft, Chain(K)) for K in Ks}, target, ids, N, repeats, seed,
+                                           warmup_tokens, controls, on_loop, progress, on_run)
     return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, *loads)
 
 
 def timed_runs(variants, target, ids, N, repeats, seed, warmup_tokens, controls, on_loop=None, progress=False,
                on_run=None):
-    """The runs of one measurement: variants {key: (draft, K)} are the speculative samplers to time
-    (measure_speedup's keys are the Ks; notebook 06 races several drafts; a tuple K is a token
-    tree's shape, measure/trees.py); a warm-up of each, then
-    `repeats` interleaved rounds. Returns ([SamplingResult] per repeat, {key: [SpeculativeResult] per
-    repeat}, (load average before, after))."""
+    """The runs of one measurement: variants {key: (draft, method)} are the speculative samplers to
+    time, each method a value that samples (speculative.Chain: K and a verifier; tree.TreeShape: a
+    token tree). measure_speedup's keys are the Ks, notebook 06 races several drafts,
+    measure/trees.py chains against trees. A warm-up of each, then `repeats` interleaved rounds.
+    Returns ([SamplingResult] per repeat, {key: [SpeculativeResult] per repeat}, (load average
+    before, after))."""
     if not variants or repeats < 1 or N < 2:
         raise PicoGPTError(f"a speedup measurement needs at least one K (got {list(variants)}), repeats >= 1 "
                            f"(got {repeats}) and N >= 2 (got {N}): the first token reads the prompt, the costs "
@@ -277,28 +277,20 @@ def timed_runs(variants, target, ids, N, repeats, seed, warmup_tokens, controls,
 
 
 def warm_up(variants, target, ids, n_tokens, seed, controls):
-    """A short run of each variant {key: (draft, K)}, not counted: it pays what a process pays once
+    """A short run of each variant {key: (draft, method)}, not counted: it pays what a process pays once
     (the weights' first reads from disk, the compiled kernels' loading, the threads' start) before
     any timing. Every call shape the timed runs make is made here: one position, K + 1 positions,
     the prompt."""
     if n_tokens < 1:
         return
     autoregressive_sampling(target, ids, n_tokens, seed=seed, **controls)
-    for draft, K in variants.values():
-        speculative_run(draft, target, ids, n_tokens, K, seed, controls)
-
-
-def speculative_run(draft, target, ids, N, K, seed, controls, on_loop=None):
-    """One run of a variant: Algorithm 2 drafting K tokens per loop, or, when K is a token tree's
-    shape (a tuple: picogpt/tree.py, measure/trees.py), tree sampling with that shape."""
-    if isinstance(K, tuple):
-        return tree_sampling(draft, target, ids, N, shape=K, seed=seed, **controls)
-    return speculative_sampling(draft, target, ids, N, K=K, seed=seed, on_loop=on_loop, **controls)
+    for draft, method in variants.values():
+        method.sample(draft, target, ids, n_tokens, seed=seed, **controls)
 
 
 def interleaved_runs(variants, target, ids, N, repeats, seed, controls, on_loop=None, progress=False, on_run=None):
     """([SamplingResult] per repeat, {key: [SpeculativeResult] per repeat}): per repeat, each
-    variant {key: (draft, K)}, then autoregressive sampling, all with seed + repeat, so that a busy
+    variant {key: (draft, method)}, then autoregressive sampling, all with seed + repeat, so that a busy
     moment hits every variant alike. With `progress`, a bar over the runs on a terminal (after
     the first run when on_loop streams that one's text)."""
     runs = [(repeat, key) for repeat in range(repeats) for key in [*variants, None]]  # None: autoregressive
@@ -311,9 +303,9 @@ def interleaved_runs(variants, target, ids, N, repeats, seed, controls, on_loop=
         if key is None:
             ar_runs.append(run := autoregressive_sampling(target, ids, N, seed=seed + repeat, **controls))
         else:
-            draft, K = variants[key]
-            spec_runs[key].append(run := speculative_run(draft, target, ids, N, K, seed + repeat, controls,
-                                                         on_loop if i == 0 else None))
+            draft, method = variants[key]
+            spec_runs[key].append(run := method.sample(draft, target, ids, N, seed=seed + repeat,
+                                                       on_loop=on_loop if i == 0 else None, **controls))
         if on_run is not None:
             on_run(key, run)
         if bar is not None:

@@ -22,17 +22,16 @@ import numpy as np
 from .. import theory
 from ..errors import PicoGPTError
 from ..sampling import distribution
+from ..speculative import Chain
+from ..tree import TreeShape, n_nodes
 from . import speedup
 from .timing import Spread, spread
 
 
-def n_nodes(shape):
-    """The drafted tokens of a tree of this shape: m_1 + m_1 m_2 + ... + m_1 ... m_D."""
-    return int(sum(np.cumprod(shape)))
-
-
-def shape_name(shape):
-    return f"chain K = {len(shape)}" if set(shape) == {1} else f"tree {tuple(shape)}"
+def method(shape):
+    """What a measurement runs for a shape: Algorithm 2 (speculative.Chain) for (1, .., 1), the
+    library's chain, tree sampling (tree.TreeShape) for any other."""
+    return Chain(len(shape)) if set(shape) == {1} else TreeShape(tuple(shape))
 
 
 def mean_acceptances(draft, target, text, m_max, **controls):
@@ -82,25 +81,29 @@ class TreeMeasurement:
     load_average_after: list
 
 
-def measure_trees(draft, target, ids, N, shapes, repeats=5, seed=0, **controls):
-    """Autoregressive sampling, chains and trees of `shapes`, interleaved by speedup.timed_runs after
-    a short warm-up of each (see the module's docstring). Returns a TreeMeasurement."""
-    shapes = [tuple(shape) for shape in shapes]
-    if not shapes or any(not shape for shape in shapes):
-        raise PicoGPTError(f"measure_trees needs at least one shape (1, .., 1) or (m_1, .., m_D), got {shapes}")
-    variants = {shape: (draft, len(shape) if set(shape) == {1} else shape) for shape in shapes}  # a chain: K
+def measure_trees(draft, target, ids, N, methods, repeats=5, seed=0, **controls):
+    """Autoregressive sampling and each of `methods` (speculative.Chain, tree.TreeShape: `method`
+    makes one from a shape), interleaved by speedup.timed_runs after a short warm-up of each (see the
+    module's docstring). Returns a TreeMeasurement."""
+    methods = list(methods)
+    if not methods or not all(isinstance(m, (Chain, TreeShape)) for m in methods):
+        raise PicoGPTError(f"measure_trees needs chains and trees to race, speculative.Chain(K) or "
+                           f"tree.TreeShape((m_1, .., m_D)) (measure.trees.method(shape) makes one), got {methods!r}")
+    variants = {m.name: (draft, m) for m in methods}
     ar_runs, runs, (load_before, load_after) = speedup.timed_runs(variants, target, ids, N, repeats, seed,
                                                                   warmup_tokens=4, controls=controls)
-    alphas = mean_acceptances(draft, target, list(ids) + ar_runs[0].tokens, max(max(s) for s in shapes), **controls)
+    alphas = mean_acceptances(draft, target, list(ids) + ar_runs[0].tokens, max(max(m.shape) for m in methods),
+                              **controls)
     t_target = spread([t for run in ar_runs for t in run.token_times_s[1:]])
     variants = {}
-    for shape, results in runs.items():
+    for m in methods:
+        results = runs[m.name]
         loops = [loop for run in results for loop in run.loops]
         steady = [loop for run in results for loop in run.loops[1:]] or loops
         t_score, t_draft_s = spread([loop.t_score_s for loop in steady]), float(np.median([loop.t_draft_s for loop in steady]))
-        tokens = predicted_tokens_per_loop(shape, alphas)
-        variants[shape_name(shape)] = Variant(
-            name=shape_name(shape), shape=shape, nodes=n_nodes(shape), seconds=spread([run.seconds for run in results]),
+        tokens = predicted_tokens_per_loop(m.shape, alphas)
+        variants[m.name] = Variant(
+            name=m.name, shape=m.shape, nodes=n_nodes(m.shape), seconds=spread([run.seconds for run in results]),
             speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, results)]),
             tokens_per_call=sum(len(loop.tokens) for loop in loops) / len(loops),  # a LoopTrace's or a TreeLoop's
             t_score=t_score, t_draft_s=t_draft_s, predicted_tokens=tokens,
