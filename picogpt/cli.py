@@ -233,7 +233,7 @@ def print_comparison(args, result, ars, measurements):
     """--compare's lines: both algorithms' median times, and the speedup as measure/speedup.py
     reports it everywhere (the median of the run-by-run ratios, with their interquartile range);
     with two verifiers, each one's tokens per loop and speedup, and whether the repeats order them."""
-    from .course.results import resolution_line
+    from .course.blocks import verifier_lines
     from .io.tokenizer import tokenizer
     from .measure.speedup import speedup_text
 
@@ -248,11 +248,8 @@ def print_comparison(args, result, ars, measurements):
     print(f"  speedup {speedup_text(at) if m.repeats > 1 else f'{at.speedup:.2f}x'}: autoregressive seconds / "
           f"speculative seconds of the same seed, {runs}")
     if len(measurements) > 1:
-        print(f"[verifiers at K={args.K}, the same {seeds}, interleaved with the runs above]")
-        for verify, v in measurements.items():
-            print(f"  {verify:>5}: {v.by_K[args.K].tokens_per_loop:.2f} tokens per loop, speedup {speedup_text(v.by_K[args.K])}")
-        print("  " + resolution_line({verify: v.by_K[args.K].speedup_runs for verify, v in measurements.items()},
-                                     "verifier", m.repeats, m.N))
+        print("[verifiers, in the same interleaved runs]")
+        print("\n".join("  " + line for line in verifier_lines(measurements, args.K)))
     same = ars.tokens == result.tokens
     print(f"  outputs of seed {args.seed}: " + ("identical (greedy)" if same else "different samples, same distribution"))
     if not same:

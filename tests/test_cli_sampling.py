@@ -100,8 +100,8 @@ def test_speculate_verify_block_compares_both_verifiers_on_the_same_seeds(capsys
     code, out, err = run_main(capsys, "speculate", *models, "--prompt", "Hi", "-n", "6", "--seed", "4",
                               "--verify", "block", "--compare", "--repeats", "2")
     assert code == 0 and "K=4, block verification" in out
-    lines = {verify: re.search(rf"{verify}: ([0-9.]+) tokens per loop, speedup ([0-9.]+)x \(IQR", out)
-             for verify in ("token", "block")}
+    lines = {verify: re.search(rf"{verify} +([0-9.]+) tokens per loop, speedup ([0-9.]+)x \(IQR", out)
+             for verify in ("token by token", "block verification")}
     assert all(lines.values()), out
     assert "resolved" in out  # whether these repeats order the two verifiers
 

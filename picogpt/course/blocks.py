@@ -160,3 +160,47 @@ def mistakes_lines(draft, target, prompt, K):
                for n in range(1, K + 2)]
         lines.append(f"{rule.name:48}" + "".join(f"  {tv:7.4f}" for tv in tvs))
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Measured: the two verifiers in the same repeats (measure.speedup.measure_chains)
+# ---------------------------------------------------------------------------------------------
+
+
+def verifier_lines(measurements, K):
+    """{verify: SpeedupMeasurement} of one measure_chains call, at K, as text: each verifier's tokens
+    per loop and speedup over autoregressive sampling (the median of the repeat-by-repeat ratios,
+    with their interquartile range), and whether these repeats order the verifiers."""
+    from ..measure.speedup import speedup_text
+    from .results import resolution_line
+    m = next(iter(measurements.values()))
+    lines = [f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}, K = {K}, N = {m.N}, "
+             f"{m.repeats} repeats interleaved, the same seeds: autoregressive {m.autoregressive_s.median:.2f} s "
+             f"(IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f})"]
+    for verify, v in measurements.items():
+        at = v.by_K[K]
+        lines.append(f"  {NAMES[verify]:<20} {at.tokens_per_loop:.2f} tokens per loop, speedup {speedup_text(at)}")
+    runs = {NAMES[verify]: v.by_K[K].speedup_runs for verify, v in measurements.items()}
+    return lines + ["  " + resolution_line(runs, "verifier", m.repeats, m.N)]
+
+
+def bench_verifier_lines(path=None):
+    """The bench's committed block-verification rows (benchmarks/bench.json, "speculative" entries
+    with "block"), each pair and temperature with where its weights came from; or a line saying
+    they are not measured there."""
+    from ..measure import speedup
+    from ..measure.results import BENCH_JSON
+    from .results import bench_source, read_bench
+    bench = read_bench(path or BENCH_JSON)
+    entries = [entry for entry in (bench or {}).get("speculative", []) if "block" in entry]
+    if not entries:
+        return ["block verification: not in benchmarks/bench.json, not measured there "
+                "(run: python -m picogpt bench --save)"]
+    lines = []
+    for entry in entries:
+        block = speedup.from_dict(entry["block"])
+        K = block.Ks[0]
+        token = speedup.from_dict(entry["measurement"])
+        lines += [f"the bench, {block.target}: {bench_source(bench, block.target)}",
+                  *verifier_lines({"token": token, "block": block}, K), ""]
+    return lines[:-1]
