@@ -202,3 +202,9 @@ def test_the_table_of_mistakes_says_which_rules_are_exact():
     assert max(rows[BLOCK.name]) < 1e-12 and max(rows[TOKEN_BY_TOKEN.name]) < 1e-12
     assert all(max(rows[name]) > 1e-3 for name in MISTAKES)
     assert rows["the residual without the running weight"][:2] == pytest.approx([0, 0], abs=1e-12)
+
+
+def test_the_numeric_exercise_names_token_by_token_and_accepts_the_block_answer():
+    assert block_exercise.check_both_kept(0.875)
+    wrong = block_exercise.check_both_kept(0.5)
+    assert not wrong and "token by token" in str(wrong)

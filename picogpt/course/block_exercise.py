@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import rejection, speculative
 from ..sampling import sample
+from .exercises import check_number
 from .step_exercise import TRIALS, StepCase, StepExercise, check_speculative_step
 
 # ---------------------------------------------------------------------------------------------
@@ -258,3 +259,21 @@ def solution():
     """The library's own block verification: print it when you are stuck."""
     print(inspect.getsource(speculative.block_keep_probabilities))
     print(inspect.getsource(speculative.block_step))
+
+
+def check_both_kept(answer, p=(0.6, 0.4), q=(0.3, 0.7)):
+    """Over {a, b}, draft p and target q (the same at every position), K = 2, the drafts a then b:
+    the probability that block verification keeps both."""
+    rows_p, rows_q = np.array([p, p], np.float64), np.array([q, q, q], np.float64)
+    weights, keep = speculative.block_keep_probabilities([0, 1], rows_p, rows_q)
+    token_wise = rejection.accept_probability(p, q, 0) * rejection.accept_probability(p, q, 1)
+    return check_number(
+        answer, keep[1],
+        how="both are kept exactly when position 2 passes, with h_2 = w_2 = min(1, w_1 q(b)/p(b)) and "
+            "w_1 = min(1, q(a)/p(a))",
+        solution=(f"w_1 = min(1, {q[0]}/{p[0]}) = {weights[1]:g}: 'a' is over-proposed. w_2 = min(1, {weights[1]:g} × "
+                  f"{q[1]}/{p[1]}) = {weights[2]:g}: 'b', under-proposed, pays part of that back. The last position "
+                  f"passes with h_2 = w_2, so both are kept with {keep[1]:g}; token by token keeps both with "
+                  f"{token_wise:g}."),
+        mistakes=[(token_wise, "that is token by token, min(1, q(a)/p(a)) × min(1, q(b)/p(b)): block verification "
+                               "carries the running weight, w_2 = min(1, w_1 q(b)/p(b))")])

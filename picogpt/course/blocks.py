@@ -180,6 +180,9 @@ def verifier_lines(measurements, K):
     for verify, v in measurements.items():
         at = v.by_K[K]
         lines.append(f"  {NAMES[verify]:<20} {at.tokens_per_loop:.2f} tokens per loop, speedup {speedup_text(at)}")
+    if {"token", "block"} <= set(measurements):
+        token, block = (measurements[v].by_K[K].tokens_per_loop for v in ("token", "block"))
+        lines.append(f"  block verification emitted {block / token - 1:+.1%} tokens per target call")
     runs = {NAMES[verify]: v.by_K[K].speedup_runs for verify, v in measurements.items()}
     return lines + ["  " + resolution_line(runs, "verifier", m.repeats, m.N)]
 
