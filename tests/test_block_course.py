@@ -208,3 +208,15 @@ def test_the_numeric_exercise_names_token_by_token_and_accepts_the_block_answer(
     assert block_exercise.check_both_kept(0.875)
     wrong = block_exercise.check_both_kept(0.5)
     assert not wrong and "token by token" in str(wrong)
+
+
+def test_the_running_weight_gap_is_zero_for_the_paper_and_not_for_a_mistake():
+    draft, target = toy_pair(n_vocab=3, seed=10)
+    assert blocks.running_weight_gap(draft, target, [1, 0], 3) < 1e-12
+    stopping = MISTAKES["stopping at the first failing position"]
+    assert blocks.running_weight_gap(draft, target, [1, 0], 3, stopping.output_distribution) > 0.01
+
+
+def test_the_placeholder_is_told_how_to_call_this_grader(capsys):
+    assert not check_block_step(None)
+    assert "check_block_step(my_block_step)" in capsys.readouterr().out

@@ -245,7 +245,8 @@ BLOCK_EXERCISE = StepExercise(
     nan_hint=("A NaN comes from normalising max(0, w q − p) when its sum is 0. Where that sum is 0 for i ≥ 1, h_i = 0 "
               "(or w_i = 1 and the next position keeps every draft), so the block never stops there: check how you "
               "choose the kept prefix (the largest i with eta_i < h_i)."),
-    after_a_non_draft={"extra": AFTER_THE_LAST_TOKEN, "judged on": AFTER_THE_LAST_TOKEN})
+    after_a_non_draft={"extra": AFTER_THE_LAST_TOKEN, "judged on": AFTER_THE_LAST_TOKEN},
+    call="check_block_step(my_block_step)")
 
 
 def check_block_step(fn, trials=TRIALS, seed=0):

@@ -145,6 +145,25 @@ def one_loop_joint(draft, target, prompt, K, law=None, **controls):
     return total
 
 
+def running_weight_gap(draft, target, prompt, K, law=None, **controls):
+    """Step 1 of the proof, checked exactly on toy models: the largest |P(at least i drafts kept |
+    x̃_1 .. x̃_i) - w_i| over every drafted prefix of i = 1 .. K drafts, the later drafts averaged
+    out under the draft. 0 (up to rounding) for the paper's rule; `law` another one's."""
+    law = BLOCK.output_distribution if law is None else law
+    V, worst = target.config.n_vocab, 0.0
+    for i in range(1, K + 1):
+        for prefix in product(range(V), repeat=i):
+            kept = mass = 0.0
+            for later in product(range(V), repeat=K - i):
+                p, q, chance = loop_rows(draft, target, prompt, prefix + later, controls)
+                kept += chance * sum(prob for out, prob in law(list(prefix + later), p, q).items() if len(out) > i)
+                mass += chance
+            if mass > 0:
+                weights, _ = block_keep_probabilities(list(prefix), p[:i], q[:i + 1])
+                worst = max(worst, abs(kept / mass - weights[i]))
+    return worst
+
+
 def total_variation(a, b):
     return 0.5 * float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).sum())
 

@@ -263,6 +263,7 @@ class StepExercise:
     walk_through: str  # said when the outputs fit neither the rule nor a mistake
     nan_hint: str  # what a NaN from normalising an empty residual means here
     after_a_non_draft: dict  # "extra" / "judged on" -> a message template ({drafts}, {output})
+    call: str = "check_speculative_step(my_speculative_step)"  # how the learner calls the grader
 
 
 def all_drafts(case):
@@ -401,8 +402,7 @@ def check_speculative_step(fn, trials=TRIALS, seed=0, exercise=None):
         return ok
 
     if fn is None or fn is Ellipsis or not callable(fn):
-        return verdict(False, "write your step function, then pass the function itself: "
-                              "check_speculative_step(my_speculative_step).")
+        return verdict(False, f"write your step function, then pass the function itself: {exercise.call}.")
     cases = exercise.cases
     draft_stream, seed_checks, *step_streams = np.random.SeedSequence(seed).spawn(2 + len(cases))
     draft_rng = np.random.default_rng(draft_stream)
