@@ -22,12 +22,13 @@ DEFAULT_PROMPT = "Alan Turing theorized that computers would one day become"
 
 
 def cmd_info(args):
-    from .io.registry import resolve
+    from .io.registry import model_names, source_of
     from .model import load
 
     model = load(args.model)
     c = model.config
-    print(f"model       {model.name}  ({shown(resolve(args.model))})")
+    print(f"model       {model.name}  ({shown(model.checkpoint)})")
+    print(f"source      {source_of(args.model if args.model in model_names() else None, model.checkpoint)}")
     print(f"n_layer     {c.n_layer}\nn_head      {c.n_head}\nn_embd      {c.n_embd}")
     print(f"n_ctx       {c.n_ctx}\nn_vocab     {c.n_vocab}\nln epsilon  {c.layer_norm_epsilon:g}")
     print(f"parameters  {model.n_params:,}")
@@ -285,8 +286,8 @@ def cmd_bench(args):
     ensure_writable_folder(folder, "the bench's results folder", "choose another with --out DIR")  # before measuring
     results = run_bench(args.models, quick=args.quick, **overrides)
     paths = report.save(results, folder, "bench-quick" if args.quick else "bench")
-    print(report.to_json(results) if args.json else report.table(results))
-    print(f"saved {', '.join(map(str, paths))}", file=sys.stderr)
+    print(report.to_json(results) if args.json else shown(report.table(results), keep="\n"))
+    print(f"saved {shown(', '.join(map(str, paths)))}", file=sys.stderr)
     if args.save and not args.out:
         print("render the documents that quote them: python tools/render_docs.py", file=sys.stderr)
     elif not args.save and not args.out:
@@ -450,14 +451,14 @@ def check_environment(command):
     command's PICOGPT_THREADS, PICOGPT_COURSE_MODELS and PICOGPT_WEIGHTS_DIR, download's
     HF_ENDPOINT, and PICOGPT_KERNEL for the commands that run a model (which load the compiled
     kernels anyway; info and download never do)."""
-    from .course.pair import course_pair_names
+    from .course.pair import forced_pair
     from .fast import compiled
     from .fast.kernels import n_threads
-    from .io.download import endpoint
+    from .io.pins import endpoint
     from .io.registry import weights_dir
 
     n_threads()
-    course_pair_names()
+    forced_pair()
     weights_dir()
     if command == "download":
         endpoint()

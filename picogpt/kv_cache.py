@@ -10,12 +10,11 @@ doubling, so appending a token copies only that token (plus an occasional doubli
 whole cache.
 """
 
-import contextlib
 import numbers
 
 import numpy as np
 
-from .errors import PicoGPTError
+from .errors import PicoGPTError, shown
 
 
 class KVCache:
@@ -64,17 +63,6 @@ class KVCache:
         """Count the positions of a finished forward pass (called once, after the last layer)."""
         self.length += n_new
 
-    @contextlib.contextmanager
-    def unchanged_on_error(self):
-        """Within the block, an exception rolls the cache back to the positions it held before
-        (those positions' keys and values are never overwritten: a call writes after them)."""
-        length = self.length
-        try:
-            yield self
-        except BaseException:
-            self.length = length
-            raise
-
     def truncate(self, n):
         """Roll back to the first n positions (the rejected draft tokens are forgotten)."""
         if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)):
@@ -89,15 +77,28 @@ class KVCache:
         """After a token tree's call: keep the first `start` positions and, after them, the tree's
         positions start + i for i in `rows` (one branch, root first, so increasing), moved into
         place; drop the rest. truncate(n) is keep(n, [])."""
-        rows = np.asarray(rows, np.int64).reshape(-1)  # [len(branch)]
         if not isinstance(start, numbers.Integral) or isinstance(start, (bool, np.bool_)) or not 0 <= start <= self.length:
-            raise PicoGPTError(f"cannot keep a branch after position {start!r} of a cache of {self.length} "
-                               f"positions: expected a whole number 0 <= start <= {self.length}")
-        if np.any(rows < 0) or np.any(np.diff(rows) <= 0) or (rows.size and start + rows[-1] >= self.length):
-            raise PicoGPTError(f"cannot keep rows {rows.tolist()} after position {start} of a cache of {self.length} "
-                               f"positions: expected increasing rows from 0 to {self.length - start - 1}")
+            raise PicoGPTError(f"cannot keep a branch after position {shown(repr(start), 40)} of a cache of "
+                               f"{self.length} positions: expected a whole number 0 <= start <= {self.length}")
+        rows = branch_rows(rows, self.length - start)  # [len(branch)]
         stop = start + rows.size
         for name in ("k", "v"):  # [n_layer, n_head, capacity, head_dim]; the fancy index copies first
             array = getattr(self, name)
             array[:, :, start:stop] = array[:, :, start + rows]
         self.length = int(stop)
+
+
+def branch_rows(rows, n_rows):
+    """`rows` as int64 [len(branch)] if it is a list, tuple, range or 1-D integer array of
+    increasing whole numbers from 0 to n_rows - 1 (True, 1.0, "1" and [1] are not rows); else
+    one PicoGPTError, as truncate gives."""
+    if isinstance(rows, np.ndarray):
+        items = rows.tolist() if rows.ndim == 1 and np.issubdtype(rows.dtype, np.integer) else None
+    else:
+        items = list(rows) if isinstance(rows, (list, tuple, range)) else None
+    if (items is None or not all(isinstance(row, numbers.Integral) and not isinstance(row, (bool, np.bool_))
+                                 for row in items)
+            or any(not 0 <= row < n_rows for row in items) or any(b <= a for a, b in zip(items, items[1:]))):
+        raise PicoGPTError(f"cannot keep rows {shown(repr(rows), 80)}: expected increasing whole numbers from 0 "
+                           f"to {n_rows - 1} (the branch's rows among the tree's {n_rows} positions)")
+    return np.array(items, np.int64)

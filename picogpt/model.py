@@ -6,7 +6,6 @@
 `load` a model by name or path (io/registry.py says where each name lives).
 """
 
-import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from .io.checkpoint import identity_now, map_checkpoint, tensors_of
 from .io.memory import ensure_fits
 from .io.params import (
     check_config_fits,
+    config_from_hf,
     config_from_json,
     infer_config,
     leaves,
@@ -28,11 +28,34 @@ from .io.params import (
     strip_names,
     validate_config,
 )
-from .io.registry import model_names, resolve
+from .io.registry import model_names, pinned_config, resolve
 from .kv_cache import KVCache
 from .sampling import Model
 
 ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they take seconds)
+
+
+def cache_unchanged_unless_returned(call):
+    """A model call (`call(model, ids, cache, *tree)`, a tree's positions and mask) that raises,
+    for non-finite logits or a Ctrl-C, leaves its KV cache exactly as it was: holding the
+    positions it held before (a call writes after them, so their keys and values are untouched). gpt2() advances the cache after
+    its last layer; the length it held is restored here, in the outermost frame of the call,
+    whose `return` lies inside the `try`: no instruction of picogpt's runs after the advance
+    outside it. (A `with` block's exit, which runs after its body has returned its value, left
+    such a gap.) An interrupt Python delivers after the call has returned is raised in the
+    caller, with the call's positions held: docs/guarantees.md."""
+
+    @functools.wraps(call)
+    def call_that_keeps_its_cache_on_error(model, ids, cache=None, *tree, **tree_by_name):
+        n_held = cache.length if isinstance(cache, KVCache) else None
+        try:
+            return call(model, ids, cache, *tree, **tree_by_name)
+        except BaseException:
+            if n_held is not None:
+                cache.length = n_held
+            raise
+
+    return call_that_keeps_its_cache_on_error
 
 
 class GPT2(Model):
@@ -55,7 +78,8 @@ class GPT2(Model):
             raise PicoGPTError(f"in_memory={in_memory!r}: expected False (memory-mapped weights) or True "
                                "(copied into memory when the model is first run)")
         self.params, self.config, self.name = params, validate_config(config, name), name
-        self.checkpoint = checkpoint  # the file params were read from, if any
+        # the file params were read from, if any: absolute, so that os.chdir does not lose it
+        self.checkpoint = Path(checkpoint).absolute() if checkpoint is not None else None
         # what that file was when it was read (io/checkpoint.py's file_identity)
         self.checkpoint_identity = checkpoint_identity or (identity_now(checkpoint) if checkpoint else None)
         self.in_memory = in_memory  # copy the fast path's weights out of the mapped file
@@ -131,18 +155,19 @@ class GPT2(Model):
     def validate_tree(self, ids, n_past, positions, mask):
         """A token tree's call (picogpt/tree.py): ids in the vocabulary, `positions` [n_new] whole
         numbers below the context (a tree's positions go as deep as its depth, not as far as its
-        number of nodes: its branches share position numbers) and `mask` [n_new, n_past + n_new]."""
+        number of nodes: its branches share position numbers) and `mask` [n_new, n_past + n_new]
+        (validate_mask)."""
         ids = self.validate_vocabulary(ids)
-        positions = np.asarray(positions if positions is not None else np.arange(n_past, n_past + ids.size))
-        if positions.shape != ids.shape or not np.issubdtype(positions.dtype, np.integer) or positions.min() < 0:
-            raise PicoGPTError(f"a tree's positions must be {ids.size} whole numbers >= 0, one per token, "
-                               f"got shape {positions.shape} of {positions.dtype}")
+        positions = array_or_none(positions if positions is not None else np.arange(n_past, n_past + ids.size))
+        if (positions is None or positions.shape != ids.shape or not np.issubdtype(positions.dtype, np.integer)
+                or positions.min() < 0):
+            got = "rows of unequal length" if positions is None else f"shape {positions.shape} of {positions.dtype}"
+            raise PicoGPTError(f"a tree's positions must be {ids.size} whole numbers >= 0, one per token, got {got}")
         if positions.max() >= self.config.n_ctx:
             raise PicoGPTError(f"position {int(positions.max())} is past {self.name}'s context of "
                                f"{self.config.n_ctx} tokens (positions 0..{self.config.n_ctx - 1}); draft a shallower tree")
-        if mask is not None and np.shape(mask) != (ids.size, n_past + ids.size):
-            raise PicoGPTError(f"a tree's mask must be [n_new, n_past + n_new] = [{ids.size}, {n_past + ids.size}], "
-                               f"got {np.shape(mask)}")
+        if mask is not None:
+            validate_mask(mask, (ids.size, n_past + ids.size))
         return ids
 
     def ensure_finite(self, logits):
@@ -181,23 +206,23 @@ class GPT2(Model):
             self.matmul, self.fast_params = matmul, fast_params
         return self
 
+    @cache_unchanged_unless_returned
     def __call__(self, ids, cache=None, positions=None, mask=None):
         ids = self.validate_inputs(ids, cache, positions, mask)
         if self.reads_checkpoint():
             self.ensure_checkpoint_unchanged()
         self.prepare()
-        with unchanged_on_error(cache):
-            return self.ensure_finite(gpt2(ids, self.fast_params, self.config, cache, self.matmul, positions,
-                                           float32_or_none(mask)))
+        return self.ensure_finite(gpt2(ids, self.fast_params, self.config, cache, self.matmul, positions,
+                                       float32_or_none(mask)))
 
+    @cache_unchanged_unless_returned
     def plain(self, ids, cache=None, positions=None, mask=None):
         """The same logits from the checkpoint's arrays as they are, by gpt2.py with np.matmul:
         the reference path (it always reads the checkpoint file, in_memory or not)."""
         ids = self.validate_inputs(ids, cache, positions, mask)
         self.ensure_checkpoint_unchanged()
-        with unchanged_on_error(cache):
-            return self.ensure_finite(gpt2(ids, self.params, self.config, cache, positions=positions,
-                                           mask=float32_or_none(mask)))
+        return self.ensure_finite(gpt2(ids, self.params, self.config, cache, positions=positions,
+                                       mask=float32_or_none(mask)))
 
 
 class ModelView(Model):
@@ -236,33 +261,67 @@ def copied_into_memory(params, name):
     return map_leaves(np.array, params)
 
 
+def array_or_none(values):
+    """np.asarray(values), or None where NumPy cannot make an array of them (ragged rows)."""
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError):
+        return None
+
+
+def validate_mask(mask, shape):
+    """Refuse a tree's attention mask unless it is a grid of numbers of `shape` [n_new, n_past +
+    n_new], each 0 where a token may see a key and -inf where it may not (or another number
+    added to the scores), with no NaN or +inf (either makes the softmax NaN: logits that would
+    otherwise be blamed on the weights) and no row that sees no key at all (0 / 0)."""
+    array = array_or_none(mask)
+    if array is None or array.shape != shape:
+        got = "rows of unequal length" if array is None else f"shape {list(array.shape)}"
+        raise PicoGPTError(f"a tree's mask must be [n_new, n_past + n_new] = [{shape[0]}, {shape[1]}] (rows of "
+                           f"equal length), got {got}")
+    if array.dtype.kind not in "iuf":
+        raise PicoGPTError(f"a tree's mask must hold numbers (0 where a token may see a key, -inf where it may "
+                           f"not), got {shown(array.dtype, 40)}")
+    scores = float32_or_none(array)
+    if np.isnan(scores).any() or np.isposinf(scores).any():
+        what = "NaN" if np.isnan(scores).any() else "+inf (or a number too large for float32)"
+        raise PicoGPTError(f"a tree's mask holds {what}, which would make the attention's softmax NaN: use 0 "
+                           "where a token may see a key and -inf where it may not")
+    blind = np.flatnonzero(np.isneginf(scores).all(axis=1))
+    if blind.size:
+        raise PicoGPTError(f"row {int(blind[0])} of a tree's mask sees no key (every entry -inf), so its softmax "
+                           "divides 0 by 0: every token sees at least itself")
+
+
 def float32_or_none(mask):
     """A tree's attention mask in float32, so that adding it keeps the scores in float32."""
     return None if mask is None else np.asarray(mask, np.float32)
 
 
-def unchanged_on_error(cache):
-    """A call that fails (non-finite logits, Ctrl-C) leaves its KV cache exactly as it was."""
-    return cache.unchanged_on_error() if isinstance(cache, KVCache) else contextlib.nullcontext()
-
-
-def load_checkpoint(path, name=None, in_memory=False):
-    """Load a model.safetensors file (or the folder holding it) with its config.json
-    (in_memory: see GPT2.prepare).
-
-    Everything is checked on the header before a tensor is read: the config against the
+def checked_checkpoint(path, config=None):
+    """(path, mapped file, config) of a model.safetensors file (or the folder holding it) and
+    its config (`config`, else the config.json beside it, else inferred from the shapes), once
+    everything is checked on the header, before a tensor is read: the config against the
     tensors' shapes, and the memory that widening F16 or BF16 weights to float32 would take."""
-    path = Path(path)
+    path = Path(path).absolute()  # the file, wherever the working folder is later (links kept)
     if path.is_dir():
         path = path / "model.safetensors"
     mapped = map_checkpoint(path)
     shapes = strip_names(mapped.shapes(), path)
     config_path = path.with_name("config.json")
-    config = config_from_json(config_path) if config_path.exists() else infer_config(shapes, path)
+    if config is None:
+        config = config_from_json(config_path) if config_path.exists() else infer_config(shapes, path)
     check_config_fits(config, shapes, path)
     ensure_fits(mapped.widened_bytes(), f"widening {path}'s half-precision weights to float32",
                 "close other programs or notebook kernels, or use a float32 checkpoint "
                 "(python -m picogpt download fetches float32)", margin=0)
+    return path, mapped, config
+
+
+def load_checkpoint(path, name=None, in_memory=False, config=None):
+    """Load a model.safetensors file (or the folder holding it) with its config.json, or with
+    `config` (a GPT2Config) if given (in_memory: see GPT2.prepare), checked first (checked_checkpoint)."""
+    path, mapped, config = checked_checkpoint(path, config)
     params = params_from_tensors(strip_names(tensors_of(mapped), path), config, path)
     name = name or shown(path.parent.name)  # a folder's name, printed wherever the model is named
     return GPT2(params, config, name, path, in_memory, checkpoint_identity=mapped.identity)
@@ -276,4 +335,5 @@ def load(name_or_path, in_memory=False):
     the file."""
     path = resolve(name_or_path)
     name = str(name_or_path) if str(name_or_path) in model_names() else None
-    return load_checkpoint(path, name, in_memory)
+    pinned = pinned_config(name, path)  # a copy in the Hugging Face cache: the pinned hyperparameters
+    return load_checkpoint(path, name, in_memory, config_from_hf(pinned, path) if pinned else None)

@@ -4,6 +4,8 @@ one another by name, as they do when run as scripts: the tests that check them i
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tools"))
 
 
@@ -16,3 +18,10 @@ def pytest_configure(config):
     from picogpt.fast import compiled
 
     compiled.loops()
+
+
+@pytest.fixture(autouse=True)
+def no_hugging_face_cache(monkeypatch, tmp_path_factory):
+    """No test sees the Hugging Face cache of the machine it runs on (a GPT-2 there would be
+    found and used: io/hf_cache.py); tests/test_hf_cache.py builds its own."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.getbasetemp() / "no-hugging-face-cache"))

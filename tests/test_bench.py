@@ -5,6 +5,7 @@ changes no committed file unless told to save. No timing is asserted (speed goal
 benchmark only)."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -198,6 +199,41 @@ def test_bench_command_writes_json(tiny_pair, tmp_path, monkeypatch, capsys):
     assert json.loads((tmp_path / "bench.json").read_text())["models"].keys() == printed["models"].keys()
     assert printed["speculative"] == []  # the default pairs are gpt2 -> gpt2-xl and the teaching pair
     assert any("end to end needs both gpt2 and gpt2-xl" in note for note in printed["notes"])
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[31m"  # retitles a terminal, then turns its text red
+
+
+def test_a_model_folder_s_name_is_printed_escaped_in_progress_and_table(tiny_pair, tmp_path, monkeypatch, capsys):
+    """The folder's name used to reach the terminal raw, in the progress lines and the table."""
+    small_settings(monkeypatch)
+    folder = shutil.copytree(tiny_pair["draft"].parent, tmp_path / ("draft" + ESCAPES))
+    assert main(["bench", "--models", str(folder), "--out", str(tmp_path / "out")]) == 0
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err
+    assert "draft\\x1b]0;pwned\\x07" in out and "draft\\x1b]0;pwned\\x07" in err
+
+
+@pytest.mark.parametrize("first", ["gpt2", "draft"])
+@pytest.mark.parametrize("bad", ["fifo", "corrupt", "missing"])
+def test_every_model_is_checked_before_anything_is_measured_or_written(tiny_pair, tmp_path, monkeypatch, capsys,
+                                                                       first, bad):
+    """A FIFO given last used to be found after 0.75 GB of bandwidth had been measured and the
+    progress lines printed."""
+    monkeypatch.setenv("PICOGPT_WEIGHTS_DIR", str(tmp_path / "weights"))  # gpt2 is not downloaded there
+    monkeypatch.setattr(machine, "bandwidth_matrices", lambda n_bytes: pytest.fail("measured first"))
+    monkeypatch.setattr(checkpoints, "random_checkpoint", lambda *a, **k: pytest.fail("wrote random weights first"))
+    path = tmp_path / "model.safetensors"
+    if bad == "fifo":
+        os.mkfifo(path)
+    elif bad == "corrupt":
+        path.write_bytes(b"\xff" * 8)
+    first = str(tiny_pair["draft"].parent) if first == "draft" else first
+    assert main(["bench", "--quick", "--models", first, str(path), "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0], err
+    assert {"fifo": "FIFO", "corrupt": "header length", "missing": "no such checkpoint"}[bad] in lines[0]
 
 
 def test_contexts_longer_than_a_model_are_skipped_not_an_error(tiny_pair):

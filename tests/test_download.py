@@ -28,6 +28,7 @@ import picogpt.io.download as dl
 from picogpt.cli import main
 from picogpt.errors import DownloadError
 from picogpt.io.params import config_from_json
+from picogpt.io.pins import WeightSpec
 from picogpt.io.registry import PRETRAINED
 
 PAYLOAD = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
@@ -146,7 +147,7 @@ Files = namedtuple("Files", "final part config")
 
 
 def toy_spec(sha256=SHA256, n_bytes=N_BYTES, revision=REVISION):
-    return dl.WeightSpec(name="toy", repo="test-org/toy", revision=revision, sha256=sha256,
+    return WeightSpec(name="toy", repo="test-org/toy", revision=revision, sha256=sha256,
                          n_bytes=n_bytes, n_layer=2, n_head=3, n_embd=192)
 
 
@@ -460,11 +461,12 @@ def test_url_defaults_to_the_hub(monkeypatch):
 DOWNLOAD_TOY = """
 import sys
 import picogpt.io.download as dl
+from picogpt.io.pins import WeightSpec
 from picogpt.cli import main
 
-dl.PINNED["toy"] = dl.WeightSpec(name="toy", repo="test-org/toy", revision=sys.argv[1], sha256=sys.argv[2],
-                                 n_bytes=int(sys.argv[3]) if sys.argv[3] != "none" else None,
-                                 n_layer=2, n_head=3, n_embd=192)
+dl.PINNED["toy"] = WeightSpec(name="toy", repo="test-org/toy", revision=sys.argv[1], sha256=sys.argv[2],
+                              n_bytes=int(sys.argv[3]) if sys.argv[3] != "none" else None,
+                              n_layer=2, n_head=3, n_embd=192)
 dl.CHUNK_BYTES = 1 << 14
 sys.exit(main(["download", "-q", "toy"]))
 """
@@ -578,7 +580,7 @@ def test_an_empty_hf_endpoint_means_the_hub(monkeypatch):
 def plant(tmp_path, files, name, kind):
     """Put `kind` at files.<name> ("final", "part" or "lock"), as another user of a shared
     weights folder could: a symbolic link or a hard link to a victim file outside the folder
-    (which holds the file's genuine first bytes), a FIFO, or a link to /dev/zero. Returns the
+    (which holds the file's genuine first bytes), a FIFO, a folder, or a link to /dev/zero. Returns the
     victim, whose bytes must never change."""
     victim = tmp_path / "victim.bin"
     victim.write_bytes(PAYLOAD[:1000])
@@ -591,18 +593,22 @@ def plant(tmp_path, files, name, kind):
         os.link(victim, path)
     elif kind == "fifo":
         os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
     else:
         path.symlink_to("/dev/zero")
     return victim
 
 
 @pytest.mark.parametrize("name, kind", [("lock", "symlink"), ("lock", "hardlink"), ("part", "symlink"),
-                                        ("part", "hardlink"), ("part", "fifo"), ("final", "symlink")])
+                                        ("part", "hardlink"), ("part", "fifo"), ("final", "symlink"),
+                                        ("lock", "folder"), ("part", "folder"), ("final", "folder")])
 def test_a_link_planted_in_the_weights_folder_is_refused_and_its_target_untouched(server, monkeypatch, capsys,
                                                                                  tmp_path, name, kind):
     """A planted lock link got its target truncated and overwritten with a process id; a .part
     link got its target extended by the download, and then installed as model.safetensors: a
-    link to a file its planter could change at will."""
+    link to a file its planter could change at will. A folder at the lock's name gave a raw
+    IsADirectoryError (the command line blamed the disk's free space)."""
     files = register(monkeypatch)
     victim = plant(tmp_path, files, name, kind)
     status, out, err = run_cli(capsys, "toy")

@@ -24,7 +24,7 @@ from picogpt.fast.kernels import FEW_ROWS, numpy_matmul
 from picogpt.fast.threads import n_threads, parallel
 from picogpt.gpt2 import gpt2
 from picogpt.kv_cache import KVCache
-from picogpt.model import GPT2, unchanged_on_error
+from picogpt.model import GPT2, cache_unchanged_unless_returned
 
 TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 floats at XL)
 BIG_MODEL_BYTES = 64 << 20  # smaller models (the teaching pair) ran gpt2.py without a team or block
@@ -166,6 +166,7 @@ class FormerPath(GPT2):
         model.__class__ = cls
         return model
 
+    @cache_unchanged_unless_returned
     def __call__(self, ids, cache=None):
         import block  # numba-compiled on first use, cached beside it
 
@@ -173,7 +174,7 @@ class FormerPath(GPT2):
         self.prepare()
         big = self.bytes_per_token >= BIG_MODEL_BYTES and len(ids) <= FEW_ROWS
         forward = block.gpt2_cached if big and self.with_block and isinstance(cache, KVCache) else None
-        with unchanged_on_error(cache), team_call(self.bytes_per_token, len(ids)):
+        with team_call(self.bytes_per_token, len(ids)):
             return self.ensure_finite((forward or gpt2)(ids, self.fast_params, self.config, cache,
                                                          matmul=team_matmul))
 

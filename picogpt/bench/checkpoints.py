@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PicoGPTError
+from ..errors import PicoGPTError, shown
 from ..io.atomic import write_text_atomically
 from ..io.checkpoint import write_safetensors
 from ..io.params import config_from_json, expected_shapes
 from ..io.registry import EMBEDDED, PRETRAINED, checkpoint_path, is_available, published_config, weights_dir
+from ..model import checked_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,7 +61,7 @@ def random_checkpoint(name, folder=None, config=None):
             raise PicoGPTError(f"bench: random-weight {name} needs {n_bytes / 1e9:.2f} GB in {folder} and only "
                                f"{shutil.disk_usage(folder).free / 1e9:.2f} GB is free: free some space, set "
                                "PICOGPT_WEIGHTS_DIR to another disk, or bench fewer --models")
-        print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {folder} (once)", file=sys.stderr, flush=True)
+        print(f"writing random-weight {name} ({n_bytes / 1e9:.2f} GB) to {shown(folder)} (once)", file=sys.stderr, flush=True)
         write_safetensors(path, {n: RandomTensor(n, shape) for n, shape in shapes.items()},
                           metadata={"picogpt": f"random weights with the shapes of {name}"}, progress=True)
     except OSError as e:
@@ -70,9 +71,26 @@ def random_checkpoint(name, folder=None, config=None):
     return path
 
 
+def given_checkpoint(name):
+    """The checkpoint a --models entry that is no model name points to (a folder holding
+    model.safetensors, or the file), checked as loading it checks it (a regular file, its header,
+    its config.json, the memory it takes) without reading a tensor."""
+    path = Path(name)
+    path = path / "model.safetensors" if path.is_dir() else path
+    if not path.exists():
+        raise PicoGPTError(f"bench: no model named '{shown(name, 200)}' and no such checkpoint "
+                           f"(use {', '.join([*PRETRAINED, *EMBEDDED])} or a path)")
+    checked_checkpoint(path)
+    return path
+
+
 def resolve_models(names):
     """{label: (path, source)} for names (gpt2, gpt2-xl, tiny-draft, tiny-target) or paths.
-    Published names fall back to random weights; missing embedded models are skipped."""
+    Published names fall back to random weights; missing embedded models are skipped. Every
+    path is checked before a random-weight checkpoint is written (and so before anything is
+    measured). A label is the folder's name as printed (errors.shown: no escape sequence from a
+    folder's name reaches the terminal)."""
+    given = {name: given_checkpoint(name) for name in names if name not in (*PRETRAINED, *EMBEDDED)}
     models, notes = {}, []
     for name in names:
         if name in PRETRAINED:
@@ -86,10 +104,5 @@ def resolve_models(names):
             else:
                 notes.append(f"{name}: not in weights/ yet, skipped")
         else:
-            path = Path(name)
-            path = path / "model.safetensors" if path.is_dir() else path
-            if not path.exists():
-                raise PicoGPTError(f"bench: no model named {name!r} and no such checkpoint "
-                                   f"(use {', '.join([*PRETRAINED, *EMBEDDED])} or a path)")
-            models[path.parent.name] = (path, "file")
+            models[shown(given[name].parent.name)] = (given[name], "file")
     return models, notes

@@ -22,7 +22,7 @@ import datetime
 import sys
 import time
 
-from ..errors import PicoGPTError
+from ..errors import PicoGPTError, shown
 from ..fast import compiled, threads
 from ..io.registry import EMBEDDED
 from ..measure import machine
@@ -59,7 +59,7 @@ def run_bench(names=("gpt2", "gpt2-xl", *EMBEDDED), pair=("gpt2", "gpt2-xl"), te
     """Measure everything; returns the results dict that report.save() writes as JSON. `pair`
     (draft, target) is run end to end at the settings' temperatures, `teaching_pair` at
     teaching_temperature, each if both its models are among `names` (None: skip)."""
-    log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    log = log or (lambda text: print(shown(text), file=sys.stderr, flush=True))  # paths and names escaped
     start = time.perf_counter()
     s = settings(quick, **overrides)
     models, notes = resolve_models(names)

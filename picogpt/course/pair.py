@@ -1,38 +1,44 @@
-"""Which pair of models the course runs on.
+"""Which pair of models the course runs on, and where their weights come from.
 
-GPT-2 small (124M) drafting for GPT-2 XL (1558M) when both are downloaded (`make weights`),
-else the embedded teaching pair `tiny-draft` / `tiny-target` that ships with the repository.
-Set PICOGPT_COURSE_MODELS=tiny or =gpt2 to force one.
+GPT-2 small (124M) drafting for GPT-2 XL (1558M) when both are at hand: downloaded (`make
+weights`), or in the user's Hugging Face cache with the pinned size and sha256 (io/hf_cache.py:
+used in place, nothing downloaded); else the embedded teaching pair `tiny-draft` / `tiny-target`
+that ships with the repository. Set PICOGPT_COURSE_MODELS=tiny or =gpt2 to force one.
 """
 
 import os
 
 from ..errors import PicoGPTError
-from ..io.registry import is_available
+from ..io.registry import is_available, source_of
 from ..model import load
 
 PAIRS = {"gpt2": ("gpt2", "gpt2-xl"), "tiny": ("tiny-draft", "tiny-target")}
 ENV = "PICOGPT_COURSE_MODELS"
 
 
+def forced_pair():
+    """The pair PICOGPT_COURSE_MODELS names (None where it is unset), or a clear error."""
+    choice = os.environ.get(ENV, "").strip().lower()
+    if choice and choice not in PAIRS:
+        raise PicoGPTError(f"{ENV}={choice[:40]!r}: expected one of {', '.join(PAIRS)} (or unset it "
+                           "for GPT-2 small and XL when both are at hand, else the teaching pair)")
+    return PAIRS[choice] if choice else None
+
+
 def course_pair_names():
     """(draft name, target name) by the rule above."""
-    choice = os.environ.get(ENV, "").strip().lower()
-    if choice:
-        if choice not in PAIRS:
-            raise PicoGPTError(f"{ENV}={choice[:40]!r}: expected one of {', '.join(PAIRS)} (or unset it "
-                               "for GPT-2 small and XL when both are downloaded, else the teaching pair)")
-        return PAIRS[choice]
     real = PAIRS["gpt2"]
-    return real if all(is_available(name) for name in real) else PAIRS["tiny"]
+    return forced_pair() or (real if all(is_available(name) for name in real) else PAIRS["tiny"])
 
 
 def course_models(verbose=True):
-    """Load (draft p, target q) for the course, and say which pair it is."""
+    """Load (draft p, target q) for the course, and say which pair it is and where it came from."""
     draft_name, target_name = course_pair_names()
     draft, target = load(draft_name), load(target_name)
     if verbose:
         print(f"course models: draft p = {draft!r}\n               target q = {target!r}")
+        for model in (draft, target):
+            print(f"  {model.name} from {source_of(model.name, model.checkpoint)}")
     return draft, target
 
 

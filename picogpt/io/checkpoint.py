@@ -13,6 +13,7 @@ are read from one open file, whose identity (file_identity) the model keeps: a m
 changes later would change the weights under it.
 """
 
+import errno
 import json
 import math
 import mmap
@@ -23,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CheckpointError, shown
+from ..errors import CheckpointError, PicoGPTError, shown
 from .atomic import atomic_write
 from .files import regular_opener
+from .memory import process_rooms, size_text
 
 DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
@@ -192,6 +194,22 @@ class MappedCheckpoint:
         return sum(4 * math.prod(shape) for dtype, shape, _, _ in self.entries.values() if dtype != "F32")
 
 
+def mapped_or_refused(f, path, size):
+    """The open file f memory-mapped for reading, or one PicoGPTError saying why the OS would
+    not map it: a process's address space too small for the file (`ulimit -v`: ENOMEM) is the
+    environment's limit, not a fault of the disk or the file."""
+    try:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        if e.errno == errno.ENOMEM:
+            room = process_rooms().get("ulimit -v")
+            left = f"; its ulimit -v leaves {size_text(max(room, 0))}" if room is not None else ""
+            raise PicoGPTError(f"cannot map {path} ({size_text(size)}) into this process's address space "
+                               f"({e.strerror}{left}): raise `ulimit -v`, or load a smaller model") from None
+        raise PicoGPTError(f"cannot map {path} into memory ({e.strerror or e}): picogpt reads a checkpoint by "
+                           "mapping it; copy it to a local disk") from None
+
+
 def map_checkpoint(path):
     """Open a safetensors file, validate its header and memory-map it; no tensor is read yet."""
     path = Path(path)
@@ -199,7 +217,7 @@ def map_checkpoint(path):
         stat = os.fstat(f.fileno())
         header, data_start = read_raw_header_from(f, path)
         entries = validated_entries(path, header, data_start, stat.st_size)
-        buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # stays open via the arrays
+        buffer = mapped_or_refused(f, path, stat.st_size)  # stays open via the arrays
     return MappedCheckpoint(path, entries, data_start, buffer, file_identity(stat))
 
 

@@ -22,11 +22,17 @@ following links and must be regular files of this user's with one name, and the 
 final path must be a regular file, never a link (io/files.py). `config.json` is written from
 the known hyperparameters (no network needed). Only the standard library speaks HTTP; tqdm draws
 the progress bar. Set `HF_ENDPOINT` to use a mirror (it is checked to be an http(s) URL before
-any request).
+any request). A published GPT-2 already in the user's Hugging Face cache with the pinned size
+and sha256 is used from there, and nothing is downloaded (io/hf_cache.py).
+
+huggingface_hub's `hf_hub_download` would bring resuming, locks, mirrors and tokens, but not
+these guarantees: it renames a download into its cache after checking the size alone (not the
+sha256), writes a server's whole body before comparing its length, deletes an interrupted
+download instead of resuming it in the next run, and uses whatever file or link already sits at
+a blob's name (docs/guarantees.md, "The GPT-2 you already have").
 """
 
 import contextlib
-import hashlib
 import http.client
 import json
 import os
@@ -37,95 +43,19 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DownloadError, shown
 from .atomic import write_text_atomically
 from .files import ensure_writable_folder, is_same_file, kind_of, refuse, regular_opener, try_lock
-from .params import hf_config
-from .registry import EMBEDDED, PRETRAINED, weights_dir
+from .hf_cache import RECORD, verified_copy
+from .pins import CHUNK_BYTES, PINNED, sha256_of
+from .registry import EMBEDDED, weights_dir
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
-CHUNK_BYTES = 1 << 20  # read and hash 1 MiB at a time
 TIMEOUT_S = 60  # for connecting and for each read
 SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download
 LOCK_POLL_S = 0.5  # a second download of the same model checks this often whether it may start
 ADVICE = "delete it and run the same command again"  # for a file in the way in the weights folder
-
-
-@dataclass(frozen=True)
-class WeightSpec:
-    """One downloadable checkpoint: where it lives, what it must hash to, and its config."""
-
-    name: str
-    repo: str  # Hugging Face repository, e.g. "openai-community/gpt2"
-    revision: str  # a commit of that repository: pinned, so the bytes never change
-    sha256: str
-    n_bytes: int | None  # None where no public record gives the exact size: trust Content-Length
-    n_layer: int
-    n_head: int
-    n_embd: int
-    filename: str = "model.safetensors"
-
-    def url(self):
-        """The download URL, under $HF_ENDPOINT (read at call time, so tests can redirect it)."""
-        return f"{endpoint()}/{self.repo}/resolve/{self.revision}/{self.filename}"
-
-    def config(self):
-        """The Hugging Face config.json keys picogpt reads (see model.config_from_json)."""
-        return {**hf_config(self.n_layer, self.n_head, self.n_embd), "activation_function": "gelu_new",
-                "_source": f"https://huggingface.co/{self.repo}/tree/{self.revision}"}
-
-
-# Pinned revisions and sha256 of openai-community/<name>/model.safetensors (public hub metadata;
-# sizes where a public record gives them exactly). Hyperparameters come from registry.PRETRAINED.
-PINNED_FILES = {
-    "gpt2": ("607a30d783dfa663caf39e06633721c8d4cfcd7e",
-             "248dfc3911869ec493c76e65bf2fcf7f615828b0254c12b473182f0f81d3a707", 548_105_171),
-    "gpt2-medium": ("6dcaa7a952f72f9298047fd5137cd6e4f05f41da",
-                    "fc5a354a19255ad494f3d71549390baca1ccf61d1d822b9408971705c687c9cd", 1_519_984_962),
-    "gpt2-large": ("32b71b12589c2f8d625668d2335a01cac3249519",
-                   "5f47f3e12f91cd33b662ce7e433b6150ad5512b5884a2cee961b50e9c3bbebce", None),
-    "gpt2-xl": ("15ea56dee5df4983c59b2538573817e1667135e2",
-                "0f8b28eb05a8075f48b61b6f35332978c74fc7763fa9fb4051a1c30511736a6a", None),
-}
-PINNED = {
-    name: WeightSpec(name=name, repo=f"openai-community/{name}", revision=revision, sha256=sha256,
-                     n_bytes=n_bytes, n_layer=PRETRAINED[name]["n_layer"],
-                     n_head=PRETRAINED[name]["n_head"], n_embd=PRETRAINED[name]["n_embd"])
-    for name, (revision, sha256, n_bytes) in PINNED_FILES.items()
-}
-
-
-def url_problem(text):
-    """What is wrong with `text` as the address of a server (None if nothing): it must be an
-    http(s) URL with a host, a numeric port if any, and no spaces or control characters."""
-    if not text.isprintable() or any(c.isspace() for c in text):
-        return "it holds spaces, line breaks or control characters"
-    try:
-        parts = urllib.parse.urlsplit(text)
-        _ = parts.port  # raises ValueError for a port that is not a number from 0 to 65535
-    except ValueError as e:
-        return str(e)
-    if parts.scheme not in ("http", "https"):
-        return "expected it to start with http:// or https://"
-    if not parts.hostname:
-        return "it names no host"
-    return None
-
-
-def endpoint():
-    """The server to download from: $HF_ENDPOINT if set and not empty, else the Hugging Face
-    hub. A value that is not a usable URL is refused before any request."""
-    text = os.environ.get("HF_ENDPOINT", "")
-    if not text:
-        return DEFAULT_ENDPOINT
-    problem = url_problem(text)
-    if problem:
-        raise DownloadError(f"HF_ENDPOINT={text[:200]!r} is not a usable server address ({problem}): set it "
-                            f"to a mirror's URL, e.g. https://hf-mirror.com, or unset it to download from {DEFAULT_ENDPOINT}")
-    return text.rstrip("/")
 
 
 def spec_for(name):
@@ -159,20 +89,6 @@ def file_in_folder(path):
     if not stat.S_ISREG(info.st_mode):
         refuse(path, kind_of(info.st_mode), ADVICE)
     return info
-
-
-def sha256_of(f, label=None):
-    """The sha256 of the open file f from its start, hashed in chunks (a 6 GB checkpoint never
-    sits in memory); with a label, a progress bar (tqdm) says what is being checked."""
-    from tqdm.auto import tqdm
-
-    hasher = hashlib.sha256()
-    with tqdm(total=os.fstat(f.fileno()).st_size, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
-              disable=label is None, dynamic_ncols=True) as bar:
-        while chunk := f.read(CHUNK_BYTES):
-            hasher.update(chunk)
-            bar.update(len(chunk))
-    return hasher.hexdigest()
 
 
 def ensure_disk_space(folder, n_bytes_needed):
@@ -436,6 +352,11 @@ def download_locked(spec, folder, url, progress, log):
         log(f"{spec.name}: {final} already present and verified (sha256 {spec.sha256[:12]}…), skipped")
         write_config(folder, spec)
         return final
+    copy, _ = verified_copy(spec, folder / RECORD, log)
+    if copy is not None:
+        log(f"{spec.name}: found in the Hugging Face cache at {shown(copy)}, with the pinned size and sha256 "
+            f"({spec.sha256[:12]}…): nothing to download, picogpt loads it from there")
+        return copy
     if file_in_folder(final):
         raise DownloadError(f"{final} exists but does not match {spec.name}'s sha256 {spec.sha256}: {ADVICE}")
 

@@ -55,6 +55,8 @@ def open_regular(path, flags=os.O_RDONLY, *, follow=True, own=False, advice="che
         flags |= NO_FOLLOW
     try:
         fd = os.open(path, flags | NO_WAIT, 0o666)
+    except IsADirectoryError:  # opened for writing; for reading, a folder opens and fstat says so below
+        refuse(path, "a folder", advice)
     except OSError:
         if flags & NO_FOLLOW and os.path.islink(path):  # O_NOFOLLOW's refusal (ELOOP; EMLINK on BSD)
             refuse(path, "a symbolic link", advice)

@@ -102,11 +102,24 @@ def available_memory_bytes():
     return max(min(rooms), 0) if rooms else None
 
 
+def size_text(n_bytes):
+    """A size as picogpt's messages give it: '1.07 GB', '82 MB', '1.6 MB', '4,096 bytes'."""
+    if n_bytes >= 1e9:
+        return f"{n_bytes / 1e9:.2f} GB"
+    if n_bytes >= 1e5:
+        return f"{n_bytes / 1e6:.{0 if n_bytes >= 1e7 else 1}f} MB"
+    return f"{n_bytes:,} bytes"
+
+
 def ensure_fits(n_bytes, what, advice, margin=2**30):
     """Raise a clear error, before allocating, if n_bytes more memory would leave less than
-    `margin` of what this process could take (nothing is checked where that is unknown)."""
+    `margin` of what this process could take (nothing is checked where that is unknown). The
+    margin is room for what runs beside the allocation (a forward pass's activations, a KV
+    cache), and the message says so."""
     available = available_memory_bytes()
     if n_bytes and available is not None and n_bytes + margin > available:
-        raise PicoGPTError(f"{what} needs {n_bytes / 1e9:.1f} GB, and {available / 1e9:.1f} GB is available to "
+        kept = (f", and picogpt keeps {size_text(margin)} free beside it (for the forward pass and the KV cache): "
+                f"{size_text(n_bytes + margin)} in all" if margin else "")
+        raise PicoGPTError(f"{what} needs {size_text(n_bytes)}{kept}; {size_text(available)} is available to "
                            f"this process (the least of the machine's free memory, its ulimit -v and -d, and its "
                            f"control group's memory limit): {advice}")

@@ -95,16 +95,23 @@ def strip_names(tensors, path="checkpoint"):
     return out
 
 
-def layer_index(name):
+MAX_BLOCK_DIGITS = 9  # GPT-2 XL has 48 blocks; a longer number is a hand-made header's
+
+
+def layer_index(name, path="checkpoint"):
     """The block a tensor name belongs to ('h.3.ln_1.weight' -> 3), or None. Only ASCII digits
-    count: str.isdigit() also accepts '²' and '٣', which a hand-made header may hold."""
+    count: str.isdigit() also accepts '²' and '٣', which a hand-made header may hold. A number
+    of more than MAX_BLOCK_DIGITS digits is refused (int() refuses 4,300)."""
     match = re.match(r"h\.(\d+)\.", name, re.ASCII)
+    if match and len(match[1]) > MAX_BLOCK_DIGITS:
+        raise CheckpointError(f"{path}: tensor '{shown(name, 40)}' numbers its block with {len(match[1]):,} digits; "
+                              "a GPT-2's blocks are h.0 to h.<n_layer - 1> (corrupt or hand-made header)")
     return int(match[1]) if match else None
 
 
-def n_layers_held(names):
+def n_layers_held(names, path="checkpoint"):
     """How many blocks the tensor names reach: one past the highest h.<i> (0 with none)."""
-    return max((i for i in map(layer_index, names) if i is not None), default=-1) + 1
+    return max((i for i in (layer_index(name, path) for name in names) if i is not None), default=-1) + 1
 
 
 def validate_config(config, path="config"):
@@ -127,19 +134,27 @@ def validate_config(config, path="config"):
     return config
 
 
-def config_from_json(path):
-    """Read the Hugging Face config.json keys GPT-2 needs, and validate them."""
+def config_from_hf(hf, path="config"):
+    """A GPT2Config from the Hugging Face config.json keys GPT-2 needs (a dict), validated."""
     try:
-        hf = json.loads(read_small_text(path, MAX_CONFIG_BYTES))
         config = GPT2Config(
             n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
             n_ctx=hf.get("n_positions", hf.get("n_ctx")), n_vocab=hf["vocab_size"],
             layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
-    except PicoGPTError:  # not a regular file, or far too long (io/files.py): said already
-        raise
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{path}: not a usable GPT-2 config.json ({type(e).__name__}: {shown(e, 200)})") from None
     return validate_config(config, path)
+
+
+def config_from_json(path):
+    """Read the Hugging Face config.json keys GPT-2 needs, and validate them."""
+    try:
+        hf = json.loads(read_small_text(path, MAX_CONFIG_BYTES))
+    except PicoGPTError:  # not a regular file, or far too long (io/files.py): said already
+        raise
+    except (OSError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{path}: not a usable GPT-2 config.json ({type(e).__name__}: {shown(e, 200)})") from None
+    return config_from_hf(hf, path)
 
 
 def published_n_head(n_layer, n_embd):
@@ -157,7 +172,7 @@ def infer_config(shapes, path):
     fits the same tensors, and each gives different text). So n_head is inferred only when
     n_layer and n_embd are those of a published GPT-2 (PRETRAINED: head size 64); any other
     checkpoint is refused, with a request for its config.json."""
-    held = sizes_held(shapes)
+    held = sizes_held(shapes, path)
     for name, size in (("wte.weight", "n_embd"), ("wpe.weight", "n_ctx")):
         if size not in held:
             raise CheckpointError(f"{path}: tensor '{name}' is missing or not 2-D (is this a GPT-2 checkpoint?)")
@@ -172,10 +187,10 @@ def infer_config(shapes, path):
                                       n_vocab=n_vocab), path)
 
 
-def sizes_held(shapes):
+def sizes_held(shapes, path="checkpoint"):
     """The sizes a checkpoint's tensors fix ({name: shape}): n_layer, n_embd, n_vocab, n_ctx
     (a size is absent where its tensor is missing or not 2-D: params_from_tensors names it)."""
-    held = {"n_layer": n_layers_held(shapes)}
+    held = {"n_layer": n_layers_held(shapes, path)}
     if len(shapes.get("wte.weight", ())) == 2:
         held["n_vocab"], held["n_embd"] = shapes["wte.weight"]
     if len(shapes.get("wpe.weight", ())) == 2:
@@ -197,7 +212,7 @@ def check_config_fits(config, shapes, path="checkpoint"):
     anything is allocated: a config.json claiming two million layers is refused at once,
     not after building two million layers' worth of parameters."""
     validate_config(config, path)
-    for key, held in sizes_held(shapes).items():
+    for key, held in sizes_held(shapes, path).items():
         said = getattr(config, key)
         if said != held:
             raise CheckpointError(f"{path}: the config says {HF_KEYS[key]}={shown_size(said)} but the checkpoint's tensors "

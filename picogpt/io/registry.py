@@ -6,16 +6,20 @@
 Downloaded checkpoints live in `$PICOGPT_WEIGHTS_DIR/<name>/` when that variable is set, else
 in `weights/<name>/` of the source checkout picogpt runs from (`pip install -e .`), else, for an
 installed wheel, in the user's cache folder (`~/.cache/picogpt/weights`, or under
-$XDG_CACHE_HOME). The embedded teaching pair ships inside the package (`picogpt/io/data/`), so
-any install runs the course offline; a `tiny-draft/` or `tiny-target/` in the weights folder
-takes its place (a retrained pair).
+$XDG_CACHE_HOME). A published GPT-2 that is not there is looked for in the user's Hugging Face
+cache, and used in place once its size and sha256 match the pins (io/hf_cache.py). The embedded
+teaching pair ships inside the package (`picogpt/io/data/`), so any install runs the course
+offline; a `tiny-draft/` or `tiny-target/` in the weights folder takes its place (a retrained pair).
 """
 
 import os
+import sys
 from pathlib import Path
 
-from ..errors import CheckpointError, PicoGPTError
+from ..errors import CheckpointError, PicoGPTError, shown
+from .hf_cache import RECORD, verified_copy
 from .params import PRETRAINED, hf_config  # PRETRAINED: the published GPT-2 shapes
+from .pins import PINNED
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]  # the repository, when run from a checkout
 REPO_WEIGHTS = SOURCE_TREE / "weights"
@@ -61,12 +65,57 @@ def model_names():
     return [*PRETRAINED, *EMBEDDED]
 
 
-def checkpoint_path(name):
-    """The model.safetensors a model name refers to (it may not exist yet)."""
-    if name in EMBEDDED:
-        retrained = weights_dir() / name / "model.safetensors"
-        return retrained if retrained.exists() else EMBEDDED_DIR / name / "model.safetensors"
+def own_checkpoint(name):
+    """Where picogpt keeps the checkpoint `name` in its own weights folder (it may not exist)."""
     return weights_dir() / name / "model.safetensors"
+
+
+def say(text):
+    print(f"picogpt: {text}", file=sys.stderr, flush=True)
+
+
+def hub_copy(name):
+    """(the Hugging Face cache's copy of the published `name` whose size and sha256 are pinned,
+    or None; [the files there that are not]): io/hf_cache.py."""
+    return verified_copy(PINNED[name], weights_dir() / name / RECORD, say)
+
+
+def checkpoint_path(name):
+    """The model.safetensors a model name refers to (it may not exist yet): a published GPT-2
+    in picogpt's weights folder, else its verified copy in the Hugging Face cache."""
+    if name in EMBEDDED:
+        retrained = own_checkpoint(name)
+        return retrained if retrained.exists() else EMBEDDED_DIR / name / "model.safetensors"
+    own = own_checkpoint(name)
+    return own if own.exists() or name not in PINNED else hub_copy(name)[0] or own
+
+
+def in_hub_cache(name, path):
+    """Whether `path`, found for the published name `name`, is its copy in the Hugging Face cache."""
+    return name in PINNED and Path(path).absolute() != own_checkpoint(name).absolute()
+
+
+def pinned_config(name, path):
+    """The pinned hyperparameters (a config.json dict) of `name` where its checkpoint `path` is a
+    copy in the Hugging Face cache, in which only the file is verified, not the config.json
+    beside it; else None: the config.json beside the checkpoint, as for any folder."""
+    return PINNED[name].config() if in_hub_cache(name, path) else None
+
+
+def source_of(name, path):
+    """Where the weights of the model `name` (None: a path) loaded from `path` came from, in words."""
+    path = Path(path).absolute()
+    if path.is_relative_to(EMBEDDED_DIR):
+        return "shipped inside picogpt (the teaching pair)"
+    if in_hub_cache(name, path):
+        spec = PINNED[name]
+        return (f"the Hugging Face cache, read in place (size and sha256 match {spec.repo} "
+                f"at the pinned revision {spec.revision[:7]})")
+    if name in PINNED:
+        return "picogpt's weights folder (python -m picogpt download checked its size and sha256)"
+    if name in EMBEDDED:
+        return "picogpt's weights folder (a retrained teaching pair)"
+    return "the file named (not checked against a pinned file)"
 
 
 def is_available(name):
@@ -82,7 +131,10 @@ def resolve(name_or_path):
             hint = (f"run: python -m picogpt download {text}  (or: make weights)"
                     if text in PRETRAINED else "it ships inside the package: reinstall picogpt-speculative "
                     "(from a checkout: git checkout picogpt/io/data/ && pip install -e .)")
-            raise CheckpointError(f"{path} not found — {hint}")
+            rejected = hub_copy(text)[1] if text in PINNED else []
+            unused = (f"; {shown(rejected[0])} in the Hugging Face cache does not match {text}'s pinned size and "
+                      "sha256, so it was not used" if rejected else "")
+            raise CheckpointError(f"{path} not found — {hint}{unused}")
         return path
     path = Path(text).expanduser()
     if path.is_dir():
