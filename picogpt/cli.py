@@ -174,38 +174,45 @@ def cmd_generate(args):
           f"({result.tokens_per_s:.1f} tokens/s), {seed_text(args)}]")
 
 
-def speculate_report(args, draft, target, result, ars, measurement):
+def speculate_report(args, draft, target, result, ars, measurements):
     """The JSON object of `speculate --json`: the first run's tokens, and with --compare the
     medians of the timed runs and the speedup (the median of the run-by-run ratios, speedup_runs
-    their median and interquartile range)."""
+    their median and interquartile range) of --verify's verifier, and under "verifiers" each
+    verifier measured (token by token always; block verification too with --verify block)."""
     from .io.tokenizer import tokenizer
 
-    report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K,
+    report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K, verify=args.verify,
                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                   seed=None if greedy(args) else args.seed,
                   tokens=result.tokens, text=tokenizer().decode(result.tokens), loops=len(result.loops),
                   accepted=result.accepted, alpha_hat=result.alpha_hat,
                   tokens_per_loop=result.tokens_per_loop, seconds=result.seconds)
-    if measurement is not None:
-        at = measurement.by_K[args.K]
-        report.update(repeats=measurement.repeats, seconds=at.seconds.median,
+    if measurements is not None:
+        m, at = measurements[args.verify], measurements[args.verify].by_K[args.K]
+        report.update(repeats=m.repeats, seconds=at.seconds.median,
                       ars_tokens=ars.tokens, ars_text=tokenizer().decode(ars.tokens),
-                      ars_seconds=measurement.autoregressive_s.median, speedup=at.speedup,
-                      speedup_runs=dataclasses.asdict(at.speedup_runs))
+                      ars_seconds=m.autoregressive_s.median, speedup=at.speedup,
+                      speedup_runs=dataclasses.asdict(at.speedup_runs),
+                      verifiers={verify: dict(tokens_per_loop=v.by_K[args.K].tokens_per_loop,
+                                              seconds=v.by_K[args.K].seconds.median, speedup=v.by_K[args.K].speedup,
+                                              speedup_runs=dataclasses.asdict(v.by_K[args.K].speedup_runs))
+                                 for verify, v in measurements.items()})
     return report
 
 
 def compare(args, draft, target, ids, on_loop):
-    """--compare: measure/speedup.measure_speedup, as the bench and notebook 05 time it (a warm-up of
-    both algorithms, then `--repeats` interleaved timed runs of each, seeds seed .. seed +
-    repeats - 1). Returns (first speculative run, first autoregressive run, SpeedupMeasurement)."""
-    from .measure.speedup import measure_speedup
+    """--compare: measure/speedup.measure_chains, as the bench and notebook 05 time it (a warm-up of
+    every algorithm, then `--repeats` interleaved timed runs of each, seeds seed .. seed + repeats - 1):
+    autoregressive sampling, Algorithm 2 token by token, and the chain of --verify when it is another
+    verifier. Returns (first run of --verify's chain, first autoregressive run, {verify: SpeedupMeasurement})."""
+    from .measure.speedup import measure_chains
+    from .speculative import Chain
 
-    first = {}  # K (None: autoregressive) -> the first timed run, whose text is printed
-    measurement = measure_speedup(draft, target, ids, args.N, [args.K], repeats=args.repeats, seed=args.seed,
-                                  **sampling_controls(args), on_loop=on_loop, progress=not args.json,
-                                  on_run=lambda K, run: first.setdefault(K, run))
-    return first[args.K], first[None], measurement
+    chosen, first = Chain(args.K, args.verify), {}  # chain (None: autoregressive) -> its first timed run, printed
+    measurements = measure_chains(draft, target, ids, args.N, [Chain(args.K), chosen], repeats=args.repeats,
+                                  seed=args.seed, **sampling_controls(args), on_loop=on_loop, progress=not args.json,
+                                  on_run=lambda chain, run: first.setdefault(chain, run))
+    return first[chosen], first[None], measurements
 
 
 def cmd_speculate(args):
@@ -225,21 +232,22 @@ def cmd_speculate(args):
     on_loop = StreamedText(tokenizer(), args.N) if stream else None
     if stream:
         print(args.prompt, end="", flush=True)
+    method = Chain(args.K, args.verify)
     if args.compare:
-        result, ars, measurement = compare(args, draft, target, ids, on_loop)
+        result, ars, measurements = compare(args, draft, target, ids, on_loop)
     else:
-        method = Chain(args.K)
-        warm_up({args.K: (draft, method)}, target, ids, min(args.N, 4), args.seed, sampling_controls(args))
+        warm_up({method: (draft, method)}, target, ids, min(args.N, 4), args.seed, sampling_controls(args))
         result = method.sample(draft, target, ids, args.N, **sampling_options(args), on_loop=on_loop)
-        ars = measurement = None
+        ars = measurements = None
     if args.json:
-        print(json.dumps(speculate_report(args, draft, target, result, ars, measurement)))
+        print(json.dumps(speculate_report(args, draft, target, result, ars, measurements)))
         return
-    print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}, {seed_text(args)}]")
+    verification = "" if args.verify == "token" else f", {args.verify} verification"
+    print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}{verification}, {seed_text(args)}]")
     print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s); "
           f"{loops_line(result)}; observed acceptance alpha_hat = {result.alpha_hat:.2f}")
-    if measurement is not None:
-        print_comparison(args, result, ars, measurement)
+    if measurements is not None:
+        print_comparison(args, result, ars, measurements)
 
 
 def loops_line(result):
@@ -250,12 +258,15 @@ def loops_line(result):
             + (f", the last {extra} past N = {len(result.tokens)} not kept" if extra else ""))
 
 
-def print_comparison(args, result, ars, m):
+def print_comparison(args, result, ars, measurements):
     """--compare's lines: both algorithms' median times, and the speedup as measure/speedup.py
-    reports it everywhere (the median of the run-by-run ratios, with their interquartile range)."""
+    reports it everywhere (the median of the run-by-run ratios, with their interquartile range);
+    with two verifiers, each one's tokens per loop and speedup, and whether the repeats order them."""
+    from .course.blocks import verifier_lines
     from .io.tokenizer import tokenizer
     from .measure.speedup import speedup_text
 
+    m = measurements[args.verify]
     at = m.by_K[args.K]
     print(f"[autoregressive: target {m.target}, " + ("greedy]" if greedy(args) else f"the same {seed_text(args, m.repeats)}]"))
     print(f"  {m.N} tokens in {m.autoregressive_s.median:.2f} s ({m.N / m.autoregressive_s.median:.1f} tokens/s)"
@@ -265,6 +276,9 @@ def print_comparison(args, result, ars, m):
     pairing = "of the same repeat" if greedy(args) else "of the same seed"
     print(f"  speedup {speedup_text(at) if m.repeats > 1 else f'{at.speedup:.2f}x'}: autoregressive seconds / "
           f"speculative seconds {pairing}, {runs}")
+    if len(measurements) > 1:
+        print("[verifiers, in the same interleaved runs]")
+        print("\n".join("  " + line for line in verifier_lines(measurements, args.K)))
     same = ars.tokens == result.tokens
     whose = "outputs" if greedy(args) else f"outputs of seed {args.seed}"
     print(f"  {whose}: " + ("identical (greedy)" if same else "different samples, same distribution"))
@@ -369,6 +383,7 @@ examples:
     "speculate": """\
 examples:
   python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --compare
+  python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --verify block --compare   (both verifiers)
   python -m picogpt speculate --draft gpt2 --target gpt2-xl --temperature 0   (greedy: XL's own greedy text)
   python -m picogpt speculate --prompt "In the beginning" --json""",
     "bench": """\
@@ -445,6 +460,7 @@ def bench_help_cost():
 
 def build_parser():
     from . import __version__
+    from .speculative import VERIFIERS
 
     parser = Parser(prog="python -m picogpt", description=DESCRIPTION, epilog=EXAMPLES[None], formatter_class=formatter)
     parser.add_argument("--version", action="version", version=f"picogpt {__version__}")
@@ -467,6 +483,9 @@ def build_parser():
     speculate.add_argument("--target", default=None, help="target model q (default: the course target)")
     speculate.add_argument("-K", type=int, default=4, help="draft tokens per loop, K (default 4)")
     add_sampling_flags(speculate)
+    speculate.add_argument("--verify", choices=sorted(VERIFIERS), default="token",
+                           help="how the drafts are judged: token (Algorithm 2, token by token; the default) or block "
+                                "(block verification, Sun et al. 2025: the block judged together)")
     speculate.add_argument("--compare", action="store_true",
                            help="also sample the target autoregressively and report the speedup: a warm-up, "
                                 "then --repeats interleaved timed runs of each algorithm")

@@ -129,3 +129,56 @@ def output_distribution_among(candidates, p, q):
         reached *= 1.0 - kept
         q = residual(p_i, q)
     return emitted + reached * q
+
+
+# ---------------------------------------------------------------------------------------------
+# A block of drafts judged together (block verification): the pieces of one position
+# ---------------------------------------------------------------------------------------------
+#
+# Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh 2025, "Block Verification Accelerates
+# Speculative Decoding" (arXiv 2403.10444), their Algorithm 2. Theorem 1's step judges each draft
+# on its own ratio q_t / p_t; block verification carries a running weight along the block,
+#     w_0 = 1,   w_i = min(1, w_{i-1} q_i(x~_i) / p_i(x~_i)),
+# the chance of keeping at least the first i drafts (a draft the target under-rates can be paid
+# for by an earlier one it over-rates; capped at 1, so no credit is banked beyond certainty).
+# The token after i kept drafts comes from the weighted residual (w_i q_{i+1} - p_{i+1})+, and
+# position i is kept, given that no longer prefix was, with probability
+#     h_i = Z_i / (Z_i + 1 - w_i),   Z_i = sum_x max(0, w_i q_{i+1}(x) - p_{i+1}(x)),   h_K = w_K.
+# At w = 1 these are Theorem 1's min(1, q/p) and (q - p)+. The paper writes the running weight
+# p_i; the course keeps p for the draft and calls it w_i. speculative.block_step puts them together.
+
+def running_weight(weight, p, q, x):
+    """w_i = min(1, w_{i-1} q(x) / p(x)): the running weight after the draft x, from the weight
+    before it (w_{i-1}) and the rows p, q [n_vocab] x was judged with. With weight 1 it is
+    accept_probability(p, q, x). (A drafted token has p(x) > 0; p(x) = 0 gives 1 if q(x) > 0.)"""
+    p_x, q_x = float(p[x]), float(q[x])
+    if p_x <= 0:
+        return 1.0 if weight > 0 and q_x > 0 else 0.0
+    return min(1.0, weight * q_x / p_x)
+
+
+def weighted_residual_mass(weight, p, q):
+    """Z = sum max(0, weight q - p): what the target still wants at the next position, given a
+    prefix kept with probability `weight`. [n_vocab], [n_vocab] -> float."""
+    return float(np.maximum(0.0, weight * np.asarray(q, np.float64) - np.asarray(p, np.float64)).sum())
+
+
+def weighted_residual(weight, p, q):
+    """(weight q - p)+ = max(0, weight q - p) / Z: the distribution of the token that follows a
+    kept prefix whose running weight is `weight`. [n_vocab], [n_vocab] -> [n_vocab]. With weight 1
+    it is residual(p, q); with an empty mass (Z <= RESIDUAL_MASS_EPS) it is q, as there."""
+    positive = np.maximum(0.0, weight * np.asarray(q, np.float64) - np.asarray(p, np.float64))
+    mass = positive.sum()
+    if mass <= RESIDUAL_MASS_EPS:
+        return np.asarray(q, np.float64)
+    return positive / mass
+
+
+def block_keep_probability(weight, p_next, q_next):
+    """h_i = Z / (Z + 1 - w_i), Z = weighted_residual_mass(w_i, p_next, q_next), for a position
+    i < K: the chance that the prefix of i drafts is kept, given that no longer one was. p_next,
+    q_next [n_vocab] are the rows of the next position (i + 1). The last position's is w_K itself.
+    Z + 1 - w_i = 0 only where w_i = 1 and Z = 0: there any h keeps the output exact; it is 1."""
+    mass = weighted_residual_mass(weight, p_next, q_next)
+    denominator = mass + (1.0 - weight)  # >= mass, so h <= 1 in floating point too
+    return mass / denominator if denominator > 0 else 1.0

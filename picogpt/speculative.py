@@ -82,6 +82,77 @@ def speculative_step(drafted, p, q, rng, r_drawn=None):
 
 
 # ---------------------------------------------------------------------------------------------
+# Steps 3 and 4 another way: the block judged together
+# ---------------------------------------------------------------------------------------------
+#
+# Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh 2025, arXiv
+# 2403.10444, their Algorithm 2) takes the same drafts and the same K + 1 target rows and emits
+# the same kind of output (a prefix of the drafts, then one token), distributed exactly as q, and
+# in expectation keeps at least as many drafts as speculative_step. The paper calls the target
+# M_b and the draft M_s (our q and p) and the lookahead gamma (our K), and counts from 1: its
+# X_i is drafted[i - 1], M_b(. | c, X^{i-1}) is q[i - 1], M_s(. | c, X^{i-1}) is p[i - 1], and
+# M_b(. | c, X^gamma) is q[K]. Its running weights p_0 .. p_gamma are `weights` (the course's
+# w_0 .. w_K: p is the draft here), its h_1 .. h_gamma are `keep[0] .. keep[K - 1]`, its uniforms
+# eta_i are `eta[i - 1]`, and its tau (the drafts kept; tau is the temperature here) is `n_kept`.
+# Each per-position piece is one function of rejection.py.
+
+def block_keep_probabilities(drafted, p, q):
+    """The running weights w_0 .. w_K [K + 1] (w_0 = 1) and the keep probabilities h_1 .. h_K
+    [K] of these drafts. h_K = w_K is h_i's formula against a draft row of zeros: after the last
+    draft the draft offers nothing (and the weighted residual against it is q[K], the extra token's row)."""
+    K = len(drafted)
+    weights = [1.0]  # w_0 = 1
+    for i in range(1, K + 1):  # the paper's i; row i - 1
+        weights.append(rejection.running_weight(weights[-1], p[i - 1], q[i - 1], drafted[i - 1]))
+    keep = [rejection.block_keep_probability(weights[i], p[i], q[i]) for i in range(1, K)]  # h_1 .. h_{K-1}
+    if K:
+        keep.append(weights[K])  # h_K = w_K
+    return weights, keep
+
+
+def block_step(drafted, p, q, rng, r_drawn=None):
+    """Steps 3 and 4 by block verification: which tokens the loop emits.
+
+    The same arguments and output as speculative_step (drafted: K ids; p [K, n_vocab]; q
+    [K + 1, n_vocab]; a numpy Generator), so it can be passed as speculative_sampling's `step`.
+    One uniform eta_i per position; the drafts kept are x~_1 .. x~_i for the LARGEST i with
+    eta_i < h_i (a failing position does not end the block: a longer prefix can still pass), none
+    if no position passes. Then one token: from q[K] when all K are kept, else from the weighted
+    residual (w_i q_{i+1} - p_{i+1})+. `r_drawn` (a list), if given, receives the K uniforms.
+    """
+    K = len(drafted)
+    eta = rng.random(K)  # eta_1 .. eta_K ~ U[0, 1), all drawn first
+    if r_drawn is not None:
+        r_drawn.extend(float(e) for e in eta)
+    weights, keep = block_keep_probabilities(drafted, p, q)  # w_0 .. w_K and h_1 .. h_K
+    n_kept = max((i for i in range(1, K + 1) if eta[i - 1] < keep[i - 1]), default=0)  # the largest i that passes
+    kept = [int(x) for x in drafted[:n_kept]]  # x~_1 .. x~_{n_kept}
+    if n_kept == K:  # every draft kept: the extra token from q_{K+1} = q[K]
+        return kept + [sample(q[K], rng)]
+    return kept + [sample(rejection.weighted_residual(weights[n_kept], p[n_kept], q[n_kept]), rng)]
+
+
+def block_output_distribution(drafted, p, q):
+    """The exact law of what block_step emits for these drafts: {emitted tuple: probability}.
+    i drafts are kept with probability h_i (1 - h_{i+1}) ... (1 - h_K) (position i passes, no later
+    one does; h_0 = 1), then the token comes from the weighted residual of position i + 1, or from
+    q[K] when i = K."""
+    K = len(drafted)
+    weights, keep = block_keep_probabilities(drafted, p, q)
+    law, none_later = {}, 1.0  # P(no position after n_kept passes)
+    for n_kept in range(K, -1, -1):
+        h = 1.0 if n_kept == 0 else keep[n_kept - 1]
+        chance = h * none_later  # P(exactly n_kept drafts kept)
+        none_later *= 1.0 - h
+        if chance <= 0:
+            continue
+        last = q[K] if n_kept == K else rejection.weighted_residual(weights[n_kept], p[n_kept], q[n_kept])
+        for y in np.flatnonzero(last):
+            law[tuple(int(x) for x in drafted[:n_kept]) + (int(y),)] = chance * float(last[y])
+    return law
+
+
+# ---------------------------------------------------------------------------------------------
 # A step other than the library's, as a loop runs it
 # ---------------------------------------------------------------------------------------------
 
@@ -267,7 +338,7 @@ def checked_proposal(proposal, K, n_vocab, name):
 # Algorithm 2
 # ---------------------------------------------------------------------------------------------
 
-VERIFIERS = {"token": speculative_step}  # verify=...: Steps 3-4, each with speculative_step's contract
+VERIFIERS = {"token": speculative_step, "block": block_step}  # verify=...: Steps 3-4, each with speculative_step's contract
 
 
 def verifier(verify, step, n_vocab, r_drawn):
@@ -289,7 +360,8 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
     `draft` is a model, or a ChainDraft (picogpt/drafts.py). Sampling controls are applied to both
     p and q before Steps 3-4. One numpy Generator, made from `seed` (an int, None, or a Generator
     used as is), drives every random draw: same seed, same output. `verify` names the library's
-    Steps 3-4 (VERIFIERS: "token" is the paper's, token by token). `step` replaces them with your
+    Steps 3-4 (VERIFIERS: "token" is the paper's, token by token; "block" judges the K drafts
+    together, block_step, and keeps at least as many on average). `step` replaces them with your
     own `step(drafted, p, q, rng) -> list[int]` (speculative_step's contract; notebook 03's
     exercise plugs the learner's function in here): it gets copies of its inputs, and what it
     returns is checked every loop (checked_step). `keep_distributions=True` keeps p and q of every
@@ -327,7 +399,7 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
         q_rows = score(target, target_cache, sequence[len(target_cache):], drafted, controls)
         record.lap("score")
 
-        # Steps 3 and 4 (accept/reject each draft in turn; resample or add the extra token).
+        # Steps 3 and 4 (the verifier: keep a prefix of the drafts, then resample or add the extra token).
         emitted = step(drafted, p_rows, q_rows, rng)
         n_accepted = len(emitted) - 1
         sequence += emitted
@@ -375,8 +447,8 @@ class LoopTrace:
     q_drafted: tuple  # q_t(x~_t): the target's probability of each drafted token
     r: tuple  # the uniform draws of the library's verifier (empty when a custom `step` ran)
     n_accepted: int  # drafted tokens kept (the first n_accepted)
-    new_token: int  # resampled from (q - p)+ after a rejection, or the extra token from q_{K+1}
-    resampled: bool  # True: new_token came from (q - p)+; False: all K accepted, it is the extra
+    new_token: int  # resampled from (q - p)+ after a rejection (block: (w q - p)+), or the extra token from q_{K+1}
+    resampled: bool  # True: new_token came from a residual; False: all K accepted, it is the extra
     t_draft_s: float  # K draft calls + sampling
     t_score_s: float  # the one target call + turning its logits into q
     t_decide_s: float  # the accept/reject steps and the cache roll-back
@@ -430,7 +502,8 @@ class SpeculativeResult:
     def alpha_hat(self):
         """Observed acceptance rate: accepted / accept-reject decisions made (a decision ends a
         loop at the first rejection, so later drafts are never judged). This is the estimate
-        of alpha that goes into theory.expected_tokens_per_loop(alpha, K)."""
+        of alpha that goes into theory.expected_tokens_per_loop(alpha, K), under verify="token"
+        (block verification keeps drafts that token-by-token verification would have rejected)."""
         decisions = sum(loop.decisions for loop in self.loops)
         return sum(self.accepted) / decisions if decisions else float("nan")
 

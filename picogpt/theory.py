@@ -113,3 +113,68 @@ def expected_tokens_per_tree_loop(alphas):
     a_d = alpha at every level it is Leviathan et al.'s Eq. 1 for a chain of D drafts,
     (1 - alpha^(D+1)) / (1 - alpha), under the same assumption: the acceptances do not depend on the text."""
     return as_result(1 + np.sum(np.cumprod(np.asarray(alphas, np.float64), axis=-1), axis=-1))
+
+
+# ---------------------------------------------------------------------------------------------
+# A block judged together (speculative.block_step, notebook 08)
+# ---------------------------------------------------------------------------------------------
+#
+# The drafts kept per loop, for a draft p and a target q that do not depend on the text (the
+# setting of Leviathan et al.'s Eq. 1 and of Sun et al.'s two-token example, arXiv 2403.10444).
+# Token by token, the first i drafts are all kept with probability alpha^i. Block verification
+# keeps them with probability E[w_i], the mean running weight over drafts x~_1 .. x~_i ~ p
+# (rejection.running_weight; averaged over the later drafts, P(at least i kept | x~_1 .. x~_i) = w_i,
+# the identity its proof of exactness rests on). No verifier that emits q can keep the first i
+# drafts with probability more than sum over x_1 .. x_i of min(p(x_1) .. p(x_i), q(x_1) .. q(x_i)):
+# the kept prefix must have been drafted (at most p's mass) and emitted (at most q's).
+# The sum over i = 1 .. K of each is the expected drafts kept per loop; tokens per loop are 1 more.
+# These enumerate n_vocab^K sequences: for small vocabularies.
+
+def kept_probabilities_token_wise(p, q, K):
+    """P(the first i drafts are all kept) by Theorem 1's step, i = 1 .. K: alpha^i.
+    p, q [..., n_vocab] -> [..., K]."""
+    alpha = np.asarray(acceptance_rate(p, q), np.float64)[..., None]
+    return alpha ** np.arange(1, K + 1)
+
+
+def kept_probabilities_block(p, q, K):
+    """P(block verification keeps at least i drafts) = E[w_i], i = 1 .. K, the running weight
+    w_i = min(1, w_{i-1} q(x~_i) / p(x~_i)) averaged over x~_1 .. x~_i ~ p by enumeration.
+    p, q [..., n_vocab] -> [..., K]."""
+    p, q = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(q, np.float64))
+    ratio = np.divide(q, p, out=np.zeros_like(q), where=p > 0)  # q(x) / p(x); 0 where p never drafts x
+    weight, mass = np.ones(p.shape[:-1] + (1,)), np.ones(p.shape[:-1] + (1,))  # w_0 = 1 on the empty prefix
+    kept = []
+    for _ in range(K):
+        weight = np.minimum(1.0, weight[..., :, None] * ratio[..., None, :]).reshape(p.shape[:-1] + (-1,))
+        mass = (mass[..., :, None] * p[..., None, :]).reshape(p.shape[:-1] + (-1,))  # p(x~_1 .. x~_i)
+        kept.append(np.sum(mass * weight, axis=-1))
+    return np.stack(kept, axis=-1) if kept else np.zeros(p.shape[:-1] + (0,))
+
+
+def kept_probabilities_bound(p, q, K):
+    """No exact verifier keeps the first i drafts more often than sum over x_1 .. x_i of
+    min(p(x_1)..p(x_i), q(x_1)..q(x_i)), the overlap of the i-fold products, i = 1 .. K.
+    p, q [..., n_vocab] -> [..., K]."""
+    p, q = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(q, np.float64))
+    p_joint, q_joint = np.ones(p.shape[:-1] + (1,)), np.ones(p.shape[:-1] + (1,))  # of the empty prefix
+    kept = []
+    for _ in range(K):  # the i-fold products, [..., n_vocab^i]
+        p_joint = (p_joint[..., :, None] * p[..., None, :]).reshape(p.shape[:-1] + (-1,))
+        q_joint = (q_joint[..., :, None] * q[..., None, :]).reshape(p.shape[:-1] + (-1,))
+        kept.append(np.sum(np.minimum(p_joint, q_joint), axis=-1))
+    return np.stack(kept, axis=-1) if kept else np.zeros(p.shape[:-1] + (0,))
+
+
+KEPT_PROBABILITIES = {"token": kept_probabilities_token_wise, "block": kept_probabilities_block,
+                      "bound": kept_probabilities_bound}
+
+
+def expected_accepted_drafts(p, q, K, verify="token"):
+    """Mean drafts kept per loop, the sum over i of P(the first i are kept): verify="token" (Theorem
+    1's step: (1 - alpha^(K+1)) / (1 - alpha) - 1), "block" (block verification) or "bound" (no exact
+    verifier keeps more). Sun et al.'s example, p = (2/3, 1/3), q = (1/3, 2/3), K = 2:
+    10/9, 11/9, 12/9. p, q [..., n_vocab] -> [...]."""
+    if verify not in KEPT_PROBABILITIES:
+        raise PicoGPTError(f"verify={verify!r}: expected one of {', '.join(map(repr, KEPT_PROBABILITIES))}")
+    return as_result(np.sum(KEPT_PROBABILITIES[verify](p, q, K), axis=-1))

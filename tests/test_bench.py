@@ -273,6 +273,25 @@ def test_a_document_is_rendered_from_the_results_json(saved, tmp_path):
     assert docs.render_text(rendered, blocks, tmp_path) == rendered  # rendering again changes nothing
 
 
+def test_block_verification_is_raced_beside_token_wise_and_rendered(saved, tmp_path):
+    json_path, _, data = saved
+    for entry in data["speculative"]:
+        token, by_block = speedup.from_dict(entry["measurement"]), speedup.from_dict(entry["block"])
+        assert by_block.Ks == [4] and 4 in token.Ks and by_block.repeats == token.repeats
+        assert by_block.autoregressive_s == token.autoregressive_s  # the same autoregressive runs: paired
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(json_path, tmp_path / "benchmarks" / "bench.json")
+    rendered = docs.render_text(block("speed-verifiers"), {"speed-verifiers": docs.BLOCKS["docs/speed.md"]["speed-verifiers"]},
+                                tmp_path)
+    rows = [row for row in rendered.splitlines() if row.startswith("| draft -> target | ")][1:]  # the header first
+    assert [row.split(" | ")[1] for row in rows] == ["1", "3"]  # one row per temperature
+    assert all(re.search(r"\| [0-9.]+ / [0-9.]+ \|", row) for row in rows)  # tokens per call, token / block
+    from picogpt.course import blocks
+    lines = blocks.bench_verifier_lines(json_path)  # what notebook 08 prints
+    assert sum("block verification emitted" in line for line in lines) == 2
+    assert sum("resolved" in line for line in lines) == 2 and "not measured" not in "".join(lines)
+
+
 def test_a_block_the_renderer_does_not_know_or_a_missing_block_is_an_error(saved, tmp_path):
     (tmp_path / "benchmarks").mkdir()
     shutil.copy(saved[0], tmp_path / "benchmarks" / "bench.json")

@@ -82,6 +82,38 @@ def test_speculate_streams_text_and_compares(capsys, checkpoints):
     assert "tokens per loop" in out and "speedup" in out and "identical (greedy)" in out
 
 
+def test_speculate_verify_block_compares_both_verifiers_on_the_same_seeds(capsys, checkpoints):
+    models = ("--draft", checkpoints["draft"], "--target", checkpoints["target"])
+    code, out, err = run_main(capsys, "speculate", *models, "--prompt", "Hello world", "-n", "10", "-K", "3",
+                              "--seed", "7", "--verify", "block", "--compare", "--json", "--repeats", "2")
+    assert code == 0 and err == ""
+    report = json.loads(out)
+    ids = encode_prompt("Hello world")
+    expected = speculative_sampling(load(checkpoints["draft"]), load(checkpoints["target"]), ids, 10, K=3, seed=7,
+                                    verify="block")
+    assert report["tokens"] == expected.tokens and report["verify"] == "block"
+    assert set(report["verifiers"]) == {"token", "block"}
+    for verifier in report["verifiers"].values():
+        runs = verifier["speedup_runs"]
+        assert runs["q1"] <= verifier["speedup"] == runs["median"] <= runs["q3"] and verifier["tokens_per_loop"] >= 1
+    assert report["speedup"] == report["verifiers"]["block"]["speedup"]
+    code, out, err = run_main(capsys, "speculate", *models, "--prompt", "Hi", "-n", "6", "--seed", "4",
+                              "--verify", "block", "--compare", "--repeats", "2")
+    assert code == 0 and "K=4, block verification" in out
+    lines = {verify: re.search(rf"{verify} +([0-9.]+) tokens per loop, speedup ([0-9.]+)x \(IQR", out)
+             for verify in ("token by token", "block verification")}
+    assert all(lines.values()), out
+    assert "resolved" in out  # whether these repeats order the two verifiers
+
+
+def test_speculate_refuses_an_unknown_verifier_in_one_line(capsys, checkpoints):
+    with pytest.raises(SystemExit) as exit_:
+        main(["speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"], "--verify", "tree"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--verify" in err and "block" in err and "Traceback" not in err
+
+
 def test_speculate_uses_the_course_pair_by_default(capsys, checkpoints, monkeypatch):
     import picogpt.course
     monkeypatch.setattr(picogpt.course, "course_pair_names", lambda: (checkpoints["draft"], checkpoints["target"]))

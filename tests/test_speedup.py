@@ -210,3 +210,19 @@ def test_bench_measurements_say_when_there_are_none(tmp_path):
     (tmp_path / "bench.json").write_text(json.dumps({"speculative": [{"measurement": {}}]}))
     found, note = results.bench_measurements(tmp_path / "bench.json")
     assert found == [] and "cannot be read" in note and str(tmp_path) not in note
+
+
+def test_measure_chains_races_verifiers_in_the_same_repeats_against_the_same_autoregressive_runs(clocked_pair):
+    chains = [speculative.Chain(2), speculative.Chain(2, "block"), speculative.Chain(3)]
+    seen = []
+    measured = speedup.measure_chains(*clocked_pair, PROMPT, 20, chains, repeats=2, warmup_tokens=0,
+                                      on_run=lambda chain, run: seen.append(chain))
+    assert seen == [*chains, None] * 2  # per repeat: each chain, then autoregressive, the same seed
+    assert set(measured) == {"token", "block"}
+    assert measured["token"].Ks == [2, 3] and measured["block"].Ks == [2]
+    assert measured["token"].autoregressive_s == measured["block"].autoregressive_s
+    for m in measured.values():
+        for at in m.by_K.values():
+            assert at.speedup_runs.q1 <= at.speedup <= at.speedup_runs.q3
+    alone = speedup.measure_speedup(*clocked_pair, PROMPT, 20, [2, 3], repeats=2, warmup_tokens=0)
+    assert alone.by_K[2].seconds == measured["token"].by_K[2].seconds  # the fake clock: the same runs

@@ -13,8 +13,10 @@ checks, with the ipywidgets 8 DOM classes named in the widget contract:
    redraws the figure and changes the readout, pressing `Run Monte-Carlo` draws a
    histogram into a second Output, and switching the residual to a wrong one ("resample from q")
    says so in the readout and redraws the histogram with the output's distance from q;
-3. every other notebook: runs to the end, every widget is drawn, none failed;
-4. in every notebook, every figure the kernel sent (an image/png output) is drawn: an <img> in its
+3. 08-verify-the-block.ipynb: runs to the end, and moving a slider of its drafts-kept explorer
+   redraws the figure and changes the readout;
+4. every other notebook: runs to the end, every widget is drawn, none failed;
+5. in every notebook, every figure the kernel sent (an image/png output) is drawn: an <img> in its
    cell's output with a non-zero natural size, decoded by the browser; and for each cell with a
    figure, a screenshot with that figure scrolled into the middle of the window.
 
@@ -58,6 +60,9 @@ CHROMIUM_ARGS = [
 ]
 LOCAL_URLS = ("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "about:")
 EXPLORER = "04-theorem-1.ipynb"
+THEOREM1_READOUT = "P(accept)"  # what the Theorem 1 explorer's readout says
+KEPT_EXPLORER = "08-verify-the-block.ipynb"  # the drafts-kept explorer: its sliders are moved too
+KEPT_READOUT = "drafts kept per loop"
 MC_BUTTON = "Run Monte-Carlo"
 WRONG_RESIDUAL = "wrong: resample from q"  # a button of the explorer's residual switch
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -487,10 +492,10 @@ def changed_outputs(before, after):
     return [i for i, (b, a) in enumerate(zip(before, after)) if a and a != b]
 
 
-def readout_text(scope):
-    """The text of the ipywidgets HTML in scope that contains `P(accept)`."""
+def readout_text(scope, marker=THEOREM1_READOUT):
+    """The text of the ipywidgets HTML in scope that contains `marker` (the explorer's readout)."""
     texts = scope.locator(".widget-html .widget-html-content").all_text_contents()
-    return next((" ".join(t.split()) for t in texts if "P(accept)" in t), None)
+    return next((" ".join(t.split()) for t in texts if marker in t), None)
 
 
 def slider_value(slider):
@@ -521,28 +526,29 @@ def move_slider(page, slider):
     return "drag", value_before, slider_value(slider)
 
 
-def settle(scope, calm_polls=3, timeout_s=INTERACTION_S):
+def settle(scope, calm_polls=3, timeout_s=INTERACTION_S, marker=THEOREM1_READOUT):
     """Wait until the readout and the images stop changing (calm_polls polls in a row)."""
     last, calm, deadline = None, 0, time.monotonic() + timeout_s
     while calm < calm_polls and time.monotonic() < deadline:
-        now = (readout_text(scope), output_images(scope))
+        now = (readout_text(scope, marker), output_images(scope))
         calm = calm + 1 if now == last else 0
         last = now
         time.sleep(0.5)
 
 
-def check_slider_updates(page, name, scope, tag, shots):
-    """Moving a slider changes the P(accept) readout and redraws the figure.
+def check_slider_updates(page, name, scope, tag, shots, marker=THEOREM1_READOUT):
+    """Moving a slider changes the explorer's readout (the HTML containing `marker`) and redraws
+    the figure.
 
     Sliders are tried in page order (some, like the number of trials, move neither); returns
     the indices of the Outputs the figure was redrawn in."""
     sliders = scope.locator(".widget-slider")
     if sliders.count() == 0:
-        raise CheckFailed(f"{name}: {tag} has no .widget-slider next to its P(accept) readout")
+        raise CheckFailed(f"{name}: {tag} has no .widget-slider next to its {marker} readout")
     images_before = output_images(scope)
     if not any(images_before):
         raise CheckFailed(f"{name}: {tag} shows no figure (img inside an ipywidgets Output)")
-    readout_before = readout_text(scope)
+    readout_before = readout_text(scope, marker)
     shots.take(scope, f"{tag}-before-slider")
     tried = []
     for i in range(sliders.count()):
@@ -553,21 +559,21 @@ def check_slider_updates(page, name, scope, tag, shots):
             tried.append(f"{label!r}: did not move by keyboard or drag")
             continue
         try:
-            wait_for(lambda: readout_text(scope) != readout_before
+            wait_for(lambda: readout_text(scope, marker) != readout_before
                      and changed_outputs(images_before, output_images(scope)),
                      INTERACTION_S if i == 0 else SECOND_SLIDER_S, "")
         except CheckFailed:
-            tried.append(f"{label!r} {v0} -> {v1} ({how}): readout {readout_text(scope)!r}, "
+            tried.append(f"{label!r} {v0} -> {v1} ({how}): readout {readout_text(scope, marker)!r}, "
                          f"changed outputs {changed_outputs(images_before, output_images(scope))}")
             continue
         figure_outputs = changed_outputs(images_before, output_images(scope))
-        settle(scope)  # each key press is a change: let the last one's redraw land
+        settle(scope, marker=marker)  # each key press is a change: let the last one's redraw land
         shots.take(scope, f"{tag}-after-slider")
         print(f"  {tag}: slider {label!r} {v0} -> {v1} ({how}): {readout_before!r} -> "
-              f"{readout_text(scope)!r}; figure redrawn in Output #{figure_outputs[0] + 1}")
+              f"{readout_text(scope, marker)!r}; figure redrawn in Output #{figure_outputs[0] + 1}")
         return figure_outputs
     shots.take(scope, f"{tag}-slider-FAILED")
-    raise CheckFailed(f"{name}: {tag}: no slider changed both the P(accept) readout and the "
+    raise CheckFailed(f"{name}: {tag}: no slider changed both the {marker} readout and the "
                       f"figure: {'; '.join(tried)}")
 
 
@@ -690,6 +696,20 @@ def check_explorer(page, server, shots):
             f"P(accept), {MC_BUTTON} draws a histogram, and the residual switch shows the output drift from q")
 
 
+def check_kept_explorer(page, server, shots):
+    """Notebook 08 runs like the others, and moving a slider of its drafts-kept explorer redraws
+    the figure and changes the readout."""
+    summary = check_notebook(page, server, KEPT_EXPLORER, shots, "kept-explorer")
+    readout = page.locator(".widget-html", has_text=KEPT_READOUT)
+    explorers = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS}").filter(has=readout)
+    if explorers.count() != 1:
+        raise CheckFailed(f"{KEPT_EXPLORER}: expected one explorer with a {KEPT_READOUT!r} readout, found "
+                          f"{explorers.count()}")
+    check_slider_updates(page, KEPT_EXPLORER, explorers.first, f"{Path(KEPT_EXPLORER).stem}-explorer", shots,
+                         KEPT_READOUT)
+    return summary + "; a slider of its drafts-kept explorer redraws the figure and the readout"
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -716,10 +736,12 @@ def run_checks(root_dir, notebooks, server, shots, results):
     they run)."""
     from playwright.sync_api import sync_playwright
 
-    other_notebooks = [n for n in notebooks if n != EXPLORER]
+    other_notebooks = [n for n in notebooks if n not in (EXPLORER, KEPT_EXPLORER)]
     checks = [("landing", lambda page: check_landing(page, server, notebooks, shots))]
     if EXPLORER in notebooks:
         checks.append((EXPLORER, lambda page: check_explorer(page, server, shots)))
+    if KEPT_EXPLORER in notebooks:
+        checks.append((KEPT_EXPLORER, lambda page: check_kept_explorer(page, server, shots)))
     else:
         results.append((EXPLORER, False, "missing: the course's Theorem 1 explorer notebook"))
         print(f"FAIL  {EXPLORER}: missing from the served notebooks (the widget contract's explorer)")

@@ -579,13 +579,42 @@ def speed_trees(results, source):
     return lines[:-1]
 
 
+def speed_verifiers(results, source):
+    """Block verification beside token-wise verification at one K, per pair and temperature (the
+    bench's "speculative" entries with "block": the same interleaved repeats, the same seeds):
+    tokens per target call and the speedup with its spread, and whether the repeats order them."""
+    from picogpt.course.results import indistinguishable_from_best
+
+    entries = [entry for entry in results.get("speculative", []) if "block" in entry]
+    if not entries:
+        return ["The committed results hold no measurement of block verification (`python -m picogpt bench --save` "
+                "adds it)."]
+    rows = []
+    for entry in entries:
+        token, block = speedup.from_dict(entry["measurement"]), speedup.from_dict(entry["block"])
+        K = block.Ks[0]
+        runs = {"token by token": token.by_K[K].speedup_runs, "block": block.by_K[K].speedup_runs}
+        best, tied = indistinguishable_from_best(runs)
+        rows.append([pair_label(block), f"{block.controls['temperature']:g}", f"{K}",
+                     f"{token.by_K[K].tokens_per_loop:.2f} / {block.by_K[K].tokens_per_loop:.2f}",
+                     speedup.speedup_text(token.by_K[K]), speedup.speedup_text(block.by_K[K]),
+                     f"{best} faster" if tied == [best] else "not resolved"])
+    first = speedup.from_dict(entries[0]["block"])
+    return [f"Block verification ([notebook 08](../notebooks/08-verify-the-block.ipynb)) beside token-by-token "
+            f"verification, N = {first.N} tokens, {first.repeats} repeats interleaved with the runs above (the same "
+            "seeds); speedup = the median of the repeat-by-repeat ratios over autoregressive sampling, their "
+            "interquartile range in brackets; \"resolved\" when the two ranges do not overlap:", "",
+            *table_lines(["draft -> target", "temperature", "K", "tokens per target call, token / block",
+                          "speedup, token by token", "speedup, block", "resolved"], rows)]
+
+
 BENCH = "benchmarks/bench.json"
 BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
     "notebooks/TEACHING.md": {"payoff": ("benchmarks/first-hour.json", teaching_payoff)},
     "README.md": {"quick-start": ("benchmarks/first-hour.json", quick_start),
                   "busy-machine": ("benchmarks/busy.json", busy_machine)},
     "docs/speed.md": {"speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end),
-                      "speed-trees": (BENCH, speed_trees),
+                      "speed-trees": (BENCH, speed_trees), "speed-verifiers": (BENCH, speed_verifiers),
                       "loop-costs": ("benchmarks/loop-costs.json", loop_costs_table)},
     "benchmarks/README.md": {"run": (BENCH, run_summary), "decode": (BENCH, decode_table),
                              "ready": (BENCH, ready_table), "end-to-end": (BENCH, end_to_end_table),

@@ -206,6 +206,12 @@ JUDGED_ON = ("for drafts {drafts} it returned {output}: after the first rejectio
              "drafts. The loop stops at the first rejection, since the later drafts were conditioned on a token "
              "that is now gone")
 
+NAN_AFTER_NO_REJECTION = (
+    "A NaN comes from normalising max(0, q − p) when its sum is 0, on a row where p = q: Algorithm 2 never rejects "
+    "there (min(1, q/p) = 1 for every token, and r < 1), so your step rejected a draft it must keep. Check the "
+    "comparison: keep x̃_t when r < min(1, q/p); a classic mistake, the comparison inverted, r > min(1, q/p), "
+    "rejects the drafts the target likes.")
+
 # ---------------------------------------------------------------------------------------------
 # The grader
 # ---------------------------------------------------------------------------------------------
@@ -245,6 +251,21 @@ def grading_cases():
     )
 
 
+@dataclass(frozen=True)
+class StepExercise:
+    """What check_speculative_step grades a step(drafted, p, q, rng) against: the right rule and the
+    named mistakes (each with output_distribution(drafted, p, q) -> {output: probability} and a hint),
+    the cases, and what the grader says where the rule matters."""
+    name: str  # the rule, as the learner knows it
+    rule: object
+    mistakes: dict  # name -> rule
+    cases: tuple  # StepCase
+    walk_through: str  # said when the outputs fit neither the rule nor a mistake
+    nan_hint: str  # what a NaN from normalising an empty residual means here
+    after_a_non_draft: dict  # "extra" / "judged on" -> a message template ({drafts}, {output})
+    call: str = "check_speculative_step(my_speculative_step)"  # how the learner calls the grader
+
+
 def all_drafts(case):
     """Every possible draft sequence and its probability under p: [(drafted tuple, probability)]."""
     V = case.n_vocab
@@ -259,6 +280,13 @@ def exact_joint(variant, case):
             for output, q_out in variant.output_distribution(list(drafted), case.p, case.q).items():
                 joint[(drafted, output)] = prob * q_out
     return joint
+
+
+ALGORITHM_2_EXERCISE = StepExercise(
+    "Algorithm 2", ALGORITHM_2, MISTAKES, grading_cases(),
+    walk_through="Walk through Steps 3-4: r ~ U[0, 1) per draft, accept if r < min(1, q/p), else one token from "
+                 "(q − p)+ and stop; all accepted: one more from q[K].",
+    nan_hint=NAN_AFTER_NO_REJECTION, after_a_non_draft={"extra": EXTRA_AFTER_REJECTION, "judged on": JUDGED_ON})
 
 
 def fit(counts, variant, cases):
@@ -280,7 +308,7 @@ def fit(counts, variant, cases):
     return statistic, dof, chi_square_sf(statistic, dof), None
 
 
-def shape_problem(output, drafted, n_vocab):
+def shape_problem(output, drafted, n_vocab, exercise=None):
     """Why `output` cannot be what a loop emits for these drafts: (kind, message), or None.
     kind is "fatal", or "extra" / "judged on" for a prefix that goes wrong after a rejection:
     one output of K = 1 cannot tell those two apart, so the grader decides after every trial."""
@@ -301,14 +329,15 @@ def shape_problem(output, drafted, n_vocab):
                          "(the accepted drafts, then one more).")
     if list(tokens[:-1]) != list(drafted[: len(tokens) - 1]):
         j = next(i for i, (a, b) in enumerate(zip(tokens, drafted)) if a != b)  # the first token that is not a draft
-        kind, template = ("extra", EXTRA_AFTER_REJECTION) if len(tokens) == j + 2 else ("judged on", JUDGED_ON)
-        return kind, template.format(drafts=list(drafted), output=list(tokens))
+        kind = "extra" if len(tokens) == j + 2 else "judged on"
+        return kind, (exercise or ALGORITHM_2_EXERCISE).after_a_non_draft[kind].format(drafts=list(drafted), output=list(tokens))
     return None
 
 
-def error_message(error, drafted, case):
+def error_message(error, drafted, case, exercise=None):
     """What to say about an exception the learner's step raised: the classic mistakes that end
     in one (rng.choice refusing a residual that is not a distribution) by name."""
+    exercise = exercise or ALGORITHM_2_EXERCISE
     text = str(error)
     if isinstance(error, ValueError) and "do not sum to 1" in text:
         return (f"your step raised ValueError: {text}. That is a classic mistake, the residual not normalised: "
@@ -317,10 +346,7 @@ def error_message(error, drafted, case):
         return (f"your step raised ValueError: {text}. q − p is negative where the draft over-rates a token: "
                 "the residual is max(0, q − p), then divided by its sum.")
     if isinstance(error, ValueError) and "NaN" in text:
-        return (f"your step raised ValueError: {text}. A NaN comes from normalising max(0, q − p) when its sum is 0, "
-                "on a row where p = q: Algorithm 2 never rejects there (min(1, q/p) = 1 for every token, and r < 1), "
-                "so your step rejected a draft it must keep. Check the comparison: keep x̃_t when r < min(1, q/p); "
-                "a classic mistake, the comparison inverted, r > min(1, q/p), rejects the drafts the target likes.")
+        return f"your step raised ValueError: {text}. {exercise.nan_hint}"
     if isinstance(error, IndexError):
         return (f"your step raised IndexError: {text}. drafted and p have K rows (0 .. K − 1), q has K + 1 (0 .. K). "
                 "The paper counts from 1: its x̃_t, p_t and q_t are drafted[t − 1], p[t − 1] and q[t − 1] here, and its "
@@ -329,7 +355,7 @@ def error_message(error, drafted, case):
             f"{type(error).__name__}: {error}")
 
 
-def attempt(fn, drafted, case, rng):
+def attempt(fn, drafted, case, rng, exercise=None):
     """Call the learner's step on copies of drafted, p and q: (output, None), or (None, what to say)
     if it raised or changed one of them in place (the loop keeps using them after the step returns:
     the caches' roll-back reads drafted, the trace and the plots keep p and q)."""
@@ -337,7 +363,7 @@ def attempt(fn, drafted, case, rng):
     try:
         output = fn(given["drafted"], given["p"], given["q"], rng)
     except Exception as e:  # the learner's code: report it, don't crash the notebook
-        return None, error_message(e, drafted, case)
+        return None, error_message(e, drafted, case, exercise)
     original = {"drafted": list(drafted), "p": case.p, "q": case.q}
     changed = [name for name in given if not np.array_equal(np.asarray(given[name]), np.asarray(original[name]))]
     if changed:
@@ -357,7 +383,7 @@ def step_name(fn):
     return name if name.isidentifier() else "your_step"
 
 
-def check_speculative_step(fn, trials=TRIALS, seed=0):
+def check_speculative_step(fn, trials=TRIALS, seed=0, exercise=None):
     """Grade a learner's speculative_step(drafted, p, q, rng) -> list[int]. Prints why; returns a bool.
 
     First the shape of each output (a prefix of the drafts, then one token), and that the same
@@ -367,15 +393,17 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
     from independent streams (one SeedSequence, spawned). A correct step is refused with probability
     at most SIGNIFICANCE = 1e-4; each classic mistake moves the distribution of some case by a
     total-variation distance of 0.08 or more (tests/test_step_exercise.py checks it), far beyond the
-    noise of 4,000 trials."""
+    noise of 4,000 trials. `exercise` (a StepExercise) grades another rule with the same machinery
+    (notebook 08's block verification)."""
+    exercise = exercise or ALGORITHM_2_EXERCISE
+
     def verdict(ok, message):
         print(("✔ right: " if ok else "✘ not yet: ") + message)
         return ok
 
     if fn is None or fn is Ellipsis or not callable(fn):
-        return verdict(False, "write your step function, then pass the function itself: "
-                              "check_speculative_step(my_speculative_step).")
-    cases = grading_cases()
+        return verdict(False, f"write your step function, then pass the function itself: {exercise.call}.")
+    cases = exercise.cases
     draft_stream, seed_checks, *step_streams = np.random.SeedSequence(seed).spawn(2 + len(cases))
     draft_rng = np.random.default_rng(draft_stream)
     counts, after_rejection = [], {}  # kind -> the first message of that kind
@@ -383,10 +411,10 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
         step_rng, case_counts = np.random.default_rng(step_stream), {}
         for trial in range(trials):
             drafted = tuple(int(sample(row, draft_rng)) for row in case.p)
-            output, error = attempt(fn, drafted, case, step_rng)
+            output, error = attempt(fn, drafted, case, step_rng, exercise)
             if error:
                 return verdict(False, error)
-            problem = shape_problem(output, drafted, case.n_vocab)
+            problem = shape_problem(output, drafted, case.n_vocab, exercise)
             if problem and problem[0] == "fatal":
                 return verdict(False, problem[1])
             if problem:
@@ -394,7 +422,7 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
                 continue
             if trial < SEED_CHECKS:  # several: a step with its own unseeded rng may agree once by chance
                 same_seed = seed_checks.spawn(1)[0]
-                (first, error), (again, error_again) = (attempt(fn, drafted, case, np.random.default_rng(same_seed))
+                (first, error), (again, error_again) = (attempt(fn, drafted, case, np.random.default_rng(same_seed), exercise)
                                                         for _ in range(2))
                 if error or error_again:
                     return verdict(False, error or error_again)
@@ -406,21 +434,21 @@ def check_speculative_step(fn, trials=TRIALS, seed=0):
         counts.append(case_counts)
     if after_rejection:  # judging on shows, with K >= 2, a second token after the first non-draft
         return verdict(False, after_rejection.get("judged on") or after_rejection["extra"])
-    statistic, dof, p_value, impossible = fit(counts, ALGORITHM_2, cases)
+    statistic, dof, p_value, impossible = fit(counts, exercise.rule, cases)
+    Ks = ", ".join(str(K) for K in sorted({case.K for case in cases}))
     if p_value > SIGNIFICANCE:
-        return verdict(True, f"over {len(cases)} cases (K = 1, 2, 3), {len(cases) * trials:,} calls, your step's outputs "
-                             f"fit Algorithm 2's exact distribution (chi² = {statistic:.0f} on {dof} dof, p = {p_value:.2g}). "
-                             f"Run it inside the real loop: speculative_sampling(..., step={step_name(fn)}).")
-    against = (f"for drafts {list(impossible[0])} it returned {list(impossible[1])}, which Algorithm 2 never does"
-               if impossible else f"chi² = {statistic:.0f} on {dof} dof against Algorithm 2, p = {p_text(p_value)}")
-    fits = sorted(((fit(counts, v, cases)[2], v) for v in MISTAKES.values()), key=lambda pv: -pv[0])
+        return verdict(True, f"over {len(cases)} cases (K = {Ks}), {len(cases) * trials:,} calls, your step's outputs "
+                             f"fit {exercise.name}'s exact distribution (chi² = {statistic:.0f} on {dof} dof, "
+                             f"p = {p_value:.2g}). Run it inside the real loop: speculative_sampling(..., step={step_name(fn)}).")
+    against = (f"for drafts {list(impossible[0])} it returned {list(impossible[1])}, which {exercise.name} never does"
+               if impossible else f"chi² = {statistic:.0f} on {dof} dof against {exercise.name}, p = {p_text(p_value)}")
+    fits = sorted(((fit(counts, v, cases)[2], v) for v in exercise.mistakes.values()), key=lambda pv: -pv[0])
     best_p, best = fits[0]
     if best_p > SIGNIFICANCE:
         return verdict(False, f"your outputs match a classic mistake, {best.name} (chi² test p = {best_p:.2g}; "
                               f"{against}): {best.hint}.")
-    return verdict(False, f"your outputs are not distributed as Algorithm 2's ({against}), nor like any classic "
-                          "mistake I know. Walk through Steps 3-4: r ~ U[0, 1) per draft, accept if r < min(1, q/p), "
-                          "else one token from (q − p)+ and stop; all accepted: one more from q[K].")
+    return verdict(False, f"your outputs are not distributed as {exercise.name}'s ({against}), nor like any classic "
+                          f"mistake I know. {exercise.walk_through}")
 
 
 def solution():

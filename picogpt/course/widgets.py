@@ -224,3 +224,37 @@ def candidates_explorer():
     redraw()
     return w.VBox([w.HBox(list(sliders.values())[:2]), w.HBox(list(sliders.values())[2:]), m_slider, rule_switch,
                    readout_html, figure_out])
+
+
+# ---------------------------------------------------------------------------------------------
+# A block judged together (notebook 08): the drafts-kept explorer
+# ---------------------------------------------------------------------------------------------
+
+def kept_update(p_a, q_a, K):
+    """What the drafts-kept explorer shows for one setting: (readout HTML, figure outputs,
+    blocks.KeptPanel) for p = (p_a, 1 - p_a), q = (q_a, 1 - q_a) over {a, b} and K drafts."""
+    from . import block_figures, blocks
+    panel = blocks.kept_panel(p_a, q_a, K)
+    fig = Figure(figsize=(8, 3.8), layout="constrained")
+    block_figures.plot_kept(panel, ax=fig.subplots())
+    text = blocks.kept_readout(panel)
+    return text, (png_output(figure_png(fig), text),), panel
+
+
+def kept_explorer(p_a=2 / 3, q_a=1 / 3, K=2):
+    """Sliders for p(a), q(a) and K: the drafts kept per loop token by token, by block verification
+    and at most, exactly. Starts at Sun et al.'s example. Returns an ipywidgets.VBox."""
+    import ipywidgets as w
+    sliders = {"p_a": _slider("p(a), the draft", p_a, 0, 1, step=0.01), "q_a": _slider("q(a), the target", q_a, 0, 1, step=0.01),
+               "K": w.IntSlider(value=K, min=1, max=8, description="K drafts", continuous_update=False,
+                                style={"description_width": "initial"})}
+    readout_html = w.HTML()
+    figure_out = w.Output(layout={"min_height": "300px"})
+
+    def redraw(_change=None):
+        readout_html.value, figure_out.outputs, _ = kept_update(**{name: s.value for name, s in sliders.items()})
+
+    for slider in sliders.values():
+        slider.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox(list(sliders.values())), readout_html, figure_out])

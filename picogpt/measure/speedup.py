@@ -250,12 +250,30 @@ def measure_speedup(draft, target, ids, N, Ks, repeats=3, seed=0, warmup_tokens=
     text); `progress` shows a bar over the runs. `draft` is a model or any draft
     speculative_sampling takes (picogpt/drafts.py); `on_run(K, result)` sees every timed run as
     it ends, K None for an autoregressive one (notebooks draw their bars, the command line keeps
-    the first run of each to print)."""
-    Ks = [int(K) for K in Ks]
+    the first run of each to print). measure_chains is the same with a verifier per chain."""
+    def on_chain_run(chain, run):
+        if on_run is not None:
+            on_run(None if chain is None else chain.K, run)
+
+    return measure_chains(draft, target, ids, N, [Chain(int(K)) for K in Ks], repeats, seed, warmup_tokens,
+                          temperature, top_k, top_p, on_loop, progress, on_chain_run)["token"]
+
+
+def measure_chains(draft, target, ids, N, chains, repeats=3, seed=0, warmup_tokens=4, temperature=1.0,
+                   top_k=None, top_p=None, on_loop=None, progress=False, on_run=None):
+    """measure_speedup for chains (speculative.Chain: a K and a verifier) raced in the same
+    interleaved repeats against the same autoregressive runs: {verify: SpeedupMeasurement of that
+    verifier's chains}, so that two verifiers at one K are compared seed by seed (`speculate
+    --compare --verify block`, the bench). `on_run(chain, result)` sees every timed run, chain None
+    for an autoregressive one."""
+    chains = list(dict.fromkeys(chains))
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    ar_runs, spec_runs, loads = timed_runs({K: (draft, Chain(K)) for K in Ks}, target, ids, N, repeats, seed,
+    ar_runs, spec_runs, loads = timed_runs({chain: (draft, chain) for chain in chains}, target, ids, N, repeats, seed,
                                            warmup_tokens, controls, on_loop, progress, on_run)
-    return summarise(draft.name, target.name, N, controls, ar_runs, spec_runs, *loads)
+    verifiers = dict.fromkeys(chain.verify for chain in chains)
+    return {verify: summarise(draft.name, target.name, N, controls, ar_runs,
+                              {chain.K: runs for chain, runs in spec_runs.items() if chain.verify == verify}, *loads)
+            for verify in verifiers}
 
 
 def timed_runs(variants, target, ids, N, repeats, seed, warmup_tokens, controls, on_loop=None, progress=False,

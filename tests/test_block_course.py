@@ -1,0 +1,222 @@
+"""Notebook 08's helpers: the block-verification exercise grades by output distribution and names
+each realistic mistake; one loop laid out; the drafts-kept explorer; the exact table of mistakes."""
+
+import base64
+from itertools import combinations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from picogpt import theory
+from picogpt.course import block_exercise, block_figures, blocks, widgets
+from picogpt.course.block_exercise import BLOCK, BLOCK_EXERCISE, MISTAKES, TOKEN_BY_TOKEN, check_block_step
+from picogpt.course.step_exercise import exact_joint
+from picogpt.course.toy_models import toy_pair
+from picogpt.errors import PicoGPTError
+from picogpt.speculative import block_output_distribution, block_step, speculative_step
+
+# ---- a learner's block step, written independently of the library ----------------------------
+
+
+def learner_block_step(drafted, p, q, rng, *, numpy_ints=False):
+    """Block verification as a learner writes it from the paper: rng.choice, the uniforms first."""
+    K = len(drafted)
+    eta = rng.uniform(size=K)
+    w, weights = 1.0, [1.0]
+    for i, x in enumerate(drafted):
+        w = min(1.0, w * q[i][x] / p[i][x])
+        weights.append(w)
+    kept = 0
+    for i in range(1, K + 1):
+        if i == K:
+            h = weights[K]
+        else:
+            z = np.maximum(weights[i] * q[i] - p[i], 0).sum()
+            h = z / (z + 1 - weights[i]) if z + 1 - weights[i] > 0 else 1.0
+        if eta[i - 1] < h:
+            kept = i
+    if kept == K:
+        last = q[K]
+    else:
+        last = np.maximum(weights[kept] * q[kept] - p[kept], 0)
+        last = last / last.sum()
+    out = list(drafted[:kept]) + [int(rng.choice(len(last), p=last))]
+    return [np.int64(x) for x in out] if numpy_ints else out
+
+
+def test_a_block_step_written_differently_is_accepted(capsys):
+    assert check_block_step(learner_block_step)
+    assert check_block_step(lambda d, p, q, rng: learner_block_step(d, p, q, rng, numpy_ints=True))
+    assert "fit block verification's exact distribution" in capsys.readouterr().out
+
+
+def test_the_librarys_block_step_is_accepted(capsys):
+    assert check_block_step(block_step)
+    assert "step=block_step" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", list(MISTAKES) + [TOKEN_BY_TOKEN.name])
+def test_each_mistake_is_refused_by_name(name, capsys):
+    rule = BLOCK_EXERCISE.mistakes[name]
+    assert not check_block_step(rule.step)
+    out = capsys.readouterr().out
+    assert f"a classic mistake, {name}" in out, out
+
+
+def test_notebook_03s_step_is_named_token_by_token(capsys):
+    assert not check_block_step(speculative_step)
+    assert TOKEN_BY_TOKEN.name in capsys.readouterr().out
+
+
+def test_a_token_after_the_last_one_is_named_at_once(capsys):
+    def goes_on(drafted, p, q, rng):
+        out = block_step(drafted, p, q, rng)
+        return out + [0] if len(out) <= len(drafted) else out  # one more token after a non-draft
+
+    assert not check_block_step(goes_on)
+    assert "exactly one more token" in capsys.readouterr().out
+
+
+def test_every_mistake_is_far_from_block_verification_and_from_every_other_on_some_case():
+    cases = BLOCK_EXERCISE.cases
+    rules = {BLOCK.name: BLOCK, **BLOCK_EXERCISE.mistakes}
+    joints = {name: [exact_joint(rule, case) for case in cases] for name, rule in rules.items()}
+
+    def tv(a, b):
+        return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+    for first, second in combinations(rules, 2):
+        distance = max(tv(a, b) for a, b in zip(joints[first], joints[second]))
+        assert distance >= 0.06, (first, second, distance)
+
+
+def test_the_rule_values_are_the_librarys_law():
+    rng = np.random.default_rng(0)
+    for case in BLOCK_EXERCISE.cases:
+        for _ in range(20):
+            drafted = [int(rng.choice(3, p=row)) for row in case.p]
+            law = block_output_distribution(drafted, case.p, case.q)
+            rule = BLOCK.output_distribution(drafted, case.p, case.q)
+            assert max(abs(law.get(k, 0) - rule.get(k, 0)) for k in set(law) | set(rule)) <= 1e-15
+
+
+def test_the_solution_prints_the_librarys_code(capsys):
+    block_exercise.solution()
+    out = capsys.readouterr().out
+    assert "def block_step" in out and "def block_keep_probabilities" in out
+
+
+# ---- one loop laid out ------------------------------------------------------------------------
+
+
+def random_loop(seed, K=4, V=4):
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(V), size=K), rng.dirichlet(np.ones(V), size=K + 1)
+    drafted = [int(rng.choice(V, p=row)) for row in p]
+    return drafted, p, q
+
+
+def test_the_laid_out_loop_keeps_what_block_step_keeps_with_the_same_uniforms():
+    for seed in range(200):
+        drafted, p, q = random_loop(seed)
+        emitted = block_step(drafted, p, q, np.random.default_rng(seed))
+        loop = blocks.block_loop(drafted, p, q, np.random.default_rng(seed).random(len(drafted)))
+        assert len(emitted) - 1 == loop.n_kept
+        assert loop.first_failure <= loop.n_kept or loop.n_kept == 0
+        assert np.allclose(loop.token_wise, np.cumprod([min(1, q[i][x] / p[i][x]) for i, x in enumerate(drafted)]))
+        assert np.all(loop.weights >= loop.token_wise - 1e-15)  # the running weight is never below token by token
+        assert loop.residual.sum() == pytest.approx(1.0)
+
+
+def test_an_instructive_loop_has_a_later_pass_and_a_weighted_residual():
+    loops = [blocks.block_loop(*random_loop(seed), np.random.default_rng(seed + 1000).random(4)) for seed in range(300)]
+    chosen = [loop for loop in loops if blocks.instructive(loop)]
+    assert chosen and all(loop.first_failure < loop.n_kept < 4 for loop in chosen)
+    assert all(blocks.total_variation(loop.residual, loop.unweighted) > 0.05 for loop in chosen)
+    lines = blocks.loop_lines(chosen[0], [str(x) for x in chosen[0].drafted])
+    assert len(lines) == 5 and "fails" in "".join(lines) and "passes" in "".join(lines)
+
+
+def test_the_loop_figures_are_labelled():
+    drafted, p, q = random_loop(3)
+    loop = blocks.block_loop(drafted, p, q, np.array([0.9, 0.05, 0.9, 0.9]))
+    fig, axes = plt.subplots(1, 2)
+    block_figures.plot_block_loop(loop, ["a", "b", "c", "d"], ax=axes[0])
+    block_figures.plot_last_token(loop, str, ax=axes[1])
+    assert axes[0].get_ylabel() == "probability" and "x̃" in axes[0].get_xlabel()
+    assert "kept" in axes[0].get_title() and axes[1].get_legend() is not None
+    plt.close(fig)
+
+
+# ---- the drafts-kept explorer ------------------------------------------------------------------
+
+
+def test_the_explorer_starts_at_the_papers_example_and_its_numbers_are_the_theorys():
+    text, outputs, panel = widgets.kept_update(2 / 3, 1 / 3, 2)
+    assert "1.111" in text and "1.222" in text and "1.333" in text
+    assert base64.b64decode(outputs[0]["data"]["image/png"]).startswith(b"\x89PNG")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        p_a, q_a, K = float(rng.random()), float(rng.random()), int(rng.integers(1, 9))
+        panel = blocks.kept_panel(p_a, q_a, K)
+        for verify in ("token", "block", "bound"):
+            assert panel.expected(verify) == pytest.approx(
+                theory.expected_accepted_drafts([p_a, 1 - p_a], [q_a, 1 - q_a], K, verify))
+        assert panel.expected("token") <= panel.expected("block") + 1e-12 <= panel.expected("bound") + 2e-12
+
+
+def test_the_readout_is_true_at_the_edges():
+    assert "n/a" in blocks.kept_readout(blocks.kept_panel(1.0, 0.0, 3))  # disjoint: nothing kept by anyone
+    assert "+0.0%" in blocks.kept_readout(blocks.kept_panel(0.4, 0.4, 5))  # p = q: all keep every draft
+
+
+@pytest.mark.parametrize("bad", [(1.2, 0.5, 2), (0.5, -0.1, 2), (0.5, 0.5, 0), (0.5, 0.5, 2.5), (0.5, 0.5, 13)])
+def test_the_explorer_refuses_what_is_not_a_setting(bad):
+    with pytest.raises(PicoGPTError, match="expected probabilities"):
+        blocks.kept_panel(*bad)
+
+
+def test_the_explorer_widget_redraws_when_a_slider_moves():
+    pytest.importorskip("ipywidgets")
+    box = widgets.kept_explorer()
+    sliders = box.children[0].children
+    readout = box.children[1]
+    before = readout.value
+    sliders[2].value = 4  # K
+    assert readout.value != before and "K = 4" in readout.value
+    assert box.children[2].outputs[0]["data"]["image/png"]
+
+
+# ---- exactness on a toy pair, rule by rule -----------------------------------------------------
+
+
+def test_the_table_of_mistakes_says_which_rules_are_exact():
+    draft, target = toy_pair(n_vocab=3, seed=0)
+    lines = blocks.mistakes_lines(draft, target, [1, 0], 3)
+    rows = {line[:48].strip(): [float(x) for x in line[48:].split()] for line in lines[1:]}
+    assert max(rows[BLOCK.name]) < 1e-12 and max(rows[TOKEN_BY_TOKEN.name]) < 1e-12
+    assert all(max(rows[name]) > 1e-3 for name in MISTAKES)
+    assert rows["the residual without the running weight"][:2] == pytest.approx([0, 0], abs=1e-12)
+
+
+def test_the_numeric_exercise_names_token_by_token_and_accepts_the_block_answer():
+    assert block_exercise.check_both_kept(0.875)
+    wrong = block_exercise.check_both_kept(0.5)
+    assert not wrong and "token by token" in str(wrong)
+
+
+def test_the_running_weight_gap_is_zero_for_the_paper_and_not_for_a_mistake():
+    draft, target = toy_pair(n_vocab=3, seed=10)
+    assert blocks.running_weight_gap(draft, target, [1, 0], 3) < 1e-12
+    stopping = MISTAKES["stopping at the first failing position"]
+    assert blocks.running_weight_gap(draft, target, [1, 0], 3, stopping.output_distribution) > 0.01
+
+
+def test_the_placeholder_is_told_how_to_call_this_grader(capsys):
+    assert not check_block_step(None)
+    assert "check_block_step(my_block_step)" in capsys.readouterr().out
