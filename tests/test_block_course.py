@@ -49,37 +49,71 @@ def learner_block_step(drafted, p, q, rng, *, numpy_ints=False):
     return [np.int64(x) for x in out] if numpy_ints else out
 
 
-def test_a_block_step_written_differently_is_accepted(capsys):
-    assert check_block_step(learner_block_step)
+def test_a_block_step_written_differently_is_accepted():
+    check = check_block_step(learner_block_step)
+    assert check and "fit block verification's exact distribution" in str(check), check
     assert check_block_step(lambda d, p, q, rng: learner_block_step(d, p, q, rng, numpy_ints=True))
-    assert "fit block verification's exact distribution" in capsys.readouterr().out
 
 
-def test_the_librarys_block_step_is_accepted(capsys):
-    assert check_block_step(block_step)
-    assert "step=block_step" in capsys.readouterr().out
+def test_the_librarys_block_step_is_accepted():
+    check = check_block_step(block_step)
+    assert check and "step=block_step" in str(check), check
 
 
 @pytest.mark.parametrize("name", list(MISTAKES) + [TOKEN_BY_TOKEN.name])
-def test_each_mistake_is_refused_by_name(name, capsys):
-    rule = BLOCK_EXERCISE.mistakes[name]
-    assert not check_block_step(rule.step)
-    out = capsys.readouterr().out
-    assert f"a classic mistake, {name}" in out, out
+def test_each_mistake_is_refused_by_name_and_located(name):
+    check = check_block_step(BLOCK_EXERCISE.mistakes[name].step)
+    out = str(check)
+    assert not check and f"a classic mistake, {name} (" in out, out
+    assert "Where they differ: " in out and "block verification gives the frequencies (" in out and "inf" not in out, out
 
 
-def test_notebook_03s_step_is_named_token_by_token(capsys):
-    assert not check_block_step(speculative_step)
-    assert TOKEN_BY_TOKEN.name in capsys.readouterr().out
+def test_notebook_03s_step_is_named_token_by_token():
+    check = check_block_step(speculative_step)
+    assert not check and TOKEN_BY_TOKEN.name in str(check), check
 
 
-def test_a_token_after_the_last_one_is_named_at_once(capsys):
+def test_a_token_after_the_last_one_is_named_at_once():
     def goes_on(drafted, p, q, rng):
         out = block_step(drafted, p, q, rng)
         return out + [0] if len(out) <= len(drafted) else out  # one more token after a non-draft
 
-    assert not check_block_step(goes_on)
-    assert "exactly one more token" in capsys.readouterr().out
+    check = check_block_step(goes_on)
+    assert not check and "exactly one more token" in str(check), check
+
+
+def weighted_residual_mistake(kind):
+    """A learner's block step, right but for the token after the kept drafts."""
+    def step(drafted, p, q, rng):
+        out = learner_block_step(drafted, p, q, rng)
+        n_kept = len(out) - 1
+        if n_kept == len(drafted):
+            return out
+        if kind == "softmax":
+            gap = np.maximum(q[n_kept] - p[n_kept], 0)
+            last = np.exp(gap) / np.exp(gap).sum()
+        else:  # "next row": the residual of the position after the one that was not kept
+            row = min(n_kept + 1, len(drafted) - 1)
+            last = np.maximum(q[n_kept + 1] - p[row], 0)
+            last = last / last.sum() if last.sum() > 0 else q[n_kept + 1]
+        return out[:-1] + [int(rng.choice(len(last), p=last))]
+    return step
+
+
+@pytest.mark.parametrize("kind", ["softmax", "next row"])
+def test_a_block_mistake_without_a_name_is_located_in_the_token_after_the_kept_drafts(kind):
+    message = str(check_block_step(weighted_residual_mistake(kind)))
+    assert message.startswith("✘ not yet") and "The token drawn after keeping" in message, message
+    assert "yours came out (" in message and "inf" not in message, message
+
+
+def test_a_block_step_with_no_drafts_is_told_about_k_0():
+    def my_block_step(drafted, p, q, rng):
+        q[:, len(p[0]) - 1]  # reads a row of p that K = 0 does not have
+        return learner_block_step(drafted, p, q, rng)
+
+    message = str(check_block_step(my_block_step))
+    assert "my_block_step raised IndexError inside check_block_step, for the drafts []" in message, message
 
 
 def test_every_mistake_is_far_from_block_verification_and_from_every_other_on_some_case():
@@ -99,7 +133,7 @@ def test_the_rule_values_are_the_librarys_law():
     rng = np.random.default_rng(0)
     for case in BLOCK_EXERCISE.cases:
         for _ in range(20):
-            drafted = [int(rng.choice(3, p=row)) for row in case.p]
+            drafted = [int(rng.choice(case.n_vocab, p=row)) for row in case.p]
             law = block_output_distribution(drafted, case.p, case.q)
             rule = BLOCK.output_distribution(drafted, case.p, case.q)
             assert max(abs(law.get(k, 0) - rule.get(k, 0)) for k in set(law) | set(rule)) <= 1e-15
@@ -217,6 +251,6 @@ def test_the_running_weight_gap_is_zero_for_the_paper_and_not_for_a_mistake():
     assert blocks.running_weight_gap(draft, target, [1, 0], 3, stopping.output_distribution) > 0.01
 
 
-def test_the_placeholder_is_told_how_to_call_this_grader(capsys):
-    assert not check_block_step(None)
-    assert "check_block_step(my_block_step)" in capsys.readouterr().out
+def test_the_placeholder_is_told_how_to_call_this_grader():
+    check = check_block_step(None)
+    assert not check and "check_block_step(my_block_step)" in str(check)

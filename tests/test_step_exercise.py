@@ -1,5 +1,6 @@
 """The speculative-step exercise: the grader accepts a correct step written another way, refuses
-each classic mistake by name, and the learner's step runs inside the real loop."""
+each classic mistake by name, locates every wrong step's mistake in the part of the output that
+differs (with the frequencies), and the learner's step runs inside the real loop."""
 
 import numpy as np
 import pytest
@@ -7,10 +8,10 @@ from helpers import random_gpt2
 
 from picogpt import rejection, speculative_sampling
 from picogpt.course import step_exercise
-from picogpt.course.step_exercise import check_speculative_loop, check_speculative_step
+from picogpt.course.grading import Check
+from picogpt.course.step_exercise import check_speculative_step
 from picogpt.errors import PicoGPTError
-from picogpt.sampling import distribution
-from picogpt.speculative import draft_tokens, score, speculative_step
+from picogpt.speculative import speculative_step
 
 # ---- learner-style implementations, written independently of the library ---------------------
 
@@ -149,27 +150,28 @@ HARMLESS = {  # correct steps written differently: all must pass
 }
 
 
-def graded(step, capsys):
-    ok = check_speculative_step(step)
-    return ok, capsys.readouterr().out
+def graded(step):
+    check = check_speculative_step(step)
+    assert isinstance(check, Check)
+    return check.ok, str(check)
 
 
-def test_a_correct_step_written_differently_is_accepted(capsys):
-    ok, message = graded(learner_step, capsys)
+def test_a_correct_step_written_differently_is_accepted():
+    ok, message = graded(learner_step)
     assert ok is True and message.startswith("✔ right"), message
 
 
 @pytest.mark.parametrize("name", HARMLESS)
-def test_harmless_variants_of_a_correct_step_pass(name, capsys):
-    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, **HARMLESS[name]), capsys)
+def test_harmless_variants_of_a_correct_step_pass(name):
+    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, **HARMLESS[name]))
     assert ok is True, message
 
 
-def test_a_right_step_is_sent_into_the_loop_under_its_own_name(capsys):
+def test_a_right_step_is_sent_into_the_loop_under_its_own_name():
     def my_speculative_step(drafted, p, q, rng):
         return learner_step(drafted, p, q, rng)
 
-    ok, message = graded(my_speculative_step, capsys)
+    ok, message = graded(my_speculative_step)
     assert ok and "speculative_sampling(..., step=my_speculative_step)" in message, message
 
 
@@ -185,38 +187,41 @@ def test_every_two_mistakes_are_told_apart_on_some_case():
             assert distance >= 0.05, (a, b, distance)
 
 
-def test_the_librarys_step_is_accepted(capsys):
-    ok, message = graded(speculative_step, capsys)
+def test_the_librarys_step_is_accepted():
+    ok, message = graded(speculative_step)
     assert ok is True, message
 
 
 @pytest.mark.parametrize("name", MISTAKES)
-def test_each_classic_mistake_is_refused_by_name(name, capsys):
-    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, **MISTAKES[name]), capsys)
+def test_each_classic_mistake_is_refused_by_name_and_located(name):
+    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, **MISTAKES[name]))
     assert ok is False and f"classic mistake, {name.strip()} (" in message, message
+    assert "Where they differ: " in message and "gives the frequencies (" in message, message
+    assert "inf" not in message and "0 dof" not in message, message
 
 
 @pytest.mark.parametrize("name", NAMED_AT_ONCE)
-def test_mistakes_that_show_in_one_output_are_named(name, capsys):
+def test_mistakes_that_show_in_one_output_are_named(name):
     kwargs, says = NAMED_AT_ONCE[name]
-    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, **kwargs), capsys)
+    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, **kwargs))
     assert ok is False and says in message, message
     assert "Judging" not in message or name.startswith("judging"), message
+    assert "inf" not in message and "0 dof" not in message, message
 
 
-def test_the_grader_names_what_it_cannot_use(capsys):
-    assert graded(None, capsys)[1].startswith("✘ not yet: write your step function")
-    ok, message = graded(lambda d, p, q, rng: np.array(d, np.float64), capsys)
+def test_the_grader_names_what_it_cannot_use():
+    assert graded(None)[1].startswith("✘ not yet: write your step function")
+    ok, message = graded(lambda d, p, q, rng: np.array(d, np.float64))
     assert not ok and "list of token ids" in message
-    ok, message = graded(lambda d, p, q, rng: 1 / 0, capsys)
+    ok, message = graded(lambda d, p, q, rng: 1 / 0)
     assert not ok and "ZeroDivisionError" in message
-    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, np.random.default_rng()), capsys)
+    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, np.random.default_rng()))
     assert not ok and "same seed" in message
-    ok, message = graded(lambda d, p, q, rng: None, capsys)  # the scaffold's `...` body
+    ok, message = graded(lambda d, p, q, rng: None)  # the scaffold's `...` body
     assert not ok and "returned None" in message
 
 
-def test_the_grader_never_raises_even_when_the_step_fails_only_on_a_repeat_call(capsys):
+def test_the_grader_never_raises_even_when_the_step_fails_only_on_a_repeat_call():
     calls = []
 
     def flaky(drafted, p, q, rng):
@@ -225,11 +230,11 @@ def test_the_grader_never_raises_even_when_the_step_fails_only_on_a_repeat_call(
             raise ValueError("probabilities do not sum to 1")
         return learner_step(drafted, p, q, rng)
 
-    ok, message = graded(flaky, capsys)
+    ok, message = graded(flaky)
     assert ok is False and "the residual not normalised" in message, message
 
 
-def test_the_drafts_and_the_learners_draws_come_from_independent_streams(capsys):
+def test_the_drafts_and_the_learners_draws_come_from_independent_streams():
     """A step that takes no r and draws only the extra token from rng is 'accepting every draft':
     were its Generator the drafts' stream, its extra token would repeat the drafts' uniforms."""
     seen = []
@@ -238,14 +243,14 @@ def test_the_drafts_and_the_learners_draws_come_from_independent_streams(capsys)
         seen.append(rng.random())
         return list(drafted) + [int(rng.choice(q.shape[1], p=q[-1]))]
 
-    ok, message = graded(accept_all, capsys)
+    ok, message = graded(accept_all)
     assert ok is False and "classic mistake, accepting every draft (" in message, message
     draft_uniforms = np.random.default_rng(0).random(3)
     assert not np.isin(seen[:3], draft_uniforms).any()
 
 
-def test_no_message_reads_chi_square_inf(capsys):
-    ok, message = graded(lambda d, p, q, rng: [0] if len(d) == 3 else learner_step(d, p, q, rng), capsys)
+def test_no_message_reads_chi_square_inf():
+    ok, message = graded(lambda d, p, q, rng: [0] if len(d) == 3 else learner_step(d, p, q, rng))
     assert ok is False and "inf" not in message and "never does" in message, message
 
 
@@ -324,77 +329,101 @@ def test_a_step_that_emits_after_a_rejection_is_stopped_before_it_inflates_alpha
         speculative_sampling(draft, target, [3, 1], 24, K=3, seed=0, step=keeps_going)
 
 
-# ---- exercise 2: the loop ---------------------------------------------------------------------
+# ---- mistakes the catalogue may not know: located, with the frequencies of the part that differs ----
 
 
-
-def score_per_position(target, cache, new, drafted, controls):
-    """Step 2 done the slow way: one target call per position, K + 1 calls (or more) per loop."""
-    rows = [target([token], cache)[-1] for token in new + drafted]  # [n_vocab] each
-    return distribution(np.stack(rows[-(len(drafted) + 1):]), **controls)
+def softmax(x):
+    e = np.exp(x - np.max(x))
+    return e / e.sum()
 
 
-def learner_loop(draft, target, ids, N, K, rng, step, roll_back_target=True, roll_back_draft=True, cut=True,
-                 stop_after_one=False, one_call=True, fresh_target_cache=False):
-    draft_cache, target_cache = draft.new_cache(), target.new_cache()
-    sequence = list(ids)
-    while len(sequence) - len(ids) < N:
-        n = len(sequence)
-        if fresh_target_cache:  # right tokens, but the whole text is read again every loop
-            target_cache = target.new_cache()
-        drafted, p = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K, {}, rng)
-        q = (score if one_call else score_per_position)(target, target_cache, sequence[len(target_cache):], drafted, {})
-        emitted = step(drafted, p, q, rng)
-        sequence += emitted
-        n_accepted = len(emitted) - 1
-        if roll_back_target:
-            target_cache.truncate(n + n_accepted)
-        if roll_back_draft:
-            draft_cache.truncate(min(n + n_accepted, len(draft_cache)))
-        if stop_after_one:
-            break  # the scaffold's `break`, left in
-    return sequence[len(ids): len(ids) + N] if cut else sequence[len(ids):]
+def shortfall(f):
+    f = np.maximum(f, 0.0)
+    return f / f.sum()
 
 
-def scaffold(draft, target, ids, N, K, rng, step):
-    """Notebook 03's scaffold, submitted as it is."""
-    draft_cache, target_cache = draft.new_cache(), target.new_cache()
-    sequence = list(ids)
-    while len(sequence) - len(ids) < N:
-        drafted, p = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K, {}, rng)
-        q = score(target, target_cache, sequence[len(target_cache):], drafted, {})  # noqa: F841 (notebook 03's scaffold)
-        ...
-        break
-    return sequence[len(ids): len(ids) + N]
+def written_step(drafted, p, q, rng, judge=None, resample=None, extra=None, judged=None, unjudged_kept=False):
+    """Steps 3-4 as a learner writes them, with one piece swapped for a wrong one: judge(p, q, t, x)
+    the keep probability, resample(p, q, t, x) after a rejection, extra(p, q, K) after all K, and
+    judged(K) how many drafts the loop judges (the rest kept unjudged, or dropped)."""
+    K, out = len(drafted), []
+    n = K if judged is None else judged(K)
+    for t in range(n):
+        x = drafted[t]
+        if rng.random() < (judge(p, q, t, x) if judge else min(1.0, q[t][x] / p[t][x])):
+            out.append(int(x))
+            continue
+        rest = resample(p, q, t, x) if resample else shortfall(q[t] - p[t])
+        return out + [int(rng.choice(len(rest), p=rest))]
+    if unjudged_kept:
+        out += [int(x) for x in drafted[n:]]
+    row = extra(p, q, K) if extra else q[K]
+    return out + [int(rng.choice(q.shape[1], p=row))]
 
 
-@pytest.fixture(scope="module")
-def models():
-    return random_gpt2(1), random_gpt2(2)
+LOCATED = {  # how the learner went wrong -> (the swapped piece, words the message must hold)
+    "the residual normalised with a softmax": (dict(resample=lambda p, q, t, x: softmax(np.maximum(q[t] - p[t], 0))),
+                                               "classic mistake, the residual normalised with a softmax ("),
+    "a softmax of q − p": (dict(resample=lambda p, q, t, x: softmax(q[t] - p[t])), "The token resampled after rejecting"),
+    "the residual from the next row of q": (dict(resample=lambda p, q, t, x: shortfall(q[t + 1] - p[t])),
+                                            "The token resampled after rejecting"),
+    "the residual from the next rows of both": (dict(resample=lambda p, q, t, x: shortfall(q[t + 1] - p[min(t + 1, len(p) - 1)])),
+                                                "The token resampled after rejecting"),
+    "the residual from q's first row each time": (dict(resample=lambda p, q, t, x: shortfall(q[0] - p[t])),
+                                                  "The token resampled after rejecting"),
+    "only K − 1 drafts judged, the last one kept": (dict(judged=lambda K: max(K - 1, 0), unjudged_kept=True),
+                                                     "How many drafts were kept"),
+    "only K − 1 drafts judged, the last one dropped": (dict(judged=lambda K: max(K - 1, 0)), "Where they differ: The"),
+    "the extra token from the mean of q's rows": (dict(extra=lambda p, q, K: q.mean(axis=0)), "The extra token"),
+    "the keep probability squared": (dict(judge=lambda p, q, t, x: min(1.0, q[t][x] / p[t][x]) ** 2),
+                                     "How many drafts were kept"),
+    "the keep probability capped at 0.9": (dict(judge=lambda p, q, t, x: min(0.9, q[t][x] / p[t][x])),
+                                           "How many drafts were kept"),
+    "keeping with q / (p + q)": (dict(judge=lambda p, q, t, x: q[t][x] / (p[t][x] + q[t][x])), "How many drafts were kept"),
+}
 
 
-def test_a_correct_loop_is_accepted(models, capsys):
-    assert check_speculative_loop(learner_loop, *models, [3, 1, 4]) is True, capsys.readouterr().out
-    assert check_speculative_loop(learner_loop, *models, [3, 1, 4], step=learner_step) is True
-
-
-@pytest.mark.parametrize("mistake, says", [
-    (dict(roll_back_target=False), "target's cache held"),
-    (dict(roll_back_draft=False), "draft's cache held"),
-    (dict(cut=False), "cut the output to N"),
-    (dict(stop_after_one=True), "stopped early"),
-    (dict(one_call=False), "target calls for"),
-    (dict(one_call=False, roll_back_target=False), "target calls for"),
-    (dict(fresh_target_cache=True, roll_back_target=False), "re-reads the whole text"),
-])
-def test_loop_mistakes_are_named(models, capsys, mistake, says):
-    ok = check_speculative_loop(lambda *a: learner_loop(*a, **mistake), *models, [3, 1, 4])
-    message = capsys.readouterr().out
+@pytest.mark.parametrize("name", LOCATED)
+def test_every_wrong_step_is_named_or_located_with_the_frequencies_of_the_part_that_differs(name):
+    swapped, says = LOCATED[name]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok, message = graded(lambda d, p, q, rng: written_step(d, p, q, rng, **swapped))
     assert ok is False and says in message, message
-    assert "roll" not in message or "cache held" in says or "whole text" in says, message  # counts come first
+    assert "Where they differ: " in message and "gives the frequencies (" in message and "yours came out (" in message
+    assert "inf" not in message and "0 dof" not in message, message
 
 
-def test_the_scaffold_as_given_is_told_what_is_missing(models, capsys):
-    assert check_speculative_loop(scaffold, *models, [3, 1, 4]) is False
-    message = capsys.readouterr().out
-    assert "never called step" in message and "0 loops" not in message, message
+def test_the_cases_hold_what_the_loop_sends_no_drafts_a_temperature_top_p_and_a_greedy_target():
+    cases = step_exercise.grading_cases()
+    assert {case.K for case in cases} == {0, 1, 2, 3}
+    assert any(case.K and (case.p == 0).any() and (case.q == 0).any() and "top-p" in case.label for case in cases)
+    assert any(np.all(case.q.max(axis=1) == 1.0) and "temperature 0" in case.label for case in cases)
+    for case in cases:
+        np.testing.assert_allclose(case.p.sum(axis=1), 1.0)
+        np.testing.assert_allclose(case.q.sum(axis=1), 1.0)
+
+
+def test_a_step_that_reads_the_vocabulary_from_p0_is_told_about_k_0_before_the_loop_crashes():
+    def my_speculative_step(drafted, p, q, rng):
+        n_vocab = len(p[0])  # no row when the draft proposed nothing
+        return learner_step(drafted, p, q[:, :n_vocab], rng)
+
+    ok, message = graded(my_speculative_step)
+    assert ok is False and message.count("my_speculative_step raised IndexError inside check_speculative_step") == 1
+    assert "K = 0" in message and "q.shape[1]" in message, message
+
+
+def test_a_step_that_raises_is_named_with_the_grader_and_the_drafts_and_the_case():
+    def my_speculative_step(drafted, p, q, rng):
+        assert (p > 0).all(), "a row of p holds a zero"
+        return learner_step(drafted, p, q, rng)
+
+    ok, message = graded(my_speculative_step)
+    assert ok is False and "my_speculative_step raised AssertionError inside check_speculative_step, for the drafts" in message
+    assert "a row of p holds a zero" in message and "\n" not in message, message
+
+
+def test_what_a_step_got_wrong_before_it_stopped_comes_first():
+    """A step wrong everywhere that also fails at K = 0 hears about both, the distribution first."""
+    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, bonus=False))
+    assert ok is False and message.index("classic mistake, no bonus token") < message.index("Then, in case"), message

@@ -1,11 +1,14 @@
-"""Notebook 07's grader: it passes right multi-candidate steps written in different styles, and
-names each classic mistake, on implementations written here, independently of its own rules."""
+"""Notebook 07's grader: it passes right multi-candidate steps written in different styles, names
+each classic mistake and locates every wrong step in the part of its output that differs (which
+candidate was kept, the token drawn when none was), on implementations written here,
+independently of its own rules."""
 
 import numpy as np
 import pytest
 
 from picogpt import rejection, tree_sampling
 from picogpt.course import tree_exercise
+from picogpt.course.grading import Check
 from picogpt.course.tree_exercise import MISTAKES, MULTI_STEP, check_multi_candidate_step, grading_cases
 
 
@@ -95,10 +98,71 @@ def unseeded(candidates, p, q, rng):
     return right_loop(candidates, p, q, np.random.default_rng())
 
 
+# ---- more wrong steps, some the grader knows by name, some not ----
+
+def residual_from_q_each_time(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, target[token] / p[i][token]):
+            return token
+        target = shortfall(q, p[i])  # from q, not from the running residual
+    return int(rng.choice(len(q), p=target))
+
+
+def fallback_from_p(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, target[token] / p[i][token]):
+            return token
+        target = shortfall(target, p[i])
+    return int(rng.choice(len(q), p=p[-1] if len(p) else q))
+
+
+def argmax_at_a_leaf(candidates, p, q, rng):
+    return right_loop(candidates, p, q, rng) if len(candidates) else int(np.argmax(q))
+
+
+def fallback_argmax(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, target[token] / p[i][token]):
+            return token
+        target = shortfall(target, p[i])
+    return int(np.argmax(target))
+
+
+def softmax_residual(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, target[token] / p[i][token]):
+            return token
+        gap = np.maximum(target - p[i], 0)
+        target = np.exp(gap) / np.exp(gap).sum()
+    return int(rng.choice(len(q), p=target))
+
+
+def last_candidate_first(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i in reversed(range(len(candidates))):
+        if rng.random() < min(1.0, target[candidates[i]] / p[i][candidates[i]]):
+            return candidates[i]
+        target = shortfall(target, p[i])
+    return int(rng.choice(len(q), p=target))
+
+
+def ratio_upside_down(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, p[i][token] / max(target[token], 1e-12)):
+            return token
+        target = shortfall(target, p[i])
+    return int(rng.choice(len(q), p=target))
+
+
 @pytest.mark.parametrize("step", [right_loop, right_recursive, rejection.accept_among])
-def test_right_steps_pass(step, capsys):
-    assert check_multi_candidate_step(step)
-    assert "✔ right" in capsys.readouterr().out
+def test_right_steps_pass(step):
+    check = check_multi_candidate_step(step)
+    assert isinstance(check, Check) and check.ok and str(check).startswith("✔ right"), check
 
 
 @pytest.mark.parametrize("step, name", [
@@ -107,23 +171,39 @@ def test_right_steps_pass(step, capsys):
     (first_only, "stopping at the first rejection"),
     (first_row, "every candidate judged with p's first row"),
     (drop_rejected, "the residual as q without the rejected candidate"),
+    (residual_from_q_each_time, "the residual formed from q each time"),
+    (fallback_from_p, "the fallback sampled from p"),
+    (argmax_at_a_leaf, "the token at a leaf taken as q's most likely"),
 ])
-def test_each_classic_mistake_is_named(step, name, capsys):
-    assert not check_multi_candidate_step(step)
-    assert f"classic mistake, {name}" in capsys.readouterr().out
+def test_each_classic_mistake_is_named(step, name):
+    check = check_multi_candidate_step(step)
+    assert not check and f"classic mistake, {name} (" in str(check), check
+    assert "Where they differ: " in str(check) and "inf" not in str(check), check
+
+
+@pytest.mark.parametrize("step, part", [
+    (fallback_argmax, "The token drawn after every candidate was rejected"),
+    (softmax_residual, "Which candidate was kept"),
+    (last_candidate_first, "Which candidate was kept"),
+    (ratio_upside_down, "Which candidate was kept"),
+])
+def test_a_mistake_without_a_name_is_located_with_the_frequencies_of_the_part_that_differs(step, part):
+    message = str(check_multi_candidate_step(step))
+    assert message.startswith("✘ not yet") and "Where they differ: " in message and part in message, message
+    assert "gives the frequencies (" in message and "yours came out (" in message and "inf" not in message, message
 
 
 @pytest.mark.parametrize("step, says", [
     (changes_q, "changed one of its arguments in place"),
-    (fails_at_a_leaf, "At a leaf there are no candidates"),
+    (fails_at_a_leaf, "fails_at_a_leaf raised IndexError inside check_multi_candidate_step, for the candidates []"),
     (unseeded, "Generators of the same seed gave different tokens"),
     (lambda c, p, q, rng: [0], "return one token id"),
     (lambda c, p, q, rng: 9, "return one token id"),
     (None, "pass the function itself"),
 ])
-def test_mistakes_that_show_in_one_call_are_named_at_once(step, says, capsys):
-    assert not check_multi_candidate_step(step)
-    assert says in capsys.readouterr().out
+def test_mistakes_that_show_in_one_call_are_named_at_once(step, says):
+    check = check_multi_candidate_step(step)
+    assert not check and says in str(check), check
 
 
 def test_every_classic_mistake_moves_some_case_far_beyond_the_noise():

@@ -25,8 +25,8 @@ import numpy as np
 
 from .. import rejection, speculative
 from ..sampling import sample
-from .exercises import check_number
-from .step_exercise import TRIALS, StepCase, StepExercise, check_speculative_step
+from .grading import check_number
+from .step_exercise import NO_DRAFTS, TRIALS, StepCase, StepExercise, check_speculative_step, shaped
 
 # ---------------------------------------------------------------------------------------------
 # How the kept prefix is chosen from the keep probabilities h_1 .. h_K
@@ -222,7 +222,8 @@ MISTAKES = {rule.name: rule for rule in (
 def grading_cases():
     """Small cases (K = 3, 3, 2 over three tokens) on which every mistake moves the law of (drafts,
     output) by a total-variation distance of 0.06 or more in some case, and every two mistakes differ
-    (tests/test_block_exercise.py checks both)."""
+    (tests/test_block_course.py checks both); then rows as the loop makes them at temperature 0.7
+    with top-p 0.9 (zeros in both), and K = 0, which the loop sends when a draft proposes nothing."""
     def rows(*r):
         return np.array(r, np.float64)
     return (
@@ -231,6 +232,10 @@ def grading_cases():
         StepCase(p=rows([0.03, 0.91, 0.06], [0.38, 0.02, 0.6], [0.39, 0.37, 0.24]),
                  q=rows([0.1, 0.65, 0.25], [0.51, 0.46, 0.03], [0.18, 0.77, 0.05], [0.04, 0.09, 0.87])),
         StepCase(p=rows([0.3, 0.6, 0.1], [0.6, 0.3, 0.1]), q=rows([0.15, 0.45, 0.4], [0.1, 0.45, 0.45], [0.3, 0.3, 0.4])),
+        StepCase(p=shaped([[2.0, 1.2, 0.9, -1.0], [0.2, 1.5, -0.5, 1.1]], temperature=0.7, top_p=0.9),
+                 q=shaped([[1.0, 2.0, -1.0, 0.6], [1.5, 0.3, 1.0, -2.0], [0.0, 1.0, 1.8, 0.5]], temperature=0.7, top_p=0.9),
+                 label="temperature 0.7 with top-p 0.9"),
+        StepCase(p=np.zeros((0, 3)), q=rows([0.2, 0.5, 0.3]), label=NO_DRAFTS),
     )
 
 
@@ -246,13 +251,12 @@ BLOCK_EXERCISE = StepExercise(
               "(or w_i = 1 and the next position keeps every draft), so the block never stops there: check how you "
               "choose the kept prefix (the largest i with eta_i < h_i)."),
     after_a_non_draft={"extra": AFTER_THE_LAST_TOKEN, "judged on": AFTER_THE_LAST_TOKEN},
-    call="check_block_step(my_block_step)")
+    call="check_block_step(my_block_step)", next_token="the token drawn after keeping {i} draft(s), x̃_{t} not kept")
 
 
 def check_block_step(fn, trials=TRIALS, seed=0):
     """Grade a learner's block_step(drafted, p, q, rng) -> list[int] by its output distribution, with
-    notebook 03's grader (step_exercise.check_speculative_step) and BLOCK_EXERCISE. Prints why;
-    returns a bool."""
+    notebook 03's grader (step_exercise.check_speculative_step) and BLOCK_EXERCISE; returns a Check."""
     return check_speculative_step(fn, trials, seed, exercise=BLOCK_EXERCISE)
 
 

@@ -43,8 +43,9 @@ def regularized_gamma_q(a, x):
 
 
 def chi_square_sf(statistic, dof):
-    """P(chi^2_dof >= statistic): the p-value of a chi-square test."""
-    return regularized_gamma_q(dof / 2, statistic / 2)
+    """P(chi^2_dof >= statistic): the p-value of a chi-square test (1 on no degrees of freedom:
+    one cell, whose count is what it must be, holds no evidence)."""
+    return regularized_gamma_q(dof / 2, statistic / 2) if dof > 0 else 1.0
 
 
 def chi_square_test(counts, probs, min_expected=5.0):

@@ -2,23 +2,26 @@
 
 You write `speculative_step(drafted, p, q, rng) -> list[int]`, the function
 `picogpt.speculative.speculative_sampling` calls once per loop (its `step=` argument runs yours):
-    drafted  the K drafted ids x̃_1 .. x̃_K
+    drafted  the K drafted ids x̃_1 .. x̃_K (K may be 0: a draft that proposes nothing)
     p        [K, n_vocab]      the draft's distributions they were sampled from
     q        [K + 1, n_vocab]  the target's, one more row: q[K] is q_{K+1}
     rng      a numpy Generator: every random draw comes from it
 and it returns what the loop emits: the accepted drafts, then one token resampled from
 (q - p)+ at the first rejection, or the extra ("bonus") token from q[K] when all K pass.
 
-`check_speculative_step(fn)` grades it by its output *distribution*: over several small p/q
-cases it draws the drafts from p, calls fn, and compares the histogram of (drafts, output) with
-the exact probabilities of Algorithm 2 by a chi-square test. When the answer is wrong it also
-tests the classic mistakes (`VARIANTS`), whose exact distributions it computes the same way,
-and names the one the output fits; mistakes that show in a single output or exception (a token
-after the resampled one, an id outside the vocabulary, rng.choice refusing an unnormalised
-residual or the NaN of rejecting where p = q, an index past q's last row) are named as soon as
-they happen, and a step that changes its inputs in place is refused. Every call of the learner's
-code is guarded: the grader reports, it never raises. `VARIANTS[i].step` runs a mistake, for
-notebook 04's demo.
+`check_speculative_step(fn)` grades it by its output *distribution* and returns a `Check`
+(grading.py): over small p/q cases (K = 0 to 3, rows shaped by a temperature, top-p and a
+greedy target among them) it draws the drafts from p, calls fn, and tests the histogram of
+(drafts, output) against the exact probabilities of Algorithm 2, as a whole and part by part:
+how many drafts were kept, the token after a rejection at each position, the extra token. A
+wrong step is told which part differs, with the expected and observed frequencies, and the
+classic mistake (`VARIANTS`) whose exact distribution its outputs fit, if one does; mistakes that
+show in a single output or exception (a token after the resampled one, an id outside the
+vocabulary, rng.choice refusing an unnormalised residual or the NaN of rejecting where p = q, an
+index past q's last row, p[0] read when there are no drafts) are named as soon as they happen,
+with the step and the drafts it was called with, and a step that changes its inputs in place is
+refused. The grader never raises. `VARIANTS[i].step` runs a mistake, for notebook 04's demo.
+Notebook 03's second exercise, the loop around the step, is loop_exercise.py.
 """
 
 import inspect
@@ -28,10 +31,11 @@ from itertools import product
 import numpy as np
 
 from .. import rejection, speculative
-from ..model import ModelView
-from ..sampling import sample
+from ..errors import shown
+from ..sampling import distribution, sample, softmax64
 from ..speculative import token_ids
 from .chi_square import chi_square_sf, chi_square_test
+from .grading import Check, Part, compare, difference_text, function_name, not_answered, raised
 
 # ---------------------------------------------------------------------------------------------
 # Algorithm 2's Steps 3-4, and the classic ways to get them wrong, as rules
@@ -147,6 +151,10 @@ VARIANTS = (
                 resample_from=unnormalised_residual(0)),
     StepVariant("the residual not normalised (its missing mass on the last token)", NORMALISE,
                 resample_from=unnormalised_residual(-1)),
+    StepVariant("the residual normalised with a softmax", "you turned max(0, q − p) into a distribution with a "
+                "softmax; exp(0) = 1 gives every token mass, even those the target wants no more of. Divide by the sum "
+                "instead: (q − p)+ = max(0, q − p) / Σ max(0, q − p)",
+                resample_from=lambda p, q, t, x: softmax64(np.maximum(0.0, np.asarray(q[t]) - np.asarray(p[t])))),
     StepVariant("the residual as q without the rejected token", "after rejecting x̃ you resample from q with "
                 "x̃ left out. That is (q − p)+ only when p is a point mass on x̃ (notebook 06's prompt lookup); in "
                 "general every token the draft over-rates has given out too much already: resample from "
@@ -166,7 +174,7 @@ VARIANTS = (
                 "(that row already judged the last draft)", bonus_from=lambda p, q, K: q[K - 1]),
     StepVariant("the bonus token from p's last row", f"when all K drafts pass, {EXTRA_ROW}; p[K − 1] is the draft's "
                 "distribution for the last draft, which the draft model never extends",
-                bonus_from=lambda p, q, K: p[K - 1]),
+                bonus_from=lambda p, q, K: p[K - 1] if K else q[K]),  # no draft, no row of p: as q[K]
     StepVariant("the bonus token from q's first row", f"when all K drafts pass, {EXTRA_ROW}; q[0] is the "
                 "target's distribution for the first draft's position", bonus_from=lambda p, q, K: q[0]),
     # the test
@@ -216,16 +224,18 @@ NAN_AFTER_NO_REJECTION = (
 # The grader
 # ---------------------------------------------------------------------------------------------
 
-TRIALS = 4000  # calls of the learner's step per case
+TRIALS = 2000  # calls of the learner's step per case
 SEED_CHECKS = 20  # trials per case whose step is called twice more with same-seed Generators
-SIGNIFICANCE = 1e-4  # a correct step is refused with at most this probability (the combined test)
+SIGNIFICANCE = 1e-4  # a correct step is refused with at most about this probability (all the tests together)
 
 
 @dataclass(frozen=True)
 class StepCase:
-    """Rows of p [K, V] and q [K + 1, V]; the drafts are sampled from p's rows."""
+    """Rows of p [K, V] and q [K + 1, V]; the drafts are sampled from p's rows. `label` says how
+    the rows were made when that matters to a learner (a temperature, top-p, no drafts)."""
     p: np.ndarray
     q: np.ndarray
+    label: str = ""
 
     @property
     def K(self):
@@ -233,21 +243,40 @@ class StepCase:
 
     @property
     def n_vocab(self):
-        return self.p.shape[1]
+        return self.q.shape[1]
+
+
+def rows(*values):
+    return np.array(values, np.float64).reshape(len(values), -1)
+
+
+def shaped(logits, **controls):
+    """Rows of probabilities as the loop hands them to a step under sampling controls."""
+    return distribution(np.array(logits, np.float64), **controls)
+
+
+NO_DRAFTS = "no drafts at all, K = 0, as notebook 06's prompt lookup proposes where the text has no match"
 
 
 def grading_cases():
     """Small cases where every classic mistake changes the output distribution: K = 1, 2, 3, a
     token with p(x) = 0 (never drafted) and one with q(x) = 0 (a draft the target refuses),
-    a row with p = q (never rejected), and two drafts in a row each kept about half the time
-    (where one r for the whole loop shows)."""
-    def rows(*r):
-        return np.array(r, np.float64)
+    a row with p = q (never rejected), two drafts in a row each kept about half the time (where
+    one r for the whole loop shows); rows as the loop makes them at temperature 0.7 with top-p
+    0.9 (zeros in both), and for a greedy target (temperature 0: q a point mass) with a draft at
+    temperature 1.5; and K = 0, which the loop sends when a draft proposes nothing."""
     return (
         StepCase(p=rows([0.6, 0.3, 0.1]), q=rows([0.2, 0.5, 0.3], [0.1, 0.2, 0.7])),
         StepCase(p=rows([0.6, 0.3, 0.1], [0.5, 0.1, 0.4]), q=rows([0.3, 0.3, 0.4], [0.25, 0.45, 0.3], [0.7, 0.2, 0.1])),
         StepCase(p=rows([0.5, 0.5, 0.0], [0.3, 0.3, 0.4], [0.6, 0.2, 0.2]),
                  q=rows([0.2, 0.3, 0.5], [0.3, 0.3, 0.4], [0.0, 0.5, 0.5], [0.4, 0.4, 0.2])),
+        StepCase(p=shaped([[2.0, 1.2, 0.9, -1.0], [0.2, 1.5, -0.5, 1.1]], temperature=0.7, top_p=0.9),
+                 q=shaped([[1.0, 2.0, -1.0, 0.6], [1.5, 0.3, 1.0, -2.0], [0.0, 1.0, 1.8, 0.5]], temperature=0.7, top_p=0.9),
+                 label="temperature 0.7 with top-p 0.9"),
+        StepCase(p=shaped([[0.5, 1.0, 0.0], [1.0, 0.2, 0.4]], temperature=1.5),
+                 q=shaped([[0.0, 2.0, 1.0], [1.0, 0.0, 0.5], [0.3, 0.2, 0.9]], temperature=0),
+                 label="a greedy target (temperature 0) with a draft at temperature 1.5"),
+        StepCase(p=np.zeros((0, 3)), q=rows([0.2, 0.5, 0.3]), label=NO_DRAFTS),
     )
 
 
@@ -264,6 +293,11 @@ class StepExercise:
     nan_hint: str  # what a NaN from normalising an empty residual means here
     after_a_non_draft: dict  # "extra" / "judged on" -> a message template ({drafts}, {output})
     call: str = "check_speculative_step(my_speculative_step)"  # how the learner calls the grader
+    next_token: str = "the token resampled after rejecting x̃_{t}"  # {t}: the first draft not kept, from 1; {i}: kept
+
+    @property
+    def grader(self):
+        return self.call.split("(")[0]
 
 
 def all_drafts(case):
@@ -289,23 +323,99 @@ ALGORITHM_2_EXERCISE = StepExercise(
     nan_hint=NAN_AFTER_NO_REJECTION, after_a_non_draft={"extra": EXTRA_AFTER_REJECTION, "judged on": JUDGED_ON})
 
 
-def fit(counts, variant, cases):
-    """Chi-square of the observed counts against `variant`, one test per case, the statistics and
+def fit(counts, laws):
+    """Chi-square of the observed counts against exact laws, one test per case, the statistics and
     degrees of freedom added up into one test: (statistic, dof, p-value, an observed (drafts,
-    output) that `variant` never produces, or None)."""
+    output) that the laws never produce, or None)."""
     statistic, dof, impossible = 0.0, 0, None
-    for case, case_counts in zip(cases, counts):
-        joint = exact_joint(variant, case)
-        never = [key for key in case_counts if joint.get(key, 0.0) == 0.0]
+    for law, case_counts in zip(laws, counts):
+        never = [key for key in case_counts if law.get(key, 0.0) == 0.0]
         if never:
             impossible = impossible or never[0]
             continue
-        keys = sorted(set(joint) | set(case_counts))
-        s, d, _ = chi_square_test([case_counts.get(k, 0) for k in keys], [joint.get(k, 0.0) for k in keys])
+        keys = sorted(set(law) | set(case_counts))
+        s, d, _ = chi_square_test([case_counts.get(k, 0) for k in keys], [law.get(k, 0.0) for k in keys])
         statistic, dof = statistic + s, dof + d
     if impossible is not None:
         return float("inf"), dof, 0.0, impossible
-    return statistic, dof, chi_square_sf(statistic, dof), None
+    return statistic, dof, chi_square_sf(statistic, dof) if dof else 1.0, None
+
+
+def rows_text(name, rows_):
+    return f"{name} = {np.round(rows_, 3).tolist()}"
+
+
+def drafts_text(drafted):
+    return f"the drafts {list(drafted)}"
+
+
+def parts(case, number, exercise):
+    """The factors of the law of (drafts, output) in one case, each with where it is: (Part, text).
+    How many drafts were kept, given the drafts; the token after the kept ones when a draft was
+    not kept at position t, given the drafts up to it; the extra token when all K were kept."""
+    K, tokens = case.K, tuple(range(case.n_vocab))
+    where = f" (case {number}, K = {K}{', ' + case.label if case.label else ''}"
+    found = []
+    if K:
+        found.append((Part("how many drafts were kept", lambda key: (key[0], len(key[1]) - 1), tuple(range(K + 1)),
+                           "drafts kept", lambda n: f"{n} kept", drafts_text),
+                      f"{where}; {rows_text('p', case.p)}, {rows_text('q', case.q)})"))
+    for t in range(K):
+        found.append((Part(exercise.next_token.format(t=t + 1, i=t),
+                           lambda key, t=t: (key[0][: t + 1], key[1][-1]) if len(key[1]) == t + 1 else None, tokens,
+                           "tokens", lambda y: f"token {y}", drafts_text),
+                      f"{where}; {rows_text(f'p[{t}]', case.p[t])}, {rows_text(f'q[{t}]', case.q[t])})"))
+    found.append((Part("the extra token after all K drafts were kept" if K else "the one token a loop with no drafts emits",
+                       lambda key: (key[0], key[1][-1]) if len(key[1]) == K + 1 else None, tokens, "tokens",
+                       lambda y: f"token {y}", drafts_text if K else None),
+                  f"{where}; {rows_text(f'q[{K}]', case.q[K])})"))
+    return found
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The distribution tests of one grading: right or not, and where the outputs differ."""
+    ok: bool
+    p_value: float  # the whole law of (drafts, output), all cases together
+    differences: list  # (Difference, where), the most significant first
+
+
+def judged(counts, cases, exercise):
+    """Test the outputs against the rule: the whole law of (drafts, output), and every part of it
+    in every case. A right step passes all of them but with probability about SIGNIFICANCE (each
+    test at SIGNIFICANCE over their number); a mistake shows most clearly in the part it changes."""
+    laws = [exact_joint(exercise.rule, case) for case in cases]
+    _, _, p_value, _ = fit(counts, laws)
+    differences = [(d, where) for number, (case, law, case_counts) in enumerate(zip(cases, laws, counts), 1)
+                   for part, where in parts(case, number, exercise)
+                   for d in [compare(part, law, case_counts)] if d is not None]
+    threshold = SIGNIFICANCE / (1 + len(differences))
+    differences.sort(key=lambda dw: (dw[0].p_value, -dw[0].tv))
+    ok = p_value > threshold and all(d.p_value > threshold for d, _ in differences)
+    return Verdict(ok, p_value, [dw for dw in differences if dw[0].p_value <= threshold] or differences[:1])
+
+
+def located(verdict, exercise, n_parts):
+    """Where the outputs differ from the rule: the n_parts parts that differ most, with numbers."""
+    return ". ".join(difference_text(d, exercise.name, where) for d, where in verdict.differences[:n_parts])
+
+
+def named(counts, cases, exercise):
+    """The classic mistake whose exact law the outputs fit best, and its p-value: (p, rule)."""
+    fits = [(fit(counts, [exact_joint(rule, case) for case in cases])[2], rule) for rule in exercise.mistakes.values()]
+    return max(fits, key=lambda pr: pr[0])
+
+
+def distribution_message(counts, cases, exercise):
+    """What to say about outputs that are not the rule's: where they differ, and the classic
+    mistake they fit if there is one."""
+    verdict = judged(counts, cases, exercise)
+    best_p, best = named(counts, cases, exercise)
+    if best_p > SIGNIFICANCE:
+        return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: {located(verdict, exercise, 1)}. "
+                f"That is a classic mistake, {best.name} (its exact distribution fits yours: p = {best_p:.2g}): {best.hint}.")
+    return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: {located(verdict, exercise, 2)}. "
+            f"That is none of the classic mistakes I know by name. {exercise.walk_through}")
 
 
 def shape_problem(output, drafted, n_vocab, exercise=None):
@@ -314,7 +424,7 @@ def shape_problem(output, drafted, n_vocab, exercise=None):
     one output of K = 1 cannot tell those two apart, so the grader decides after every trial."""
     K, tokens = len(drafted), token_ids(output)
     if tokens is None:
-        return "fatal", (f"it returned {output!r}; return a list of token ids (Python ints), e.g. "
+        return "fatal", (f"it returned {shown(repr(output), 120)}; return a list of token ids (Python ints), e.g. "
                          "emitted.append(int(token)).")
     outside = [x for x in tokens if not 0 <= x < n_vocab]
     if outside:
@@ -323,7 +433,7 @@ def shape_problem(output, drafted, n_vocab, exercise=None):
                          f"a classic mistake, the residual not normalised ({NORMALISE}).")
     if not tokens:
         return "fatal", ("it returned no token; a loop always emits at least one: after a rejection of the very first "
-                         "draft, the token resampled from (q − p)+.")
+                         "draft, the token resampled from (q − p)+; with no drafts at all (K = 0), one token from q[0].")
     if len(tokens) > K + 1:
         return "fatal", (f"it returned {len(tokens)} tokens for K = {K} drafts; a loop emits between 1 and K + 1 "
                          "(the accepted drafts, then one more).")
@@ -334,25 +444,28 @@ def shape_problem(output, drafted, n_vocab, exercise=None):
     return None
 
 
-def error_message(error, drafted, case, exercise=None):
-    """What to say about an exception the learner's step raised: the classic mistakes that end
-    in one (rng.choice refusing a residual that is not a distribution) by name."""
+def error_message(fn, error, drafted, case, exercise=None):
+    """What to say about an exception the learner's step raised inside the grader: the step, the
+    drafts, the exception, and the classic mistakes that end in one (rng.choice refusing a
+    residual that is not a distribution) by name."""
     exercise = exercise or ALGORITHM_2_EXERCISE
     text = str(error)
+    said = raised(fn, error, f"inside {exercise.grader}, for the drafts {list(drafted)} (K = {case.K})")
+    if case.K == 0:
+        return (f"{said}. With no drafts (K = 0: notebook 06's prompt lookup proposes none where the text has no "
+                "match, and speculative_sampling still calls the step) p has no rows and q has one, q[0]: the loop "
+                "emits one token from q[0]. Read the vocabulary's size from q (q.shape[1]), not from p[0].")
     if isinstance(error, ValueError) and "do not sum to 1" in text:
-        return (f"your step raised ValueError: {text}. That is a classic mistake, the residual not normalised: "
-                f"{NORMALISE}.")
+        return f"{said}. That is a classic mistake, the residual not normalised: {NORMALISE}."
     if isinstance(error, ValueError) and "non-negative" in text:
-        return (f"your step raised ValueError: {text}. q − p is negative where the draft over-rates a token: "
-                "the residual is max(0, q − p), then divided by its sum.")
+        return (f"{said}. q − p is negative where the draft over-rates a token: the residual is max(0, q − p), "
+                "then divided by its sum.")
     if isinstance(error, ValueError) and "NaN" in text:
-        return f"your step raised ValueError: {text}. {exercise.nan_hint}"
+        return f"{said}. {exercise.nan_hint}"
     if isinstance(error, IndexError):
-        return (f"your step raised IndexError: {text}. drafted and p have K rows (0 .. K − 1), q has K + 1 (0 .. K). "
-                "The paper counts from 1: its x̃_t, p_t and q_t are drafted[t − 1], p[t − 1] and q[t − 1] here, and its "
-                "extra row q_{K+1} is q[K].")
-    return (f"with drafts {list(drafted)}, p = {case.p.tolist()}, q = {case.q.tolist()}, your step raised "
-            f"{type(error).__name__}: {error}")
+        return (f"{said}. drafted and p have K rows (0 .. K − 1), q has K + 1 (0 .. K). The paper counts from 1: its "
+                "x̃_t, p_t and q_t are drafted[t − 1], p[t − 1] and q[t − 1] here, and its extra row q_{K+1} is q[K].")
+    return f"{said} (p = {case.p.tolist()}, q = {case.q.tolist()})."
 
 
 def attempt(fn, drafted, case, rng, exercise=None):
@@ -363,208 +476,104 @@ def attempt(fn, drafted, case, rng, exercise=None):
     try:
         output = fn(given["drafted"], given["p"], given["q"], rng)
     except Exception as e:  # the learner's code: report it, don't crash the notebook
-        return None, error_message(e, drafted, case, exercise)
+        return None, error_message(fn, e, drafted, case, exercise)
     original = {"drafted": list(drafted), "p": case.p, "q": case.q}
     changed = [name for name in given if not np.array_equal(np.asarray(given[name]), np.asarray(original[name]))]
     if changed:
-        return None, (f"your step changed its argument {changed[0]} in place (drafts {list(drafted)}): the loop keeps using "
-                      "its inputs after the step returns (the roll-back reads the drafts, the trace and the plots keep p "
-                      "and q). Work on new arrays: np.maximum(0, q[t] − p[t]) makes one, q[t] −= p[t] does not.")
+        return None, (f"{function_name(fn)} changed its argument {changed[0]} in place (drafts {list(drafted)}): the loop "
+                      "keeps using its inputs after the step returns (the roll-back reads the drafts, the trace and the "
+                      "plots keep p and q). Work on new arrays: np.maximum(0, q[t] − p[t]) makes one, q[t] −= p[t] does not.")
     return output, None
 
 
-def p_text(p_value):
-    return f"{p_value:.2g}" if p_value >= 1e-16 else "< 1e-16"
+def drafts_for(case, trials, rng):
+    """`trials` draft sequences sampled from p's rows: [trials, K] token ids."""
+    columns = [rng.choice(case.n_vocab, size=trials, p=row) for row in case.p]
+    return np.stack(columns, axis=1) if columns else np.zeros((trials, 0), np.int64)
 
 
-def step_name(fn):
-    """The learner's function name as they would type it (a lambda has none)."""
-    name = getattr(fn, "__name__", "")
-    return name if name.isidentifier() else "your_step"
+def run_case(fn, case, trials, draft_rng, step_rng, seed_checks, exercise):
+    """Call the learner's step `trials` times on drafts sampled from p: ({(drafts, output): count},
+    {kind: the first message of a mistake shown after a rejection}, what stopped it or None)."""
+    counts, after_rejection = {}, {}
+    for trial, row in enumerate(drafts_for(case, trials, draft_rng)):
+        drafted = tuple(int(x) for x in row)
+        output, error = attempt(fn, drafted, case, step_rng, exercise)
+        if error:
+            return counts, after_rejection, error
+        problem = shape_problem(output, drafted, case.n_vocab, exercise)
+        if problem and problem[0] == "fatal":
+            return counts, after_rejection, problem[1]
+        if problem:
+            after_rejection.setdefault(problem[0], problem[1])
+            continue
+        if trial < SEED_CHECKS:  # several: a step with its own unseeded rng may agree once by chance
+            same_seed = seed_checks.spawn(1)[0]
+            (first, error), (again, error_again) = (attempt(fn, drafted, case, np.random.default_rng(same_seed), exercise)
+                                                    for _ in range(2))
+            if error or error_again:
+                return counts, after_rejection, error or error_again
+            if token_ids(first) != token_ids(again):
+                return counts, after_rejection, ("two calls with Generators of the same seed gave different outputs: "
+                                                 "draw every random number from the rng argument (rng.random(), rng.choice).")
+        key = (drafted, token_ids(output))
+        counts[key] = counts.get(key, 0) + 1
+    return counts, after_rejection, None
+
+
+def cases_text(cases):
+    Ks = ", ".join(str(K) for K in sorted({case.K for case in cases}))
+    labels = [case.label for case in cases if case.label and case.label != NO_DRAFTS]
+    return f"K = {Ks}" + (f"; rows at {' and at '.join(labels)}" if labels else "")
 
 
 def check_speculative_step(fn, trials=TRIALS, seed=0, exercise=None):
-    """Grade a learner's speculative_step(drafted, p, q, rng) -> list[int]. Prints why; returns a bool.
+    """Grade a learner's speculative_step(drafted, p, q, rng) -> list[int]; returns a Check.
 
     First the shape of each output (a prefix of the drafts, then one token), and that the same
     Generator seed gives the same output; then the distribution: `trials` calls per case, the
-    drafts sampled from p, one chi-square test of the (drafts, output) histogram against Algorithm 2's
-    exact probabilities. The drafts, the learner's step in each case and the same-seed checks draw
-    from independent streams (one SeedSequence, spawned). A correct step is refused with probability
-    at most SIGNIFICANCE = 1e-4; each classic mistake moves the distribution of some case by a
-    total-variation distance of 0.08 or more (tests/test_step_exercise.py checks it), far beyond the
-    noise of 4,000 trials. `exercise` (a StepExercise) grades another rule with the same machinery
-    (notebook 08's block verification)."""
+    drafts sampled from p, the (drafts, output) histogram tested against Algorithm 2's exact
+    probabilities as a whole and part by part (how many drafts were kept; the token after a draft
+    that was not; the extra token after all K). The drafts, the learner's step in each case and the
+    same-seed checks draw from independent streams (one SeedSequence, spawned). A correct step is
+    refused with probability about SIGNIFICANCE = 1e-4 at most; each classic mistake moves the
+    distribution of some case by a total-variation distance of 0.08 or more
+    (tests/test_step_exercise.py checks it), far beyond the noise of 2,000 trials. A wrong step
+    is told which part of its output differs, with the frequencies, and the classic mistake it
+    fits when there is one. `exercise` (a StepExercise) grades another rule with the same
+    machinery (notebook 08's block verification)."""
     exercise = exercise or ALGORITHM_2_EXERCISE
-
-    def verdict(ok, message):
-        print(("✔ right: " if ok else "✘ not yet: ") + message)
-        return ok
-
-    if fn is None or fn is Ellipsis or not callable(fn):
-        return verdict(False, f"write your step function, then pass the function itself: {exercise.call}.")
+    if not_answered(fn) or not callable(fn):
+        return Check(False, f"write your step function, then pass the function itself: {exercise.call}.")
     cases = exercise.cases
     draft_stream, seed_checks, *step_streams = np.random.SeedSequence(seed).spawn(2 + len(cases))
     draft_rng = np.random.default_rng(draft_stream)
-    counts, after_rejection = [], {}  # kind -> the first message of that kind
+    counts, after_rejection, stopped = [], {}, None
     for case, step_stream in zip(cases, step_streams):
-        step_rng, case_counts = np.random.default_rng(step_stream), {}
-        for trial in range(trials):
-            drafted = tuple(int(sample(row, draft_rng)) for row in case.p)
-            output, error = attempt(fn, drafted, case, step_rng, exercise)
-            if error:
-                return verdict(False, error)
-            problem = shape_problem(output, drafted, case.n_vocab, exercise)
-            if problem and problem[0] == "fatal":
-                return verdict(False, problem[1])
-            if problem:
-                after_rejection.setdefault(problem[0], problem[1])
-                continue
-            if trial < SEED_CHECKS:  # several: a step with its own unseeded rng may agree once by chance
-                same_seed = seed_checks.spawn(1)[0]
-                (first, error), (again, error_again) = (attempt(fn, drafted, case, np.random.default_rng(same_seed), exercise)
-                                                        for _ in range(2))
-                if error or error_again:
-                    return verdict(False, error or error_again)
-                if token_ids(first) != token_ids(again):
-                    return verdict(False, "two calls with Generators of the same seed gave different outputs: "
-                                          "draw every random number from the rng argument (rng.random(), rng.choice).")
-            key = (drafted, token_ids(output))
-            case_counts[key] = case_counts.get(key, 0) + 1
+        case_counts, problems, stopped = run_case(fn, case, trials, draft_rng, np.random.default_rng(step_stream),
+                                                  seed_checks, exercise)
+        if stopped:
+            break
         counts.append(case_counts)
+        for kind, message in problems.items():
+            after_rejection.setdefault(kind, message)
     if after_rejection:  # judging on shows, with K >= 2, a second token after the first non-draft
-        return verdict(False, after_rejection.get("judged on") or after_rejection["extra"])
-    statistic, dof, p_value, impossible = fit(counts, exercise.rule, cases)
-    Ks = ", ".join(str(K) for K in sorted({case.K for case in cases}))
-    if p_value > SIGNIFICANCE:
-        return verdict(True, f"over {len(cases)} cases (K = {Ks}), {len(cases) * trials:,} calls, your step's outputs "
-                             f"fit {exercise.name}'s exact distribution (chi² = {statistic:.0f} on {dof} dof, "
-                             f"p = {p_value:.2g}). Run it inside the real loop: speculative_sampling(..., step={step_name(fn)}).")
-    against = (f"for drafts {list(impossible[0])} it returned {list(impossible[1])}, which {exercise.name} never does"
-               if impossible else f"chi² = {statistic:.0f} on {dof} dof against {exercise.name}, p = {p_text(p_value)}")
-    fits = sorted(((fit(counts, v, cases)[2], v) for v in exercise.mistakes.values()), key=lambda pv: -pv[0])
-    best_p, best = fits[0]
-    if best_p > SIGNIFICANCE:
-        return verdict(False, f"your outputs match a classic mistake, {best.name} (chi² test p = {best_p:.2g}; "
-                              f"{against}): {best.hint}.")
-    return verdict(False, f"your outputs are not distributed as {exercise.name}'s ({against}), nor like any classic "
-                          f"mistake I know. {exercise.walk_through}")
+        return Check(False, after_rejection.get("judged on") or after_rejection["extra"])
+    done = cases[: len(counts)]  # the cases the step ran through
+    if stopped:  # what the step did before it stopped, if that was wrong already, comes first
+        if done and not judged(counts, done, exercise).ok:
+            return Check(False, f"{distribution_message(counts, done, exercise)} Then, in case {len(done) + 1}: {stopped}")
+        return Check(False, stopped)
+    verdict = judged(counts, cases, exercise)
+    if verdict.ok:
+        return Check(True, f"over {len(cases)} cases ({cases_text(cases)}), {len(cases) * trials:,} calls, your step's "
+                           f"outputs fit {exercise.name}'s exact distribution, as a whole (chi-square p = "
+                           f"{verdict.p_value:.2g}) and part by part: how many drafts were kept, the token that "
+                           f"follows them, the extra token. Run it inside the real loop: "
+                           f"speculative_sampling(..., step={function_name(fn)}).")
+    return Check(False, distribution_message(counts, cases, exercise))
 
 
 def solution():
     """The library's own Steps 3-4: print it when you are stuck (it is what speculative_sampling runs)."""
     print(inspect.getsource(speculative.speculative_step))
-
-
-# ---------------------------------------------------------------------------------------------
-# Exercise 2: the loop around the step, with both KV caches and their roll-back
-# ---------------------------------------------------------------------------------------------
-
-
-class Recording(ModelView):
-    """Wraps a model: records, for every call, how many tokens its cache held and how many ids came in."""
-
-    def __init__(self, model):
-        super().__init__(model)
-        self.calls = []
-
-    def __call__(self, ids, cache):
-        self.calls.append((len(cache), len(ids)))
-        return self.model(ids, cache)
-
-
-def recording_step(step, log):
-    """step, also logging what it emitted in each loop."""
-    def logged(drafted, p, q, rng):
-        emitted = step(drafted, p, q, rng)
-        log.append(list(emitted))
-        return emitted
-    return logged
-
-
-def cache_problem(draft, target, emitted_per_loop, n_prompt, K):
-    """Compare the cache lengths seen at each loop's first draft call and its target call with
-    what a correct roll-back leaves (n + accepted drafts); say which cache was not rolled back."""
-    n = n_prompt
-    target_calls, draft_calls = target.calls, draft.calls[::K]  # K draft calls per loop
-    for loop, emitted in enumerate(emitted_per_loop[:-1]):
-        n_next = n + len(emitted)
-        kept = n_next - 1  # x_1 .. x_{n + n_accepted}: neither model has seen the new token
-        for name, calls in (("target", target_calls), ("draft", draft_calls)):
-            if loop + 1 < len(calls) and calls[loop + 1][0] == 0 < kept:
-                return (f"the {name}'s cache was empty at loop {loop + 2}'s first {name} call, which then read all "
-                        f"{calls[loop + 1][1]} tokens again: the tokens are right, but every loop re-reads the whole "
-                        f"text. Make each cache once, before the while loop, and roll it back to the kept tokens "
-                        f"after each loop ({name}_cache.truncate(...))")
-        if loop + 1 < len(target_calls) and target_calls[loop + 1][0] != kept:
-            return (f"after loop {loop + 1} the target's cache held {target_calls[loop + 1][0]} tokens, expected "
-                    f"{kept} (the {n} before the loop + {len(emitted) - 1} accepted drafts): roll it back with "
-                    "target_cache.truncate(n + n_accepted)")
-        if loop + 1 < len(draft_calls) and draft_calls[loop + 1][0] > kept:
-            return (f"after loop {loop + 1} the draft's cache held {draft_calls[loop + 1][0]} tokens, more than the "
-                    f"{kept} kept: roll it back too, draft_cache.truncate(min(n + n_accepted, len(draft_cache)))")
-        n = n_next
-    return None
-
-
-def count_problem(target_calls, loops, got, N, raised):
-    """The counts first: loops run, target calls per loop, tokens returned. A message, or None."""
-    if loops == 0 and not raised:
-        return ("your loop never called step: Steps 3-4 are missing (the scaffold as given?). Call "
-                "emitted = step(drafted, p, q, rng), append what it emits, roll both caches back, and "
-                "delete the `break`")
-    if target_calls not in (loops, loops + raised):  # a loop that raised may have scored already
-        return (f"{target_calls} target calls for {loops} loops; score all K + 1 positions in one call per loop "
-                "(score(target, target_cache, ...)), not one call per position")
-    if raised:
-        return None
-    tokens = token_ids(got)
-    if tokens is None:
-        return f"your loop returned {got!r}; return the list of the N generated token ids"
-    if len(tokens) < N:
-        return (f"your loop returned {len(tokens)} tokens, N = {N} were asked: it stopped early. The while loop "
-                "must run until N tokens are out (a `break` left in?)")
-    if len(tokens) > N:
-        return (f"{len(tokens)} tokens, expected N = {N}: the last loop may emit more than needed, cut the "
-                "output to N")
-    return None
-
-
-def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), seeds=(0, 1)):
-    """Grade a learner's my_speculative_sampling(draft, target, ids, N, K, rng, step) -> list of N ids:
-    for each K and seed, the same tokens as speculative_sampling(..., seed=seed, step=step), one
-    target call per loop, and both caches rolled back to the kept tokens. Counts (loops, target
-    calls, tokens) are judged before the caches, so a loop cut short is not blamed on its roll-back.
-    Prints why; returns a bool."""
-    def verdict(ok, message):
-        print(("✔ right: " if ok else "✘ not yet: ") + message)
-        return ok
-
-    if fn is None or not callable(fn):
-        return verdict(False, "pass your function itself: check_speculative_loop(my_speculative_sampling, draft, target, ids).")
-    step = speculative.speculative_step if step is None else speculative.checked_step(step, target.config.n_vocab)
-    for K in Ks:
-        for seed in seeds:
-            expected = speculative.speculative_sampling(draft, target, ids, N, K=K, seed=seed, step=step)
-            d, t, log = Recording(draft), Recording(target), []
-            try:
-                got, error = fn(d, t, list(ids), N, K, np.random.default_rng(seed), recording_step(step, log)), None
-            except Exception as e:  # the learner's code: report it, don't crash the notebook
-                got, error = None, e
-            where = f"K = {K}, seed {seed}"
-            problem = count_problem(len(t.calls), len(log), got, N, raised=error is not None)
-            if problem:
-                return verdict(False, f"{where}: {problem}.")
-            problem = cache_problem(d, t, log + [[]], len(ids), K)  # the loop that raised counts too
-            if problem:
-                return verdict(False, f"{where}: {problem}.")
-            if error is not None:
-                return verdict(False, f"{where}: your loop raised {type(error).__name__}: {error}")
-            got = list(token_ids(got))
-            if got != expected.tokens:
-                first = next(i for i, (a, b) in enumerate(zip(got, expected.tokens)) if a != b)
-                return verdict(False, f"{where}: token {first} differs from speculative_sampling's. Same "
-                                      "seed, same draws: draft K tokens (draft_tokens), score once (score), call step, "
-                                      "append what it emits, roll back both caches, in that order.")
-    return verdict(True, f"for K in {list(Ks)} and seeds {list(seeds)} your loop writes exactly what "
-                         "speculative_sampling writes, with one target call per loop and both caches rolled back.")

@@ -25,22 +25,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import rejection
-from ..sampling import sample
+from ..errors import shown
+from ..sampling import distribution, sample
 from .chi_square import chi_square_sf, chi_square_test
-from .exercises import check_number
-from .step_exercise import p_text, step_name
+from .grading import Check, Part, check_number, compare, difference_text, function_name, not_answered, raised
 
 # ---------------------------------------------------------------------------------------------
 # The step and the classic ways to get it wrong, each with its exact distribution
 # ---------------------------------------------------------------------------------------------
 
 
-def running_residual(p_i, q_i, x):
+def running_residual(p_i, q_i, x, q):
     """What the next candidate is judged against after rejecting x: (q_i - p_i)+."""
     return rejection.residual(p_i, q_i)
 
 
-def without_token(p_i, q_i, x):
+def without_token(p_i, q_i, x, q):
     """q_i with the rejected token taken out, renormalised (right only for a point-mass draft)."""
     q_next = np.array(q_i, np.float64)
     q_next[x] = 0.0
@@ -50,8 +50,8 @@ def without_token(p_i, q_i, x):
 @dataclass(frozen=True)
 class CandidateRule:
     """One way to write the step: judge candidate i (of the first `tried`) with row `row(p, i)`
-    against the running q_i, which becomes update(row, q_i, c_i) after a rejection; when all are
-    rejected, draw from fallback(q, q_last, p)."""
+    against the running q_i, which becomes update(row, q_i, c_i, q) after a rejection; when all
+    are rejected, draw from fallback(q, q_last, p)."""
     name: str
     hint: str  # what to fix, said to the learner
     row: object = lambda p, i: p[i]
@@ -70,7 +70,7 @@ class CandidateRule:
             kept = rejection.accept_probability(self.row(p, i), q_i, x)
             emitted[x] += reached * kept
             reached *= 1.0 - kept
-            q_i = self.update(self.row(p, i), q_i, x)
+            q_i = self.update(self.row(p, i), q_i, x, q)
         return emitted + reached * self.fallback(q, q_i, p)
 
     def step(self, candidates, p, q, rng):
@@ -83,7 +83,7 @@ class CandidateRule:
         for i, x in enumerate(self.candidates_tried(candidates)):
             if rng.random() < rejection.accept_probability(self.row(p, i), q_i, x):
                 return int(x)
-            q_i = self.update(self.row(p, i), q_i, x)
+            q_i = self.update(self.row(p, i), q_i, x, q)
         return sample(self.fallback(q, q_i, p), rng)
 
 
@@ -93,13 +93,22 @@ UPDATE = ("after rejecting c_i, the next candidate is judged against what is sti
 MULTI_STEP = CandidateRule("the multi-candidate step", "")
 MISTAKES = {rule.name: rule for rule in (
     CandidateRule("the residual not updated between candidates", f"every candidate was judged against q itself; {UPDATE}",
-                  update=lambda p_i, q_i, x: q_i, fallback=lambda q, q_last, p: rejection.residual(p[-1], q) if len(p) else q),
+                  update=lambda p_i, q_i, x, q: q_i, fallback=lambda q, q_last, p: rejection.residual(p[-1], q) if len(p) else q),
     CandidateRule("the residual not updated between candidates (fallback from (q − p_1)+)",
                   f"every candidate was judged against q itself; {UPDATE}",
-                  update=lambda p_i, q_i, x: q_i, fallback=lambda q, q_last, p: rejection.residual(p[0], q) if len(p) else q),
+                  update=lambda p_i, q_i, x, q: q_i, fallback=lambda q, q_last, p: rejection.residual(p[0], q) if len(p) else q),
+    CandidateRule("the residual formed from q each time", "after rejecting c_i you formed (q − p_i)+ from q itself; "
+                  f"form it from the running residual instead, (q_i − p_i)+: {UPDATE}",
+                  update=lambda p_i, q_i, x, q: rejection.residual(p_i, q)),
     CandidateRule("the fallback sampled from q", "when every candidate is rejected, sample from the last residual "
                   "q_{m+1}, not from q: the accepted mass min(p_i, q_i) of each round was already given out",
                   fallback=lambda q, q_last, p: q),
+    CandidateRule("the fallback sampled from p", "when every candidate is rejected, sample from the last residual "
+                  "q_{m+1}; p is the draft's distribution, and the text must come out as q",
+                  fallback=lambda q, q_last, p: p[-1] if len(p) else q),
+    CandidateRule("the token at a leaf taken as q's most likely", "at a leaf (no candidates) sample the token from q "
+                  "with rng; taking its most likely token, argmax q, is greedy decoding, not sampling from q",
+                  fallback=lambda q, q_last, p: q_last if len(p) else np.eye(len(q))[int(np.argmax(q))]),
     CandidateRule("stopping at the first rejection", "after rejecting c_1, try c_2 against (q − p_1)+, and so "
                   "on: the tree drafted the other candidates for this. Stopping is still exact (it is Algorithm 2 "
                   "on c_1 alone) but throws the siblings and their subtrees away", tried=1),
@@ -115,32 +124,41 @@ MISTAKES = {rule.name: rule for rule in (
 # The grader
 # ---------------------------------------------------------------------------------------------
 
-TRIALS = 3000  # calls of the learner's step per case
-SIGNIFICANCE = 1e-4  # a correct step is refused with at most this probability
+TRIALS = 2000  # calls of the learner's step per case
+SIGNIFICANCE = 1e-4  # a correct step is refused with at most about this probability (all the tests together)
 
 
 @dataclass(frozen=True)
 class CandidateCase:
-    """Fixed candidates, the rows they were drawn from (without replacement), and q."""
+    """Fixed candidates, the rows they were drawn from (without replacement), and q; `label` says
+    how the distributions were made when that matters to a learner."""
     candidates: tuple
     p: np.ndarray  # [m, V]
     q: np.ndarray  # [V]
+    label: str = ""
 
 
-def case(p, q, candidates):
+def case(p, q, candidates, label=""):
     """A case with candidates drawn without replacement from p: row i is p without the ones before."""
     p, rows, left = np.asarray(p, np.float64), [], np.array(p, np.float64)
     for x in candidates:
         rows.append(left / left.sum())
         left[x] = 0.0
-    return CandidateCase(tuple(candidates), np.array(rows).reshape(len(candidates), len(p)), np.asarray(q, np.float64))
+    return CandidateCase(tuple(candidates), np.array(rows).reshape(len(candidates), len(p)), np.asarray(q, np.float64),
+                         label)
 
 
 def grading_cases():
     """Cases where each classic mistake moves the output distribution (tests/test_tree_exercise.py
-    checks it): two and three candidates the target under-rates, one it likes, a leaf (no candidates)."""
+    checks it): two and three candidates the target under-rates, one it likes, distributions as
+    the loop makes them at temperature 0.7 with top-p 0.9 (zeros in both), and a leaf (no
+    candidates)."""
     p, q = [0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]
+    shaped = dict(temperature=0.7, top_p=0.9)
     return (case(p, q, [0, 1]), case(p, q, [0, 1, 2]), case([0.1, 0.6, 0.3, 0.0], [0.3, 0.2, 0.1, 0.4], [1, 2]),
+            case(distribution(np.array([1.5, 1.2, -0.5, 0.4, -1.0]), **shaped),
+                 distribution(np.array([0.3, 1.6, -2.0, 1.4, 0.2]), **shaped), [0, 3],
+                 label="temperature 0.7 with top-p 0.9"),
             case(p, q, []))
 
 
@@ -153,14 +171,19 @@ def attempt(fn, c, rng):
     except Exception as e:  # the learner's code: report it, don't crash the notebook
         hint = (" At a leaf there are no candidates: p has no rows, and the token comes from q."
                 if not c.candidates and isinstance(e, IndexError) else "")
-        return None, (f"with candidates {list(c.candidates)}, your step raised {type(e).__name__}: {e}.{hint}")
+        return None, f"{raised(fn, e, f'inside check_multi_candidate_step, for the candidates {list(c.candidates)}')}.{hint}"
     if any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(given, (list(c.candidates), c.p, c.q))):
-        return None, ("your step changed one of its arguments in place: the walk keeps using the tree's p and q "
-                      "after the step returns. Work on new arrays (np.maximum(0, q − p) makes one; q −= p does not).")
+        return None, (f"{function_name(fn)} changed one of its arguments in place: the walk keeps using the tree's p and "
+                      "q after the step returns. Work on new arrays (np.maximum(0, q − p) makes one; q −= p does not).")
     if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)) or not 0 <= token < len(c.q):
-        return None, (f"your step returned {token!r}; return one token id, an int from 0 to {len(c.q) - 1}: "
-                      "an accepted candidate, or a sample from the last residual.")
+        return None, (f"{function_name(fn)} returned {shown(repr(token), 80)}; return one token id, an int from 0 to "
+                      f"{len(c.q) - 1}: an accepted candidate, or a sample from the last residual.")
     return int(token), None
+
+
+def law(rule, c):
+    """The rule's exact distribution of the emitted token in case c, as {token: probability}."""
+    return {token: float(prob) for token, prob in enumerate(rule.output_distribution(c.candidates, c.p, c.q))}
 
 
 def fit(counts, rule, cases):
@@ -175,17 +198,32 @@ def fit(counts, rule, cases):
     return statistic, dof, chi_square_sf(statistic, dof)
 
 
-def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
-    """Grade a learner's accept_among(candidates, p, q, rng) -> token. Prints why; returns a bool.
-    A correct step is refused with probability at most SIGNIFICANCE; each classic mistake moves
-    some case's output by a total-variation distance of 0.05 or more, far beyond the noise of
-    3,000 trials."""
-    def verdict(ok, message):
-        print(("✔ right: " if ok else "✘ not yet: ") + message)
-        return ok
+def parts(c, number):
+    """The two factors of the emitted token's law in case c, each with where it is: which candidate
+    was kept, or none; and the token drawn when none was."""
+    where = (f" (case {number}, candidates {list(c.candidates)}{', ' + c.label if c.label else ''}; "
+             f"p = {np.round(c.p, 3).tolist()}, q = {np.round(c.q, 3).tolist()})")
+    if not c.candidates:
+        return [(Part("the token at a leaf, where there are no candidates", lambda y: ((), y), tuple(range(len(c.q))),
+                      "tokens", lambda y: f"token {y}"), where)]
+    kept = {x: f"c_{i + 1} kept" for i, x in enumerate(c.candidates)}
+    others = tuple(y for y in range(len(c.q)) if y not in kept)
+    return [(Part("which candidate was kept", lambda y: ((), kept.get(y, "none kept")), (*kept.values(), "none kept"),
+                  "outcomes", str), where),
+            (Part("the token drawn after every candidate was rejected", lambda y: ((), y) if y not in kept else None,
+                  others, "tokens", lambda y: f"token {y}"), where)]
 
-    if fn is None or fn is Ellipsis or not callable(fn):
-        return verdict(False, "write your step, then pass the function itself: check_multi_candidate_step(my_accept_among).")
+
+def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
+    """Grade a learner's accept_among(candidates, p, q, rng) -> token; returns a Check. The tokens
+    are tested against the multi-candidate step's exact distribution as a whole and part by part
+    (which candidate was kept; the token drawn when none was): a correct step is refused with
+    probability about SIGNIFICANCE at most, a wrong one is told which part differs, with the
+    frequencies, and the classic mistake it fits if one does. Each classic mistake moves some
+    case's output by a total-variation distance of 0.05 or more, far beyond the noise of 2,000
+    trials."""
+    if not_answered(fn) or not callable(fn):
+        return Check(False, "write your step, then pass the function itself: check_multi_candidate_step(my_accept_among).")
     cases = grading_cases()
     same_seed, *streams = np.random.SeedSequence(seed).spawn(1 + len(cases))
     counts = []
@@ -194,27 +232,36 @@ def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
         for _ in range(trials):
             token, error = attempt(fn, c, rng)
             if error:
-                return verdict(False, error)
+                return Check(False, error)
             case_counts[token] += 1
         counts.append(case_counts)
     for c, seq in ((c, seq) for c in cases for seq in same_seed.spawn(10)):  # several: two may agree by chance
         if len({attempt(fn, c, np.random.default_rng(seq))[0] for _ in range(2)}) > 1:
-            return verdict(False, "two calls with Generators of the same seed gave different tokens: draw every "
-                                  "random number from the rng argument (rng.random(), rng.choice).")
-    statistic, dof, p_value = fit(counts, MULTI_STEP, cases)
-    n_calls = len(cases) * trials
-    if p_value > SIGNIFICANCE:
-        return verdict(True, f"over {len(cases)} cases ({n_calls:,} calls, 0 to 3 candidates), your step's tokens fit "
-                             f"the multi-candidate step's exact distribution (chi² = {statistic:.0f} on {dof} dof, "
-                             f"p = {p_value:.2g}). Run it in the tree loop: tree_sampling(..., step={step_name(fn)}).")
-    against = f"chi² = {statistic:.0f} on {dof} dof, p = {p_text(p_value)}"
+            return Check(False, "two calls with Generators of the same seed gave different tokens: draw every "
+                                "random number from the rng argument (rng.random(), rng.choice).")
+    _, _, p_value = fit(counts, MULTI_STEP, cases)
+    observed = [dict(enumerate(case_counts)) for case_counts in counts]
+    differences = [(d, where) for number, (c, seen) in enumerate(zip(cases, observed), 1) for part, where in parts(c, number)
+                   for d in [compare(part, law(MULTI_STEP, c), seen)] if d is not None]
+    threshold = SIGNIFICANCE / (1 + len(differences))
+    if p_value > threshold and all(d.p_value > threshold for d, _ in differences):
+        return Check(True, f"over {len(cases)} cases ({len(cases) * trials:,} calls, 0 to 3 candidates, one at "
+                           f"temperature 0.7 with top-p 0.9), your step's tokens fit the multi-candidate step's exact "
+                           f"distribution, as a whole (chi-square p = {p_value:.2g}) and part by part: which candidate "
+                           f"was kept, the token drawn when none was. Run it in the tree loop: "
+                           f"tree_sampling(..., step={function_name(fn)}).")
+    differences.sort(key=lambda dw: (dw[0].p_value, -dw[0].tv))
+    name = "the multi-candidate step"
     best_p, best = max(((fit(counts, rule, cases)[2], rule) for rule in MISTAKES.values()), key=lambda pr: pr[0])
     if best_p > SIGNIFICANCE:
-        return verdict(False, f"your tokens match a classic mistake, {best.name} (p = {best_p:.2g}; against the "
-                              f"right step {against}): {best.hint}.")
-    return verdict(False, f"your tokens are not distributed as the multi-candidate step's ({against}), nor like any "
-                          "classic mistake I know. For each candidate in turn: r ~ U[0, 1); keep it if "
-                          "r < min(1, q_i(c_i) / p_i(c_i)); else q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.")
+        where = difference_text(differences[0][0], name, differences[0][1])
+        return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: {where}. "
+                            f"That is a classic mistake, {best.name} (its exact distribution fits yours: p = "
+                            f"{best_p:.2g}): {best.hint}.")
+    where = ". ".join(difference_text(d, name, w) for d, w in differences[:2])
+    return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: {where}. That "
+                        "is none of the classic mistakes I know by name. For each candidate in turn: r ~ U[0, 1); keep it "
+                        "if r < min(1, q_i(c_i) / p_i(c_i)); else q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.")
 
 
 def solution():

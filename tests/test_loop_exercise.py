@@ -1,0 +1,118 @@
+"""Notebook 03's second exercise, the loop: the grader accepts a right loop, names each loop mistake
+(counts before caches), and reports a learner's step that fails inside either loop, never raising."""
+
+import numpy as np
+import pytest
+from helpers import random_gpt2
+from test_step_exercise import learner_step
+
+from picogpt.course.grading import Check
+from picogpt.course.loop_exercise import check_speculative_loop
+from picogpt.sampling import distribution
+from picogpt.speculative import draft_tokens, score
+
+
+def score_per_position(target, cache, new, drafted, controls):
+    """Step 2 done the slow way: one target call per position, K + 1 calls (or more) per loop."""
+    rows = [target([token], cache)[-1] for token in new + drafted]  # [n_vocab] each
+    return distribution(np.stack(rows[-(len(drafted) + 1):]), **controls)
+
+
+def learner_loop(draft, target, ids, N, K, rng, step, roll_back_target=True, roll_back_draft=True, cut=True,
+                 stop_after_one=False, one_call=True, fresh_target_cache=False):
+    draft_cache, target_cache = draft.new_cache(), target.new_cache()
+    sequence = list(ids)
+    while len(sequence) - len(ids) < N:
+        n = len(sequence)
+        if fresh_target_cache:  # right tokens, but the whole text is read again every loop
+            target_cache = target.new_cache()
+        drafted, p = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K, {}, rng)
+        q = (score if one_call else score_per_position)(target, target_cache, sequence[len(target_cache):], drafted, {})
+        emitted = step(drafted, p, q, rng)
+        sequence += emitted
+        n_accepted = len(emitted) - 1
+        if roll_back_target:
+            target_cache.truncate(n + n_accepted)
+        if roll_back_draft:
+            draft_cache.truncate(min(n + n_accepted, len(draft_cache)))
+        if stop_after_one:
+            break  # the scaffold's `break`, left in
+    return sequence[len(ids): len(ids) + N] if cut else sequence[len(ids):]
+
+
+def scaffold(draft, target, ids, N, K, rng, step):
+    """Notebook 03's scaffold, submitted as it is."""
+    draft_cache, target_cache = draft.new_cache(), target.new_cache()
+    sequence = list(ids)
+    while len(sequence) - len(ids) < N:
+        drafted, p = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K, {}, rng)
+        q = score(target, target_cache, sequence[len(target_cache):], drafted, {})  # noqa: F841 (notebook 03's scaffold)
+        ...
+        break
+    return sequence[len(ids): len(ids) + N]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return random_gpt2(1), random_gpt2(2)
+
+
+def test_a_correct_loop_is_accepted(models):
+    check = check_speculative_loop(learner_loop, *models, [3, 1, 4])
+    assert isinstance(check, Check) and check.ok, check
+    assert check_speculative_loop(learner_loop, *models, [3, 1, 4], step=learner_step).ok
+
+
+@pytest.mark.parametrize("mistake, says", [
+    (dict(roll_back_target=False), "target's cache held"),
+    (dict(roll_back_draft=False), "draft's cache held"),
+    (dict(cut=False), "cut the output to N"),
+    (dict(stop_after_one=True), "stopped early"),
+    (dict(one_call=False), "target calls for"),
+    (dict(one_call=False, roll_back_target=False), "target calls for"),
+    (dict(fresh_target_cache=True, roll_back_target=False), "re-reads the whole text"),
+])
+def test_loop_mistakes_are_named(models, mistake, says):
+    check = check_speculative_loop(lambda *a: learner_loop(*a, **mistake), *models, [3, 1, 4])
+    message = str(check)
+    assert check.ok is False and says in message, message
+    assert "roll" not in message or "cache held" in says or "whole text" in says, message  # counts come first
+
+
+def test_the_scaffold_as_given_is_told_what_is_missing(models):
+    check = check_speculative_loop(scaffold, *models, [3, 1, 4])
+    message = str(check)
+    assert check.ok is False and "never called step" in message and "0 loops" not in message, message
+
+
+def wrong_step(drafted, p, q, rng):
+    return [drafted[len(p[0])]]  # an index past the drafts: an IndexError in every loop
+
+
+@pytest.mark.parametrize("loop", [learner_loop, scaffold])
+def test_a_wrong_step_is_reported_with_the_loop_it_failed_in_never_raised(models, loop):
+    check = check_speculative_loop(loop, *models, [3, 1, 4], step=wrong_step)
+    message = str(check)
+    assert check.ok is False and "step=wrong_step raised IndexError inside speculative_sampling" in message, message
+    assert "\n" not in message
+
+
+def test_a_step_that_fails_only_in_the_learners_loop_is_named_with_that_loop(models):
+    calls = []
+
+    def picky_step(drafted, p, q, rng):  # right in the library's loop, broken on its second run
+        calls.append(1)
+        if len(calls) > 3:
+            raise ValueError("not today")
+        return learner_step(drafted, p, q, rng)
+
+    message = str(check_speculative_loop(learner_loop, *models, [3, 1, 4], step=picky_step, N=4, Ks=(3,), seeds=(0,)))
+    assert "step=picky_step raised ValueError inside your loop, learner_loop" in message, message
+
+
+def test_a_loop_that_raises_is_named(models):
+    def my_speculative_sampling(draft, target, ids, N, K, rng, step):
+        raise KeyError("oops")
+
+    message = str(check_speculative_loop(my_speculative_sampling, *models, [3, 1, 4]))
+    assert "my_speculative_sampling raised KeyError inside check_speculative_loop" in message, message
