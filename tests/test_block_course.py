@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from picogpt import theory
-from picogpt.course import block_exercise, block_figures, blocks, widgets
+from picogpt.course import block_exercise, block_figures, block_panels, model_runs, widgets
 from picogpt.course.block_exercise import BLOCK, BLOCK_EXERCISE, MISTAKES, TOKEN_BY_TOKEN, check_block_step
 from picogpt.course.step_exercise import exact_joint
 from picogpt.course.toy_models import toy_pair
@@ -159,7 +159,7 @@ def test_the_laid_out_loop_keeps_what_block_step_keeps_with_the_same_uniforms():
     for seed in range(200):
         drafted, p, q = random_loop(seed)
         emitted = block_step(drafted, p, q, np.random.default_rng(seed))
-        loop = blocks.block_loop(drafted, p, q, np.random.default_rng(seed).random(len(drafted)))
+        loop = block_panels.block_loop(drafted, p, q, np.random.default_rng(seed).random(len(drafted)))
         assert len(emitted) - 1 == loop.n_kept
         assert loop.first_failure <= loop.n_kept or loop.n_kept == 0
         assert np.allclose(loop.token_wise, np.cumprod([min(1, q[i][x] / p[i][x]) for i, x in enumerate(drafted)]))
@@ -168,17 +168,17 @@ def test_the_laid_out_loop_keeps_what_block_step_keeps_with_the_same_uniforms():
 
 
 def test_an_instructive_loop_has_a_later_pass_and_a_weighted_residual():
-    loops = [blocks.block_loop(*random_loop(seed), np.random.default_rng(seed + 1000).random(4)) for seed in range(300)]
-    chosen = [loop for loop in loops if blocks.instructive(loop)]
+    loops = [block_panels.block_loop(*random_loop(seed), np.random.default_rng(seed + 1000).random(4)) for seed in range(300)]
+    chosen = [loop for loop in loops if block_panels.instructive(loop)]
     assert chosen and all(loop.first_failure < loop.n_kept < 4 for loop in chosen)
-    assert all(blocks.total_variation(loop.residual, loop.unweighted) > 0.05 for loop in chosen)
-    lines = blocks.loop_lines(chosen[0], [str(x) for x in chosen[0].drafted])
+    assert all(block_panels.total_variation(loop.residual, loop.unweighted) > 0.05 for loop in chosen)
+    lines = block_panels.loop_lines(chosen[0], [str(x) for x in chosen[0].drafted])
     assert len(lines) == 5 and "fails" in "".join(lines) and "passes" in "".join(lines)
 
 
 def test_the_loop_figures_are_labelled():
     drafted, p, q = random_loop(3)
-    loop = blocks.block_loop(drafted, p, q, np.array([0.9, 0.05, 0.9, 0.9]))
+    loop = block_panels.block_loop(drafted, p, q, np.array([0.9, 0.05, 0.9, 0.9]))
     fig, axes = plt.subplots(1, 2)
     block_figures.plot_block_loop(loop, ["a", "b", "c", "d"], ax=axes[0])
     block_figures.plot_last_token(loop, str, ax=axes[1])
@@ -197,7 +197,7 @@ def test_the_explorer_starts_at_the_papers_example_and_its_numbers_are_the_theor
     rng = np.random.default_rng(0)
     for _ in range(20):
         p_a, q_a, K = float(rng.random()), float(rng.random()), int(rng.integers(1, 9))
-        panel = blocks.kept_panel(p_a, q_a, K)
+        panel = block_panels.kept_panel(p_a, q_a, K)
         for verify in ("token", "block", "bound"):
             assert panel.expected(verify) == pytest.approx(
                 theory.expected_accepted_drafts([p_a, 1 - p_a], [q_a, 1 - q_a], K, verify))
@@ -205,14 +205,14 @@ def test_the_explorer_starts_at_the_papers_example_and_its_numbers_are_the_theor
 
 
 def test_the_readout_is_true_at_the_edges():
-    assert "n/a" in blocks.kept_readout(blocks.kept_panel(1.0, 0.0, 3))  # disjoint: nothing kept by anyone
-    assert "+0.0%" in blocks.kept_readout(blocks.kept_panel(0.4, 0.4, 5))  # p = q: all keep every draft
+    assert "n/a" in block_panels.kept_readout(block_panels.kept_panel(1.0, 0.0, 3))  # disjoint: nothing kept by anyone
+    assert "+0.0%" in block_panels.kept_readout(block_panels.kept_panel(0.4, 0.4, 5))  # p = q: all keep every draft
 
 
 @pytest.mark.parametrize("bad", [(1.2, 0.5, 2), (0.5, -0.1, 2), (0.5, 0.5, 0), (0.5, 0.5, 2.5), (0.5, 0.5, 13)])
 def test_the_explorer_refuses_what_is_not_a_setting(bad):
     with pytest.raises(PicoGPTError, match="expected probabilities"):
-        blocks.kept_panel(*bad)
+        block_panels.kept_panel(*bad)
 
 
 def test_the_explorer_widget_redraws_when_a_slider_moves():
@@ -231,7 +231,7 @@ def test_the_explorer_widget_redraws_when_a_slider_moves():
 
 def test_the_table_of_mistakes_says_which_rules_are_exact():
     draft, target = toy_pair(n_vocab=3, seed=0)
-    lines = blocks.mistakes_lines(draft, target, [1, 0], 3)
+    lines = model_runs.mistakes_lines(draft, target, [1, 0], 3)
     rows = {line[:48].strip(): [float(x) for x in line[48:].split()] for line in lines[1:]}
     assert max(rows[BLOCK.name]) < 1e-12 and max(rows[TOKEN_BY_TOKEN.name]) < 1e-12
     assert all(max(rows[name]) > 1e-3 for name in MISTAKES)
@@ -246,9 +246,9 @@ def test_the_numeric_exercise_names_token_by_token_and_accepts_the_block_answer(
 
 def test_the_running_weight_gap_is_zero_for_the_paper_and_not_for_a_mistake():
     draft, target = toy_pair(n_vocab=3, seed=10)
-    assert blocks.running_weight_gap(draft, target, [1, 0], 3) < 1e-12
+    assert model_runs.running_weight_gap(draft, target, [1, 0], 3) < 1e-12
     stopping = MISTAKES["stopping at the first failing position"]
-    assert blocks.running_weight_gap(draft, target, [1, 0], 3, stopping.output_distribution) > 0.01
+    assert model_runs.running_weight_gap(draft, target, [1, 0], 3, stopping.output_distribution) > 0.01
 
 
 def test_the_placeholder_is_told_how_to_call_this_grader():

@@ -10,7 +10,7 @@ from helpers import random_gpt2
 from helpers_sampling import MemoModel, chi_square_test
 
 from picogpt import autoregressive_sampling, rejection, speculative_sampling, theory
-from picogpt.course import block_exercise, blocks
+from picogpt.course import block_exercise, block_panels, model_runs
 from picogpt.course.step_exercise import ALGORITHM_2
 from picogpt.course.toy_models import BigramModel, joint_distribution, toy_pair
 from picogpt.sampling import distribution
@@ -85,17 +85,17 @@ def rows(model, sequence, n_rows, controls):
 
 def draft_and_target_rows(draft, target, drafted, controls):
     """p [K, V] (the draft's rows drafted was sampled from), q [K + 1, V], and P(drafted) under p."""
-    return blocks.loop_rows(draft, target, PROMPT, drafted, controls)
+    return model_runs.loop_rows(draft, target, PROMPT, drafted, controls)
 
 
 def one_loop_then_target(draft, target, K, controls, law):
-    return blocks.one_loop_joint(draft, target, PROMPT, K, law, **controls)
+    return model_runs.one_loop_joint(draft, target, PROMPT, K, law, **controls)
 
 
 CONTROLS = [{}, dict(temperature=0.7, top_k=2)]  # top-k leaves zeros in p and q
 
 
-total_variation = blocks.total_variation
+total_variation = block_panels.total_variation
 
 
 def random_rows(rng, K, V, concentration=0.7):

@@ -4,18 +4,17 @@ import numpy as np
 import pytest
 
 from picogpt.course.exercises import (
-    Check,
     block_params,
     check_arithmetic_intensity,
     check_block_params,
     check_kv_cache_bytes,
     check_kv_cache_saving,
     check_min_time_per_token_ms,
-    check_number,
     check_top_k,
     kv_cache_bytes,
     positions_processed,
 )
+from picogpt.course.grading import Check, check_number
 from picogpt.gpt2 import GPT2Config
 from picogpt.io.params import expected_shapes
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from picogpt import rejection
-from picogpt.course import exercises_speculative as ex
+from picogpt.course import exercises as ex
 
 NUMBER_CHECKS = [  # (checker, right answer, a known mistake and a word of its hint)
     (ex.check_tokens_emitted, 3, (2, "resampled")),

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 import picogpt
 from picogpt import theory
-from picogpt.course import figures, panels
+from picogpt.course import figures, model_runs, panels
 from picogpt.errors import PicoGPTError
 from picogpt.measure import speedup
 from picogpt.measure.timing import Spread
@@ -129,7 +129,7 @@ def test_a_scoring_call_and_one_row_calls_agree_up_to_rounding():
     another order, differ by float32 rounding, far below the gaps that decide a greedy choice."""
     model = random_gpt2(2)
     ids = list(np.random.default_rng(0).integers(0, model.config.n_vocab, 20))
-    rounding = panels.scoring_rounding(model, ids, n_prompt=5, K=4)
+    rounding = model_runs.scoring_rounding(model, ids, n_prompt=5, K=4)
     print(rounding)
     assert rounding.n_positions == 15 and rounding.max_abs_diff < 1e-4 and rounding.max_relative_diff < 1e-5
     assert rounding.smallest_gap > 0 and rounding.could_flip_greedy == (rounding.smallest_gap <= 2 * rounding.max_abs_diff)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import random_gpt2
 
-from picogpt.course import exercises_speculative as ex
+from picogpt.course import exercises as ex
 from picogpt.course.step_exercise import check_speculative_loop, check_speculative_step
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

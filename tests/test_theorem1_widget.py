@@ -13,7 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import picogpt
-from picogpt.course import figures, panels, widgets
+from picogpt.course import figures, model_runs, panels, widgets
 from picogpt.errors import PicoGPTError
 
 P_SMALL = np.array([0.5, 0.5, 0.0])
@@ -271,7 +271,7 @@ def test_model_explorer_runs_the_models_once_and_moves_between_positions():
     before = readout.value
     position.value = 0
     temperatures[0].value = 0.0  # greedy draft: P(accept) = q(argmax p)
-    p, q = panels.distributions_at(panels.prompt_logits(draft, ids), panels.prompt_logits(target, ids), 0, 0.0, 1.0)
+    p, q = panels.distributions_at(model_runs.prompt_logits(draft, ids), model_runs.prompt_logits(target, ids), 0, 0.0, 1.0)
     assert f"= {panels.theorem1_panel(p, q).p_accept:.3f}" in readout.value and readout.value != before
     assert draft.calls == target.calls == 2  # once to build, once here: sliders ran no forward pass
     find(box, "Button")[0].click()
@@ -388,7 +388,7 @@ def test_the_acceptance_explorer_is_wired_to_its_pure_update():
     assert not temperature_p.continuous_update and "rejection step" in readout.value
     temperature_q.value = 0.0
     assert draft.calls == target.calls == 1  # the sliders run no forward pass
-    logits_p, logits_q = panels.prompt_logits(draft, ids)[-1], panels.prompt_logits(target, ids)[-1]
+    logits_p, logits_q = model_runs.prompt_logits(draft, ids)[-1], model_runs.prompt_logits(target, ids)[-1]
     text, outputs, now = widgets.acceptance_update(logits_p, logits_q, 1.0, 0.0)
     assert readout.value == text and f"bound 1 − TV(p, q) = {now.bound:.4f}" in text
     assert base64.b64decode(figure_out.outputs[0]["data"]["image/png"]).startswith(b"\x89PNG")

@@ -14,15 +14,15 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from picogpt.course import results
+from picogpt.course import speed_panels
 from picogpt.course.exercises import (
     block_params,
     check_arithmetic_intensity,
     check_block_params,
     check_kv_cache_bytes,
-    check_number,
     machine_line,
 )
+from picogpt.course.grading import check_number
 from picogpt.errors import PicoGPTError
 from picogpt.measure import machine, speedup
 from picogpt.measure.timing import spread
@@ -114,7 +114,7 @@ def test_the_machine_line_agrees_with_the_ratio_it_prints(ratio):
 @example(1e9, 0.4, 5.0, True).via("exactly half")
 @example(1e9, 0.1, 5.0, False).via("twice the measured bandwidth: the caches")
 def test_the_pace_line_says_what_the_share_it_prints_means(nbytes, seconds_per_token, bandwidth_gbs, busy):
-    line = results.pace_line("model", nbytes, seconds_per_token, bandwidth_gbs, busy)
+    line = speed_panels.pace_line("model", nbytes, seconds_per_token, bandwidth_gbs, busy)
     assert line.endswith("so this share may be off") == busy  # a busy machine: the share is not to be trusted
     share = number_in(line.split("(", 1)[1])
     floor_s = nbytes / (bandwidth_gbs * 1e9)  # reading every weight once at the measured bandwidth
@@ -134,13 +134,13 @@ def test_the_pace_line_says_what_the_share_it_prints_means(nbytes, seconds_per_t
 @pytest.mark.parametrize("bad", [dict(seconds_per_token=0), dict(bandwidth_gbs=float("nan")), dict(nbytes=-1)])
 def test_the_pace_line_refuses_numbers_it_cannot_read(bad):
     with pytest.raises(PicoGPTError):
-        results.pace_line(**{"name": "m", "nbytes": 1e6, "seconds_per_token": 1e-3, "bandwidth_gbs": 5.0, **bad})
+        speed_panels.pace_line(**{"name": "m", "nbytes": 1e6, "seconds_per_token": 1e-3, "bandwidth_gbs": 5.0, **bad})
 
 
 @given(st.integers(1, 16), samples, samples)
 def test_the_scoring_line_claims_a_difference_only_where_the_repeats_show_one(n, one_call_s, calls_of_one_s):
     one, many = spread(one_call_s), spread(calls_of_one_s)
-    line = results.scoring_line(n, one, many)
+    line = speed_panels.scoring_line(n, one, many)
     apart = one.q3 < many.q1 or many.q3 < one.q1
     assert ("do not overlap" in line) == apart and ("do not tell the two apart" in line) == (not apart)
     if apart:
@@ -157,7 +157,7 @@ def test_the_scoring_line_claims_a_difference_only_where_the_repeats_show_one(n,
 @given(st.dictionaries(st.integers(1, 12), samples, min_size=1, max_size=6), st.integers(1, 9), st.integers(2, 512))
 def test_the_resolution_line_is_true_of_the_runs(speedups, repeats, N):
     runs = {K: spread(values) for K, values in speedups.items()}
-    line = results.resolution_line(runs, "K", repeats, N)
+    line = speed_panels.resolution_line(runs, "K", repeats, N)
     best = max(runs, key=lambda K: runs[K].median)
     assert f"{repeats} repeats of {N} tokens" in line
     if len(runs) == 1:
@@ -224,7 +224,7 @@ def measurement(speedups, predicted, repeats=5, N=64):
                        max_size=6))
 def test_the_best_K_lines_name_the_best_measured_and_predicted_and_where_the_prediction_falls(by_K):
     m = measurement({K: values for K, (values, _) in by_K.items()}, {K: p for K, (_, p) in by_K.items()})
-    first, second = results.best_K_lines(m)
+    first, second = speed_panels.best_K_lines(m)
     runs = {K: m.by_K[K].speedup_runs for K in m.Ks}
     best = max(runs, key=lambda K: runs[K].median)
     predicted = max(m.Ks, key=lambda K: m.by_K[K].predicted)

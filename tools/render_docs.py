@@ -583,7 +583,7 @@ def speed_verifiers(results, source):
     """Block verification beside token-wise verification at one K, per pair and temperature (the
     bench's "speculative" entries with "block": the same interleaved repeats, the same seeds):
     tokens per target call and the speedup with its spread, and whether the repeats order them."""
-    from picogpt.course.results import indistinguishable_from_best
+    from picogpt.course.speed_panels import indistinguishable_from_best
 
     entries = [entry for entry in results.get("speculative", []) if "block" in entry]
     if not entries:

@@ -6,7 +6,7 @@ it; the numbers come from course/blocks.py.
 
 import numpy as np
 
-from .blocks import NAMES
+from .block_panels import NAMES
 from .figures import COLOURS, new_ax, room_for_legend
 
 VERIFIER_COLOURS = {"token": "tab:orange", "block": "tab:blue", "bound": "grey"}

@@ -1,75 +1,21 @@
-"""Exercise checkers for the notebooks: each says whether an answer is right, and why.
+"""The checks of every notebook's Exercises: a number to work out, or a short function tried on a
+few inputs (notebooks 01-07; the exercises where you write a step a loop runs have their own
+files, step_exercise.py, loop_exercise.py, tree_exercise.py and block_exercise.py).
 
-Every `check_...` is a pure function of the student's answer (a number, or a function to try),
-returning a `Check`: truthy when right, and shown in a notebook as one line, "✔ right: ..." or
-"✘ not yet: ...". A wrong answer gets a hint (the method, or the known mistake it matches)
-but not the number, so the exercise stays an exercise; a right one gets the worked solution.
-The defaults of each checker are the numbers its notebook's exercise asks about.
+Every `check_...` is a pure function of the student's answer returning a `Check` (grading.py,
+the course's one grader contract): "✔ right: ..." with the worked solution, or "✘ not yet: ..."
+with a hint (the method, or the known mistake it matches) but not the number, so the exercise
+stays an exercise. The defaults of each checker are the numbers its notebook's question asks about.
 """
 
 import itertools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from .. import rejection, theory
 from ..sampling import distribution
-
-
-@dataclass(frozen=True)
-class Check:
-    ok: bool
-    message: str
-
-    def __bool__(self):
-        return self.ok
-
-    def __repr__(self):
-        return ("✔ right: " if self.ok else "✘ not yet: ") + self.message
-
-    __str__ = __repr__
-
-
-def not_answered(answer):
-    """The notebooks' placeholder is `answer = None` (or `...`)."""
-    return answer is None or answer is Ellipsis
-
-
-def as_number(answer):
-    """The answer as a float, or None when it is not a finite number (True is not one, nor an
-    integer too large for a float)."""
-    try:
-        value = float(answer)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return value if math.isfinite(value) and not isinstance(answer, bool) else None
-
-
-def shown_number(value):
-    """A number as the student gave it, exactly: a whole number with thousands separators
-    (7,087,872, never 7.08787e+06), any other float in the shortest form that reads back as it."""
-    if float(value).is_integer() and abs(value) < 2**53:
-        return f"{int(value):,}"
-    return f"{value:,}"
-
-
-def check_number(answer, expected, how, solution, mistakes=(), rel_tol=0.01):
-    """Right when within rel_tol of `expected`: then show the worked `solution`. Wrong: the hint
-    of a known mistake, given as (the value that mistake gives, what went wrong), else `how`.
-    The answer is shown as given (shown_number): a hint about a number the student did not type
-    would be about someone else's answer."""
-    if not_answered(answer):
-        return Check(False, "replace the placeholder None with your number, then run the cell again.")
-    value = as_number(answer)
-    if value is None:
-        return Check(False, f"expected a number, got {answer!r}.")
-    if math.isclose(value, expected, rel_tol=rel_tol):
-        return Check(True, f"{shown_number(value)}. {solution}")
-    for mistaken, hint in mistakes:
-        if math.isclose(value, mistaken, rel_tol=rel_tol):
-            return Check(False, f"{shown_number(value)}: {hint}.")
-    return Check(False, f"{shown_number(value)} is not it. Hint: {how}")
-
+from .grading import Check, as_number, check_number, not_answered
 
 # ---------------------------------------------------------------------------------------------
 # Notebook 01: GPT-2 in NumPy
@@ -253,3 +199,317 @@ def check_arithmetic_intensity(answer, machine_flops_per_byte=None):
     mistakes = [(2, "that is FLOPs per weight; divide by the 4 bytes each float32 weight takes"),
                 (0.25, "a multiply-add is 2 FLOPs, not 1")]
     return check_number(answer, 0.5, how, solution, mistakes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 03: speculative sampling, one loop at a time
+# ---------------------------------------------------------------------------------------------
+
+
+def check_tokens_emitted(answer, K=4, n_accepted=2):
+    """A loop drafts K = 4 tokens; the first n_accepted = 2 are accepted, the next is rejected.
+    How many tokens does the loop emit?"""
+    expected = n_accepted + 1
+    how = ("walk through step 3 of Algorithm 2: what happens to the accepted drafts, what comes "
+           "out at the first rejection, and are the drafts after it ever judged?")
+    solution = (f"the {n_accepted} accepted drafts, then one token resampled from (q − p)+ at the "
+                f"first rejection: {expected}. The {K - n_accepted - 1} draft(s) after the rejection are "
+                "thrown away unjudged (they were drafted after a token that is now gone).")
+    mistakes = [(n_accepted, "a rejection still emits a token: the one resampled from (q − p)+"),
+                (K - 1, "after the first rejection the loop ends: the later drafts are never judged"),
+                (K + 1, "K + 1 tokens come out only when all K drafts are accepted")]
+    return check_number(answer, expected, how, solution, mistakes, rel_tol=1e-9)
+
+
+def check_accept_probability(answer, p_x=0.5, q_x=0.2):
+    """The draft gave its token x̃ probability p(x̃) = 0.5, the target q(x̃) = 0.2. With what
+    probability is x̃ accepted?"""
+    expected = min(1.0, q_x / p_x)
+    how = "Algorithm 2 keeps x̃ when r < min(1, q(x̃)/p(x̃)), with r uniform on [0, 1)."
+    solution = (f"min(1, q/p) = min(1, {q_x}/{p_x}) = {expected:g}: the draft was overconfident in "
+                f"x̃, so it is kept only {expected:.0%} of the time. Had q(x̃) >= p(x̃), it would always be kept.")
+    mistakes = [(p_x / q_x, "that is p/q; the test is min(1, q/p)"),
+                (1.0, "q(x̃) < p(x̃) here, so the ratio q/p is below 1"),
+                (q_x, "that is q(x̃) alone; divide by p(x̃), the chance x̃ was drafted at all")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def check_expected_tokens_per_loop(answer, alpha=0.8, K=4):
+    """Each draft is accepted independently with probability alpha = 0.8. How many tokens does a
+    loop with K = 4 emit on average?"""
+    expected = float(theory.expected_tokens_per_loop(alpha, K))
+    how = ("the loop emits n accepted drafts plus one more token. P(at least the first i drafts "
+           "accepted) = alpha^i; add up the chances that token 1, 2, ..., K + 1 comes out.")
+    solution = (f"1 + alpha + alpha² + ... + alpha^K = (1 − alpha^(K+1)) / (1 − alpha) = {expected:.4f} "
+                "tokens per target call, where autoregressive sampling gets 1 (Leviathan et al.'s Eq. 1, under "
+                "their assumption that the acceptances are independent with the same alpha).")
+    mistakes = [(alpha * K, "that counts the accepted drafts only; every loop also emits one more token"),
+                (1 + alpha * K, "acceptance stops at the first rejection: draft 2 counts only if draft 1 was accepted"),
+                (alpha * (K + 1), "acceptance stops at the first rejection, and the last token always comes out")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 04: Theorem 1
+# ---------------------------------------------------------------------------------------------
+
+P_EXERCISE = (0.6, 0.3, 0.1)  # draft p over three tokens
+Q_EXERCISE = (0.2, 0.5, 0.3)  # target q
+
+
+def check_p_accept(answer, p=P_EXERCISE, q=Q_EXERCISE):
+    """With p = (0.6, 0.3, 0.1) and q = (0.2, 0.5, 0.3), what is P(accept), the chance that a
+    token drafted from p is kept?"""
+    p, q = np.asarray(p), np.asarray(q)
+    expected = float(np.minimum(p, q).sum())
+    how = "P(accept) = Σ_x p(x) min(1, q(x)/p(x)); simplify each term first."
+    solution = (f"p(x) min(1, q(x)/p(x)) = min(p(x), q(x)), so P(accept) = Σ min(p, q) = "
+                f"{' + '.join(f'{v:g}' for v in np.minimum(p, q))} = {expected:g}.")
+    mistakes = [(1 - expected, "that is P(reject) = Σ max(0, q − p)"),
+                (float(np.minimum(1, q / p).mean()), "average min(1, q/p) weighted by p(x), how often x is drafted")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def check_output_probability(answer, token=2, p=P_EXERCISE, q=Q_EXERCISE):
+    """With the same p and q, what is the probability that one accept/resample step emits
+    token 2 (accepted or resampled)?"""
+    p, q = np.asarray(p), np.asarray(q)
+    overlap, excess = min(p[token], q[token]), max(0.0, q[token] - p[token])
+    expected = float(rejection.output_distribution(p, q)[token])
+    how = ("add two ways to emit the token: drafted and accepted (min(p, q)), or rejected and then "
+           "resampled (P(reject) × (q − p)+ of the token).")
+    solution = (f"accepted: min(p, q) = {overlap:g}; resampled: P(reject) × (q − p)+ = "
+                f"{1 - np.minimum(p, q).sum():g} × {excess / np.maximum(0, q - p).sum():g} = {excess:g}. "
+                f"Together {expected:g} = q({token}), as Theorem 1 says.")
+    mistakes = [(overlap, "that counts only accepted drafts; rejected steps resample and can emit it too"),
+                (excess / np.maximum(0, q - p).sum(), "that is (q − p)+ alone; multiply by P(reject) and add the accepted part"),
+                (p[token], "that is p: the draft's distribution, before the accept/resample step corrects it")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def residual_trials(seed=0):
+    """(p, q) pairs to try a student's residual on: random, one with zeros in p, one almost equal."""
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(10)), rng.dirichlet(np.ones(10))
+    sparse_p = np.array([0.5, 0.5, 0.0, 0.0])
+    near_q = np.array([0.3, 0.3, 0.2, 0.2])
+    return [(np.array(P_EXERCISE), np.array(Q_EXERCISE)), (p, q), (sparse_p, near_q),
+            (near_q, np.array([0.31, 0.29, 0.2, 0.2]))]
+
+
+def check_residual(my_residual):
+    """Does my_residual(p, q) return (q − p)+ = max(0, q − p) / Σ max(0, q − p)?"""
+    if not_answered(my_residual):
+        return Check(False, "write your function my_residual(p, q), then pass it in instead of None.")
+    if not callable(my_residual):
+        return Check(False, f"expected a function my_residual(p, q), got {type(my_residual).__name__}.")
+    for i, (p, q) in enumerate(residual_trials()):
+        expected = rejection.residual(p, q)
+        case = f"on trial pair {i + 1} (p = {np.round(p, 3).tolist()}, q = {np.round(q, 3).tolist()})"
+        try:
+            got = np.asarray(my_residual(p.copy(), q.copy()), np.float64)
+        except Exception as e:  # the student's code: report it, don't crash the notebook
+            return Check(False, f"{case} my_residual raised {type(e).__name__}: {e}")
+        if got.shape != expected.shape:
+            return Check(False, f"{case} it returned shape {got.shape}, expected {expected.shape}.")
+        if np.any(got < -1e-12):
+            return Check(False, f"{case} some probabilities are negative: take max(0, q − p), not q − p.")
+        if not math.isclose(got.sum(), 1.0, rel_tol=1e-9):
+            return Check(False, f"{case} it sums to {got.sum():.6g}: divide by Σ max(0, q − p).")
+        if np.allclose(got, rejection.residual(q, p), atol=1e-12):
+            return Check(False, f"{case} that is max(0, p − q) renormalised: the residual keeps what the target "
+                                "wants more than the draft, max(0, q − p).")
+        if not np.allclose(got, expected, atol=1e-12):
+            first = int(np.argmax(np.abs(got - expected)))
+            return Check(False, f"{case} token {first} gets {got[first]:.4g}, (q − p)+ gives it {expected[first]:.4g}: "
+                                "take max(0, q − p) token by token, then divide by its sum.")
+    return Check(True, "max(0, q − p), renormalised: where the target wants more than the draft "
+                       "offered, in proportion to the shortfall.")
+
+
+CAPSTONE_K_MAX = 16
+
+
+def check_capstone_prediction(alpha, c, best_K, predicted_speedup, K_max=CAPSTONE_K_MAX):
+    """The capstone's arithmetic (notebook 04): from the alpha and c you measured for your draft,
+    the K in 1..K_max with the highest speedup by Leviathan et al.'s Theorem 3.8,
+    (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1)), and the speedup it predicts there."""
+    if any(not_answered(x) for x in (alpha, c, best_K, predicted_speedup)):
+        return Check(False, "fill in alpha, c, best_K and predicted_speedup (None marks what is left), then run the cell again.")
+    alpha, c = as_number(alpha), as_number(c)
+    if alpha is None or not 0 < alpha <= 1:
+        return Check(False, f"alpha = {alpha!r}: the acceptance rate is a probability between 0 and 1 (accepted drafts / "
+                            "drafts judged: result.alpha_hat of a run with your draft).")
+    if c is None or not c > 0:
+        return Check(False, f"c = {c!r}: the cost coefficient is a positive ratio, t_draft / t_target.")
+    if c >= 1:
+        return Check(False, f"c = {c:.3g}: a draft step would cost as much as a target step or more. c is t_draft / "
+                            "t_target (a drafted token's time over an autoregressive token's), not its inverse; a "
+                            "draft that slow never pays (Leviathan et al.'s Corollary 3.9 asks alpha > c).")
+    expected_K = int(theory.best_K(alpha, c, K_max))
+    if as_number(best_K) != expected_K:
+        return Check(False, f"best_K = {best_K!r} is not where the formula peaks for alpha = {alpha:.3g}, c = {c:.3g}: "
+                            f"compute theory.predicted_speedup_leviathan(alpha, K, c) for K = 1 .. {K_max} and take the "
+                            "K with the largest value.")
+    tokens = float(theory.expected_tokens_per_loop(alpha, expected_K))
+    expected = float(theory.predicted_speedup_leviathan(alpha, expected_K, c))
+    how = ("tokens per loop (1 − alpha^(K+1)) / (1 − alpha), divided by what a loop costs in target steps, "
+           "K c + 1.")
+    solution = (f"at K = {expected_K} a loop yields {tokens:.2f} tokens for {expected_K} × {c:.3g} + 1 = "
+                f"{expected_K * c + 1:.2f} target steps: {expected:.2f}x. Now run it and compare: the formula prices "
+                "the scoring call as one target step and leaves out the loop's own work.")
+    mistakes = [(tokens, "that is tokens per loop; a loop also costs K drafts: divide by K c + 1"),
+                (tokens / expected_K / c, "the loop costs K c + 1 target steps (K drafts, then one scoring call), not K c")]
+    return check_number(answer=predicted_speedup, expected=expected, how=how, solution=solution, mistakes=mistakes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 05: speedup
+# ---------------------------------------------------------------------------------------------
+
+def check_predicted_speedup(answer, alpha=0.7, K=4, t_draft_ms=1.8, t_target_ms=14.1):
+    """With the paper's measured costs (t_draft = 1.8 ms, t_target = 14.1 ms, K = 4), what speedup
+    does Jay Mody's arithmetic (K t_draft + t_target per loop) predict if each draft is accepted
+    independently with alpha = 0.7? (Chen et al. write down no speedup formula.)"""
+    tokens = float(theory.expected_tokens_per_loop(alpha, K))
+    expected = tokens / (K * t_draft_ms + t_target_ms) * t_target_ms
+    how = ("tokens per loop = (1 − alpha^(K+1)) / (1 − alpha); a loop costs K t_draft + t_target; "
+           "autoregressive sampling makes one token per t_target.")
+    solution = (f"{tokens:.3f} tokens per loop / ({K} × {t_draft_ms} + {t_target_ms} = "
+                f"{K * t_draft_ms + t_target_ms:.1f} ms) × {t_target_ms} ms = {expected:.2f}x.")
+    mistakes = [(alpha * (K + 1) / (K * t_draft_ms + t_target_ms) * t_target_ms,
+                 "alpha is a per-draft acceptance rate, not the share β of the K + 1 possible tokens a loop emits: "
+                 "tokens per loop is (1 − alpha^(K+1)) / (1 − alpha)"),
+                (tokens, "that is tokens per loop; a loop also costs more than one target step: K drafts + the scoring call"),
+                (tokens / (K * t_draft_ms + t_target_ms), "that is tokens per millisecond; multiply by t_target for the ratio")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def check_best_K(answer, alpha=0.8, c=0.05, K_max=16):
+    """With alpha = 0.8 and a draft step costing c = 0.05 target steps, which K gives the highest
+    speedup by Leviathan et al.'s formula?"""
+    expected = int(theory.best_K(alpha, c, K_max))
+    how = ("compute picogpt.theory.predicted_speedup_leviathan(alpha, K, c) for K = 1 .. 16 and "
+           "take the K with the largest value.")
+    solution = (f"K = {expected}: speedup {theory.predicted_speedup_leviathan(alpha, expected, c):.2f}x. "
+                "Each extra draft adds c to the loop's cost but an ever smaller alpha^K to its tokens; "
+                "the best K is where the two balance. A cheaper draft (smaller c) or a better one (alpha "
+                "nearer 1) pushes it up.")
+    mistakes = [(4, "K = 4 is the paper's choice for Chinchilla, not the best for alpha = 0.8, c = 0.05")]
+    return check_number(answer, expected, how, solution, mistakes, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 06: other drafts
+# ---------------------------------------------------------------------------------------------
+
+def check_point_mass_residual(answer, q_x=0.3, q_y=0.2):
+    """Prompt lookup drafts x̃ with p(x̃) = 1; the target gives it q(x̃) = 0.3. If x̃ is rejected,
+    with what probability is the replacement a token y with q(y) = 0.2?"""
+    expected = q_y / (1 - q_x)
+    how = ("with p a point mass on x̃, max(0, q − p) is q everywhere except at x̃, where it is 0; "
+           "then divide by its sum.")
+    solution = (f"(q − p)+ is q without x̃, renormalised: q(y) / (1 − q(x̃)) = {q_y} / {1 - q_x:g} = {expected:.4f}. "
+                f"Check Theorem 1: P(emit y) = P(reject) · {expected:.4f} = {1 - q_x:g} × {expected:.4f} = {q_y} = q(y).")
+    mistakes = [(q_y, "that is q(y) itself; after a rejection the residual leaves x̃ out, so the rest is renormalised"),
+                (q_y * (1 - q_x), "that multiplies q(y) by P(reject); the residual renormalises q without x̃: divide "
+                 "by the mass left, 1 − q(x̃)"),
+                (q_x, "that is the chance x̃ is accepted (r < q(x̃)); the question asks about the replacement")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+def check_first_layers_cost(answer, n_layer=12, total_layers=48, n_embd=1600, n_vocab=50257, n_ctx=1024):
+    """GPT-2 XL (48 layers, n_embd = 1600) drafting with its own first 12 layers, final layer norm
+    and LM head. If a decoding step's time is proportional to the bytes of weights it reads,
+    what is c = t_draft / t_target?"""
+    from ..gpt2 import GPT2Config
+    from .strategies import bytes_per_token
+    full = GPT2Config(n_layer=total_layers, n_head=1, n_embd=n_embd, n_ctx=n_ctx, n_vocab=n_vocab)
+    draft = GPT2Config(n_layer=n_layer, n_head=1, n_embd=n_embd, n_ctx=n_ctx, n_vocab=n_vocab)
+    expected = bytes_per_token(draft) / bytes_per_token(full)
+    block = 12 * n_embd**2 + 13 * n_embd
+    how = ("count the weights each step reads: n_layer blocks of 12 n_embd² + 13 n_embd each (notebook 01), "
+           "plus the token embedding, which is also the LM head (n_vocab × n_embd), the final layer norm and one "
+           "row of positions; take the draft's over the target's.")
+    solution = (f"({n_layer} × {block:,} + {n_vocab} × {n_embd} + ...) / ({total_layers} × {block:,} + ...) = {expected:.3f}: "
+                f"more than {n_layer}/{total_layers} = {n_layer / total_layers:.2f}, because both read the whole "
+                "embedding-and-head matrix every step.")
+    mistakes = [(n_layer / total_layers, "that counts the blocks only; the draft also reads the embedding and LM head, "
+                 "as large as several blocks, on every step")]
+    return check_number(answer, expected, how, solution, mistakes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Code exercises: tokens per loop by simulation (notebook 03), the residual under temperature (04)
+# ---------------------------------------------------------------------------------------------
+
+def check_tokens_per_loop_simulation(simulate, cases=((0.8, 4), (0.5, 2), (0.95, 8)), n_loops=20_000, seed=0):
+    """Does simulate(alpha, K, n_loops, rng) -> [n_loops] tokens emitted per loop follow the model
+    'each draft accepted independently with probability alpha'? Its histogram is compared with
+    alpha^(n-1) (1 - alpha) for n <= K, alpha^K for n = K + 1 by a chi-square test (p > 1e-4)."""
+    from .chi_square import chi_square_test
+    from .panels import tokens_per_loop_pmf
+    if not_answered(simulate) or not callable(simulate):
+        return Check(False, "write simulate(alpha, K, n_loops, rng), then pass the function itself.")
+    for i, (alpha, K) in enumerate(cases):
+        try:
+            counts = np.asarray(simulate(alpha, K, n_loops, np.random.default_rng([seed, i])))
+        except Exception as e:  # the student's code: report it, don't crash the notebook
+            return Check(False, f"simulate({alpha}, {K}, ...) raised {type(e).__name__}: {e}")
+        if counts.shape != (n_loops,):
+            return Check(False, f"simulate({alpha}, {K}, {n_loops}, rng) returned shape {counts.shape}; return one "
+                                "number per loop, the tokens it emitted.")
+        if counts.min() < 1 or counts.max() > K + 1:
+            return Check(False, f"with K = {K} a loop emits 1 to {K + 1} tokens, yours gave {counts.min()} to {counts.max()}: "
+                                "the accepted drafts plus one more token, always.")
+        histogram = np.bincount(counts.astype(int), minlength=K + 2)[1:]
+        _, _, p_value = chi_square_test(histogram, tokens_per_loop_pmf(alpha, K))
+        if p_value < 1e-4:
+            mean = float(counts.mean())
+            return Check(False, f"alpha = {alpha}, K = {K}: mean {mean:.3f} tokens per loop, expected "
+                                f"{float(theory.expected_tokens_per_loop(alpha, K)):.3f} (chi² p = {p_value:.2g}). Draw one "
+                                "uniform per draft, stop at the first rejection, and count the extra token.")
+    return Check(True, "your simulated loops match (1 − alpha^(K+1)) / (1 − alpha) tokens per loop, "
+                       "and the whole distribution alpha^(n−1)(1 − alpha), alpha^K.")
+
+
+def check_residual_at_temperature(residual_at, temperatures=(0.5, 1.0, 2.0), seed=0):
+    """Does residual_at(logits_p, logits_q, temperature) return the residual the library's loop
+    uses at that temperature, (q - p)+ of both models' distributions at it? The loop samples its
+    drafts with the same controls as the target, so the p its drafts came from is at the
+    temperature too. (What exactness needs is only that the residual uses the p the drafts were
+    sampled from; the target's controls define the output.)"""
+    if not_answered(residual_at) or not callable(residual_at):
+        return Check(False, "write residual_at(logits_p, logits_q, temperature), then pass the function itself.")
+    rng = np.random.default_rng(seed)
+    logits_p, logits_q = rng.standard_normal(12) * 2, rng.standard_normal(12) * 2
+    for temperature in temperatures:
+        expected = rejection.residual(distribution(logits_p, temperature), distribution(logits_q, temperature))
+        try:
+            got = np.asarray(residual_at(logits_p.copy(), logits_q.copy(), temperature), np.float64)
+        except Exception as e:  # the student's code: report it, don't crash the notebook
+            return Check(False, f"at temperature {temperature} residual_at raised {type(e).__name__}: {e}")
+        if got.shape == expected.shape and np.allclose(got, expected, atol=1e-9):
+            continue
+        mistakes = {
+            "the temperature applied to q only": (distribution(logits_p), distribution(logits_q, temperature),
+                "that is the residual of a draft sampled at temperature 1 against q at the temperature. A loop that "
+                "drafted at temperature 1 would use exactly that, and still be exact (what exactness needs is a "
+                "residual with the p the drafts were sampled from), only accepted less often; but the library's "
+                "loop drafts at the target's temperature, so its p is at the temperature too"),
+            "the temperature applied to p only": (distribution(logits_p, temperature), distribution(logits_q),
+                "that residual is against q at temperature 1: the target's controls define what the text is "
+                "distributed as, so with q left at temperature 1 the loop would sample from q at temperature 1, "
+                "not at the temperature asked"),
+            "the temperature ignored": (distribution(logits_p), distribution(logits_q),
+                "that is the residual at temperature 1 for both: the loop would sample from q at temperature 1, "
+                "not at the temperature asked")}
+        for name, (p, q, why) in mistakes.items():
+            wrong = rejection.residual(p, q)
+            if got.shape == wrong.shape and np.allclose(got, wrong, atol=1e-9):
+                return Check(False, f"at temperature {temperature}, {name}: {why}. Divide both models' logits by the "
+                                    "temperature, softmax each, then take (q − p)+.")
+        return Check(False, f"at temperature {temperature} the values differ from (q − p)+ of softmax(logits / temperature) "
+                            "of each model.")
+    return Check(True, "the controls reshape p and q first; the rejection step then works on the reshaped pair, "
+                       "so the loop returns q at that temperature.")

@@ -361,7 +361,7 @@ def figure_png(fig, dpi=DPI):
 
 
 def plot_sequence_fits(fits, ax=None):
-    """One bar per sampler {name: panels.SequenceFit}: the TV distance between the joint
+    """One bar per sampler {name: model_runs.SequenceFit}: the TV distance between the joint
     distribution of the tokens it wrote and the target's exact one, with the chi-square p-value."""
     ax = new_ax(ax, (9, 3.8))
     names = list(fits)

@@ -1,9 +1,11 @@
-"""The numbers behind the course's pictures, as pure functions (no matplotlib, no widgets):
-toy and real next-token distributions, Theorem 1's panel, the Monte-Carlo of one
-accept/resample step (with a switch to wrong residuals), and the speculative loop's trace as
-tables and marked text (notebooks 03-04), loops whose acceptance varies and what a scoring call
-pays once (05). Tested headless in tests/test_figures*.py, tests/test_theorem1_widget.py and,
-for every sentence they print, tests/test_readouts.py.
+"""The numbers behind the pictures of notebooks 01-06, as pure functions of the numbers handed in
+(no matplotlib, no widgets, no model run: model_runs.py runs the models): toy next-token
+distributions and a model's at a chosen position and temperature, Theorem 1's panel, the
+Monte-Carlo of one accept/resample step (with a switch to wrong residuals), and the speculative
+loop's trace as tables and marked text (notebooks 03-04), how far a scoring call's logits land
+from one-row calls', loops whose acceptance varies and what a scoring call pays once (05).
+Tested headless in tests/test_figures*.py, tests/test_theorem1_widget.py and, for every
+sentence they print, tests/test_readouts.py.
 
 Notation (Chen et al. 2023): p is the draft model's distribution, q the target's, x̃ a drafted
 token, (f)+ = max(0, f) / Σ max(0, f).
@@ -41,11 +43,6 @@ def toy_distributions(centre_p=2.0, width_p=1.5, centre_q=4.0, width_q=1.0, n_vo
     Moving the centres apart makes the models disagree; P(accept) = Σ min(p, q) falls."""
     n_vocab = len(TOY_VOCAB) if n_vocab is None else n_vocab
     return bump(centre_p, width_p, n_vocab), bump(centre_q, width_q, n_vocab)
-
-
-def prompt_logits(model, ids):
-    """Next-token logits after every prefix of the prompt, one forward pass: [n_seq, n_vocab]."""
-    return np.asarray(model(ids), np.float64)
 
 
 def distributions_at(logits_p, logits_q, position, temperature_p=1.0, temperature_q=1.0, top_k=None, top_p=None):
@@ -497,18 +494,6 @@ class Rounding:
         return self.smallest_gap <= 2 * self.max_abs_diff
 
 
-def scoring_rounding(model, ids, n_prompt, K):
-    """Score ids[n_prompt:] the two ways a sampler does: in chunks of K + 1 positions per call after
-    the prompt is cached (the speculative loop's scoring call), and one position per call
-    (autoregressive sampling). The same sums, added in another order: how far apart they land."""
-    def logits_of(chunk):
-        cache = model.new_cache()
-        model(ids[:n_prompt], cache)
-        rows = [model(ids[start: start + chunk], cache) for start in range(n_prompt, len(ids), chunk)]
-        return np.concatenate(rows).astype(np.float64)  # [len(ids) - n_prompt, n_vocab]
-    return rounding(logits_of(K + 1), logits_of(1))
-
-
 def rounding(scored, one_row):
     """How far a scoring call's logits [n_positions, n_vocab] land from one-row calls' for the same
     positions, and how near a tie the one-row calls' two largest logits come."""
@@ -518,42 +503,3 @@ def rounding(scored, one_row):
     return Rounding(max_abs_diff=float(diff.max()),
                     max_relative_diff=float((diff.max(axis=-1) / np.abs(one_row).max(axis=-1)).max()),
                     smallest_gap=float((top_two[:, 1] - top_two[:, 0]).min()), n_positions=len(one_row))
-
-
-# ---------------------------------------------------------------------------------------------
-# Whole sequences (notebook 04): the joint distribution of the first tokens, speculative vs exact
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SequenceFit:
-    counts: np.ndarray  # how often each sequence of n_tokens came out [n_vocab] * n_tokens
-    exact: np.ndarray  # its probability under autoregressive sampling from q, same shape
-    statistic: float  # Pearson's chi-square of counts against exact
-    dof: int
-    p_value: float  # small: the sampler does not sample from q
-
-    @property
-    def tv(self):
-        return tv_distance(self.counts.ravel() / self.counts.sum(), self.exact.ravel())
-
-
-def sequence_fit(draft, target, prompt, n_tokens, K, n_runs, step=None, seed=0, shape=None):
-    """Run speculative_sampling (with `step` in place of Steps 3-4, if given) n_runs times for
-    n_tokens tokens, and compare the joint distribution of those tokens with the target's exact one.
-    With a `shape`, tree_sampling runs instead (K unused; `step` replaces the multi-candidate step).
-    For toy models with a few tokens (course.toy_models): the exact joint enumerates every sequence."""
-    from ..speculative import speculative_sampling
-    from ..tree import tree_sampling
-    from .chi_square import chi_square_test
-    from .toy_models import joint_distribution
-    exact = joint_distribution(target, prompt, n_tokens)
-    counts = np.zeros_like(exact)
-    rng = np.random.default_rng(seed)
-    for _ in range(n_runs):
-        if shape is None:
-            run = speculative_sampling(draft, target, prompt, n_tokens, K=K, seed=rng, step=step)
-        else:
-            run = tree_sampling(draft, target, prompt, n_tokens, shape=shape, seed=rng, **({"step": step} if step else {}))
-        counts[tuple(run.tokens)] += 1
-    statistic, dof, p_value = chi_square_test(counts, exact)
-    return SequenceFit(counts, exact, statistic, dof, p_value)

@@ -5,7 +5,7 @@ Every strategy runs through the same `speculative_sampling` and is timed by the 
 (`measure_strategies`: per repeat, each strategy and then the target alone, with the same seed), so
 each speedup is a ratio against the same autoregressive runs and a busy moment hits them alike;
 the measured speedup is measure.speedup's one statistic (the median of the repeat-by-repeat
-ratios, with their interquartile range), and course/results.py says whether the repeats resolve
+ratios, with their interquartile range), and course/speed_panels.py says whether the repeats resolve
 the best. A strategy may propose a different number of drafts in each loop (prompt lookup finds 0
 to K tokens; adaptive K changes K as it goes), so its prediction is Jay Mody's arithmetic
 (theory.predicted_speedup) summed over the loops it actually ran: the tokens each loop should emit
@@ -21,7 +21,7 @@ from ..io.params import expected_shapes
 from ..measure import speedup, timing
 from ..sampling import distribution
 from ..speculative import Chain
-from . import results
+from . import speed_panels
 
 
 def steady_loops(runs):
@@ -113,11 +113,11 @@ def strategy_lines(found):
 
 def best_strategy_lines(found, what="strategy"):
     """The best of strategies measured together ({name: StrategyResult}, one measurement) and
-    whether their repeats resolve it (course/results.py)."""
+    whether their repeats resolve it (course/speed_panels.py)."""
     first = next(iter(found.values())).measurement
-    best, _ = results.indistinguishable_from_best({name: r.speedup_runs for name, r in found.items()})
+    best, _ = speed_panels.indistinguishable_from_best({name: r.speedup_runs for name, r in found.items()})
     return [f"best {what} measured: {best} ({found[best].measured:.2f}x)",
-            results.resolution_line({name: r.speedup_runs for name, r in found.items()}, what, first.repeats, first.N)]
+            speed_panels.resolution_line({name: r.speedup_runs for name, r in found.items()}, what, first.repeats, first.N)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """Notebook 07's matplotlib figures: a token tree with what the walk did to each node, the
 attention mask that scores it, the multi-candidate step's output and running residuals, and
 trees against chains measured. Each `plot_…(…, ax=None)` draws on the Axes passed or a new
-figure and returns it; the numbers come from course/trees.py.
+figure and returns it; the numbers come from course/tree_panels.py.
 """
 
 import numpy as np
 
 from .figures import COLOURS, new_ax, room_for_legend
-from .trees import ACCEPTED, NOT_REACHED, REJECTED, candidates_title, tree_layout
+from .tree_panels import ACCEPTED, NOT_REACHED, REJECTED, candidates_title, tree_layout
 
 STATUS_COLOURS = {ACCEPTED: "tab:green", REJECTED: "tab:red", NOT_REACHED: "lightgrey"}
 

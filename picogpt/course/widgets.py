@@ -1,11 +1,13 @@
-"""The explorers of notebook 04: ipywidgets wiring only.
+"""The explorers of notebooks 04, 07 and 08: ipywidgets wiring only.
 
 The Theorem 1 explorer's content comes from two pure functions, `explorer_update` (sliders and
 the residual switch -> readout and figure) and `monte_carlo_update` (the Monte-Carlo button ->
 histogram and summary); the acceptance explorer's from `acceptance_update` (two temperatures ->
 readout and figure). Tests call them without a browser (tests/test_theorem1_widget.py);
 `theorem1_explorer` and `acceptance_explorer` only connect sliders, the switch and the button
-to them. (The pattern of the jupyter-widgets tutorial "separating the logic from the widgets".)
+to them. Notebook 07's candidates explorer (`candidates_update`) and notebook 08's drafts-kept
+explorer (`kept_update`) are built the same way. (The pattern of the jupyter-widgets tutorial
+"separating the logic from the widgets".)
 """
 
 import base64
@@ -15,7 +17,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..sampling import distribution
-from . import panels
+from . import model_runs, panels
 from .figures import figure_png, plot_acceptance, plot_histogram, theorem1_figure
 
 
@@ -85,7 +87,7 @@ def model_controls(draft, target, ids, tok, n_show=10):
     """Sliders for a prompt position and the two temperatures; the logits are computed once here,
     so moving a slider runs no forward pass."""
     import ipywidgets as w
-    logits_p, logits_q = panels.prompt_logits(draft, ids), panels.prompt_logits(target, ids)
+    logits_p, logits_q = model_runs.prompt_logits(draft, ids), model_runs.prompt_logits(target, ids)
     sliders = {"position": w.IntSlider(value=len(ids) - 1, min=0, max=len(ids) - 1, description="prompt position",
                                        continuous_update=False, style={"description_width": "initial"}),
                "temperature_p": _slider("temperature of p (draft)", 1.0, 0, 2),
@@ -168,7 +170,7 @@ def acceptance_explorer(draft, target, ids, tok):
     """Two temperature sliders over the models' next-token distributions after the prompt `ids`:
     how often each exact rule keeps a drafted token. Returns an ipywidgets.VBox."""
     import ipywidgets as w
-    logits_p, logits_q = (panels.prompt_logits(model, ids)[-1] for model in (draft, target))  # [n_vocab] each
+    logits_p, logits_q = (model_runs.prompt_logits(model, ids)[-1] for model in (draft, target))  # [n_vocab] each
     sliders = {"temperature_p": _slider("temperature of p (draft)", 1.0, 0, 2),
                "temperature_q": _slider("temperature of q (target)", 1.0, 0, 2)}
     readout_html = w.HTML(description="acceptance", style={"description_width": "initial"})
@@ -191,25 +193,25 @@ def acceptance_explorer(draft, target, ids, tok):
 
 def candidates_update(p, q, m, rule, labels):
     """What the candidates explorer shows for one setting: (readout HTML, figure outputs,
-    trees.CandidatesPanel) for m candidates drawn from p without replacement, judged by `rule`."""
-    from . import tree_figures, trees
-    panel = trees.candidates_panel(p, q, m, rule)
+    tree_panels.CandidatesPanel) for m candidates drawn from p without replacement, judged by `rule`."""
+    from . import tree_figures, tree_panels
+    panel = tree_panels.candidates_panel(p, q, m, rule)
     fig = Figure(figsize=(9, 3.8), layout="constrained")
     tree_figures.plot_candidates(panel, labels, ax=fig.subplots())
-    text = trees.candidates_readout(panel)
+    text = tree_panels.candidates_readout(panel)
     return text, (png_output(figure_png(fig), text),), panel
 
 
 def candidates_explorer():
-    """Toy p and q, the number of candidates, and the rule that judges them (trees.RULES): the
+    """Toy p and q, the number of candidates, and the rule that judges them (tree_panels.RULES): the
     emitted token's exact distribution against q. Returns an ipywidgets.VBox."""
     import ipywidgets as w
 
-    from . import trees
+    from . import tree_panels
     sliders, make_pair = toy_controls()
     m_slider = w.IntSlider(value=2, min=1, max=4, description="candidates m", continuous_update=False,
                            style={"description_width": "initial"})
-    rule_switch = w.ToggleButtons(options=list(trees.RULES), value=next(iter(trees.RULES)), description="rule",
+    rule_switch = w.ToggleButtons(options=list(tree_panels.RULES), value=next(iter(tree_panels.RULES)), description="rule",
                                   style={"description_width": "initial", "button_width": "auto"})
     readout_html = w.HTML()
     figure_out = w.Output(layout={"min_height": "300px"})
@@ -232,12 +234,12 @@ def candidates_explorer():
 
 def kept_update(p_a, q_a, K):
     """What the drafts-kept explorer shows for one setting: (readout HTML, figure outputs,
-    blocks.KeptPanel) for p = (p_a, 1 - p_a), q = (q_a, 1 - q_a) over {a, b} and K drafts."""
-    from . import block_figures, blocks
-    panel = blocks.kept_panel(p_a, q_a, K)
+    block_panels.KeptPanel) for p = (p_a, 1 - p_a), q = (q_a, 1 - q_a) over {a, b} and K drafts."""
+    from . import block_figures, block_panels
+    panel = block_panels.kept_panel(p_a, q_a, K)
     fig = Figure(figsize=(8, 3.8), layout="constrained")
     block_figures.plot_kept(panel, ax=fig.subplots())
-    text = blocks.kept_readout(panel)
+    text = block_panels.kept_readout(panel)
     return text, (png_output(figure_png(fig), text),), panel
 
 

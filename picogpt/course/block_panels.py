@@ -1,22 +1,19 @@
-"""Notebook 08's numbers, as pure functions: one loop of block verification laid out position by
-position, the drafts kept per loop token by token, by the block and at most (for the explorer), and
-the exact joint of a loop's tokens on a toy pair, for the right rule and for the mistakes.
+"""Notebook 08's numbers, as pure functions of the numbers handed in (no drawing, no model run):
+one loop of block verification laid out position by position, the drafts kept per loop token by
+token, by the block and at most (for the explorer), and the verifiers measured side by side, as
+text. The exact joint of a loop's tokens on a toy pair runs the toy models: model_runs.py.
 
 Notation: p is the draft's distribution, q the target's; w_i the running weight (Sun et al.'s p_i),
 h_i the keep probability of position i, eta_i its uniform (picogpt/speculative.py, block_step).
 """
 
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 
 from .. import rejection, theory
 from ..errors import PicoGPTError
-from ..sampling import distribution
 from ..speculative import block_keep_probabilities
-from .block_exercise import BLOCK, MISTAKES, TOKEN_BY_TOKEN
-from .toy_models import joint_distribution
 
 # ---------------------------------------------------------------------------------------------
 # One loop, position by position
@@ -113,72 +110,8 @@ def kept_readout(panel):
             f"at most {bound:.3f}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Exactness on a toy pair: one loop, then the target
-# ---------------------------------------------------------------------------------------------
-
-
-def loop_rows(draft, target, prompt, drafted, controls):
-    """p [K, V] (the draft's rows the drafts were sampled from), q [K + 1, V], and P(drafted)."""
-    K = len(drafted)
-    q = distribution(target(list(prompt) + list(drafted)), **controls)[-(K + 1):]
-    p = distribution(draft(list(prompt) + list(drafted[:-1])), **controls)[-K:] if K else np.zeros((0, q.shape[1]))
-    return p, q, float(np.prod([p[t, x] for t, x in enumerate(drafted)]))
-
-
-def one_loop_joint(draft, target, prompt, K, law=None, **controls):
-    """The exact joint [V] * (K + 1) of the first K + 1 tokens when one loop with `law(drafted, p, q)`
-    ({emitted tuple: probability}; default the paper's) runs on drafts sampled from the draft (toy
-    models: every drafted tuple is enumerated), and the target samples the rest — what every later
-    loop does, if the step is exact. The step is exact when this is the target's own joint."""
-    law = BLOCK.output_distribution if law is None else law
-    V = target.config.n_vocab
-    total = np.zeros((V,) * (K + 1))
-    for drafted in product(range(V), repeat=K):
-        p, q, chance = loop_rows(draft, target, prompt, drafted, controls)
-        if chance == 0:
-            continue
-        for emitted, p_emit in law(list(drafted), p, q).items():
-            rest = K + 1 - len(emitted)
-            total[emitted] += chance * p_emit * (joint_distribution(target, list(prompt) + list(emitted), rest, **controls)
-                                                 if rest else 1.0)
-    return total
-
-
-def running_weight_gap(draft, target, prompt, K, law=None, **controls):
-    """Step 1 of the proof, checked exactly on toy models: the largest |P(at least i drafts kept |
-    x̃_1 .. x̃_i) - w_i| over every drafted prefix of i = 1 .. K drafts, the later drafts averaged
-    out under the draft. 0 (up to rounding) for the paper's rule; `law` another one's."""
-    law = BLOCK.output_distribution if law is None else law
-    V, worst = target.config.n_vocab, 0.0
-    for i in range(1, K + 1):
-        for prefix in product(range(V), repeat=i):
-            kept = mass = 0.0
-            for later in product(range(V), repeat=K - i):
-                p, q, chance = loop_rows(draft, target, prompt, prefix + later, controls)
-                kept += chance * sum(prob for out, prob in law(list(prefix + later), p, q).items() if len(out) > i)
-                mass += chance
-            if mass > 0:
-                weights, _ = block_keep_probabilities(list(prefix), p[:i], q[:i + 1])
-                worst = max(worst, abs(kept / mass - weights[i]))
-    return worst
-
-
 def total_variation(a, b):
     return 0.5 * float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).sum())
-
-
-def mistakes_lines(draft, target, prompt, K):
-    """For block verification, token by token, and each mistake (block_exercise.MISTAKES): TV from the
-    target of the first 1 .. K + 1 tokens, computed exactly. A mistake can be exact on the first tokens only."""
-    exact = joint_distribution(target, prompt, K + 1)
-    lines = [f"{'TV from the target, first n tokens:':48}" + "".join(f"  n = {n}  " for n in range(1, K + 2))]
-    for rule in (BLOCK, TOKEN_BY_TOKEN, *MISTAKES.values()):
-        joint = one_loop_joint(draft, target, prompt, K, rule.output_distribution)
-        tvs = [total_variation(joint.sum(axis=tuple(range(n, K + 1))), exact.sum(axis=tuple(range(n, K + 1))))
-               for n in range(1, K + 2)]
-        lines.append(f"{rule.name:48}" + "".join(f"  {tv:7.4f}" for tv in tvs))
-    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,7 +124,7 @@ def verifier_lines(measurements, K):
     per loop and speedup over autoregressive sampling (the median of the repeat-by-repeat ratios,
     with their interquartile range), and whether these repeats order the verifiers."""
     from ..measure.speedup import speedup_text
-    from .results import resolution_line
+    from .speed_panels import resolution_line
     m = next(iter(measurements.values()))
     lines = [f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}, K = {K}, N = {m.N}, "
              f"{m.repeats} repeats interleaved, the same seeds: autoregressive {m.autoregressive_s.median:.2f} s "
@@ -212,7 +145,7 @@ def bench_verifier_lines(path=None):
     they are not measured there."""
     from ..measure import speedup
     from ..measure.results import BENCH_JSON
-    from .results import bench_source, read_bench
+    from .speed_panels import bench_source, read_bench
     bench = read_bench(path or BENCH_JSON)
     entries = [entry for entry in (bench or {}).get("speculative", []) if "block" in entry]
     if not entries:

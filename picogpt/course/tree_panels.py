@@ -1,7 +1,7 @@
-"""Notebook 07's numbers, as pure functions: what a walk did to each node of a tree, where to
-draw the nodes, the multi-candidate step's exact output against wrong rules, the running
-residuals, and what a measurement of trees against chains resolves (the measurement itself and
-the formula's tokens per loop are measure/trees.py's).
+"""Notebook 07's numbers, as pure functions of the numbers handed in (no drawing, no model run):
+what a walk did to each node of a tree, where to draw the nodes, the multi-candidate step's exact
+output against wrong rules, the running residuals, and what a measurement of trees against chains
+resolves (the measurement itself and the formula's tokens per loop are measure/trees.py's).
 
 Notation (Chen et al. 2023): p is the draft's distribution, q the target's, (f)+ = max(0, f) / Σ max(0, f).
 """
@@ -199,7 +199,7 @@ def running_residuals(rows, q):
 def verdict_lines(m):
     """Which variant emitted the most per target call, which was fastest, and whether the repeats
     resolve the fastest (course/results.py's check on the repeat-by-repeat speedups)."""
-    from .results import indistinguishable_from_best, resolution_line
+    from .speed_panels import indistinguishable_from_best, resolution_line
     runs = {name: v.speedup_runs for name, v in m.variants.items()}
     most, (best, _) = max(m.variants.values(), key=lambda v: v.tokens_per_call), indistinguishable_from_best(runs)
     return [f"most tokens per target call: {most.name} ({most.tokens_per_call:.2f}); fastest: {best} "
@@ -238,7 +238,7 @@ def bench_tree_lines(path=None):
     measured there."""
     from ..measure import trees as tree_measure
     from ..measure.results import BENCH_JSON
-    from .results import bench_source, read_bench
+    from .speed_panels import bench_source, read_bench
     bench = read_bench(path or BENCH_JSON)
     found = (bench or {}).get("trees", [])
     if not found:

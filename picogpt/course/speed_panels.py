@@ -1,7 +1,9 @@
-"""Reading measurements for the notebooks, so that their prose never quotes a figure: whether a
-run resolves its best choice (a K, a number of layers, a strategy), what the bench committed
-(benchmarks/bench.json) for GPT-2 small and XL, and others' published figures of the same pair,
-each printed with what differs from ours.
+"""The sentences of measured speed in notebooks 02, 05 and 06, so that their prose never quotes a
+figure: whether a decoding step's pace is set by reading the weights, what a scoring call costs
+against calls of one position, whether a run resolves its best choice (a K, a number of layers, a
+strategy), what the bench committed (benchmarks/bench.json) for GPT-2 small and XL, and others'
+published figures of the same pair, each printed with what differs from ours. Pure functions of
+the measurements handed in (and of the committed bench file); the measuring is measure/'s.
 """
 
 import json

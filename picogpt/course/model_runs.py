@@ -1,0 +1,140 @@
+"""What the notebooks run on models, apart from the numbers it yields (panels.py and its siblings
+compute from numbers and never run a model): a prompt's next-token logits; a scoring call's
+logits against one-row calls' (where floating point enters, notebook 03); whole sequences
+sampled by a loop and compared with the target's exact joint on toy models (notebooks 04, 06,
+07); and block verification checked exactly on a toy pair, one loop then the target (notebook 08).
+"""
+
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+
+from ..sampling import distribution
+from ..speculative import block_keep_probabilities, speculative_sampling
+from ..tree import tree_sampling
+from .block_exercise import BLOCK, MISTAKES, TOKEN_BY_TOKEN
+from .block_panels import total_variation
+from .chi_square import chi_square_test
+from .panels import rounding, tv_distance
+from .toy_models import joint_distribution
+
+# ---------------------------------------------------------------------------------------------
+# A prompt, and a scoring call against one-row calls
+# ---------------------------------------------------------------------------------------------
+
+
+def prompt_logits(model, ids):
+    """Next-token logits after every prefix of the prompt, one forward pass: [n_seq, n_vocab]."""
+    return np.asarray(model(ids), np.float64)
+
+
+def scoring_rounding(model, ids, n_prompt, K):
+    """Score ids[n_prompt:] the two ways a sampler does: in chunks of K + 1 positions per call after
+    the prompt is cached (the speculative loop's scoring call), and one position per call
+    (autoregressive sampling). The same sums, added in another order: how far apart they land."""
+    def logits_of(chunk):
+        cache = model.new_cache()
+        model(ids[:n_prompt], cache)
+        rows = [model(ids[start: start + chunk], cache) for start in range(n_prompt, len(ids), chunk)]
+        return np.concatenate(rows).astype(np.float64)  # [len(ids) - n_prompt, n_vocab]
+    return rounding(logits_of(K + 1), logits_of(1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole sequences (notebook 04): the joint distribution of the first tokens, speculative vs exact
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SequenceFit:
+    counts: np.ndarray  # how often each sequence of n_tokens came out [n_vocab] * n_tokens
+    exact: np.ndarray  # its probability under autoregressive sampling from q, same shape
+    statistic: float  # Pearson's chi-square of counts against exact
+    dof: int
+    p_value: float  # small: the sampler does not sample from q
+
+    @property
+    def tv(self):
+        return tv_distance(self.counts.ravel() / self.counts.sum(), self.exact.ravel())
+
+
+def sequence_fit(draft, target, prompt, n_tokens, K, n_runs, step=None, seed=0, shape=None):
+    """Run speculative_sampling (with `step` in place of Steps 3-4, if given) n_runs times for
+    n_tokens tokens, and compare the joint distribution of those tokens with the target's exact one.
+    With a `shape`, tree_sampling runs instead (K unused; `step` replaces the multi-candidate step).
+    For toy models with a few tokens (course.toy_models): the exact joint enumerates every sequence."""
+    exact = joint_distribution(target, prompt, n_tokens)
+    counts = np.zeros_like(exact)
+    rng = np.random.default_rng(seed)
+    for _ in range(n_runs):
+        if shape is None:
+            run = speculative_sampling(draft, target, prompt, n_tokens, K=K, seed=rng, step=step)
+        else:
+            run = tree_sampling(draft, target, prompt, n_tokens, shape=shape, seed=rng, **({"step": step} if step else {}))
+        counts[tuple(run.tokens)] += 1
+    statistic, dof, p_value = chi_square_test(counts, exact)
+    return SequenceFit(counts, exact, statistic, dof, p_value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Block verification exact on a toy pair (notebook 08): one loop, then the target
+# ---------------------------------------------------------------------------------------------
+
+
+def loop_rows(draft, target, prompt, drafted, controls):
+    """p [K, V] (the draft's rows the drafts were sampled from), q [K + 1, V], and P(drafted)."""
+    K = len(drafted)
+    q = distribution(target(list(prompt) + list(drafted)), **controls)[-(K + 1):]
+    p = distribution(draft(list(prompt) + list(drafted[:-1])), **controls)[-K:] if K else np.zeros((0, q.shape[1]))
+    return p, q, float(np.prod([p[t, x] for t, x in enumerate(drafted)]))
+
+
+def one_loop_joint(draft, target, prompt, K, law=None, **controls):
+    """The exact joint [V] * (K + 1) of the first K + 1 tokens when one loop with `law(drafted, p, q)`
+    ({emitted tuple: probability}; default the paper's) runs on drafts sampled from the draft (toy
+    models: every drafted tuple is enumerated), and the target samples the rest — what every later
+    loop does, if the step is exact. The step is exact when this is the target's own joint."""
+    law = BLOCK.output_distribution if law is None else law
+    V = target.config.n_vocab
+    total = np.zeros((V,) * (K + 1))
+    for drafted in product(range(V), repeat=K):
+        p, q, chance = loop_rows(draft, target, prompt, drafted, controls)
+        if chance == 0:
+            continue
+        for emitted, p_emit in law(list(drafted), p, q).items():
+            rest = K + 1 - len(emitted)
+            total[emitted] += chance * p_emit * (joint_distribution(target, list(prompt) + list(emitted), rest, **controls)
+                                                 if rest else 1.0)
+    return total
+
+
+def running_weight_gap(draft, target, prompt, K, law=None, **controls):
+    """Step 1 of the proof, checked exactly on toy models: the largest |P(at least i drafts kept |
+    x̃_1 .. x̃_i) - w_i| over every drafted prefix of i = 1 .. K drafts, the later drafts averaged
+    out under the draft. 0 (up to rounding) for the paper's rule; `law` another one's."""
+    law = BLOCK.output_distribution if law is None else law
+    V, worst = target.config.n_vocab, 0.0
+    for i in range(1, K + 1):
+        for prefix in product(range(V), repeat=i):
+            kept = mass = 0.0
+            for later in product(range(V), repeat=K - i):
+                p, q, chance = loop_rows(draft, target, prompt, prefix + later, controls)
+                kept += chance * sum(prob for out, prob in law(list(prefix + later), p, q).items() if len(out) > i)
+                mass += chance
+            if mass > 0:
+                weights, _ = block_keep_probabilities(list(prefix), p[:i], q[:i + 1])
+                worst = max(worst, abs(kept / mass - weights[i]))
+    return worst
+
+
+def mistakes_lines(draft, target, prompt, K):
+    """For block verification, token by token, and each mistake (block_exercise.MISTAKES): TV from the
+    target of the first 1 .. K + 1 tokens, computed exactly. A mistake can be exact on the first tokens only."""
+    exact = joint_distribution(target, prompt, K + 1)
+    lines = [f"{'TV from the target, first n tokens:':48}" + "".join(f"  n = {n}  " for n in range(1, K + 2))]
+    for rule in (BLOCK, TOKEN_BY_TOKEN, *MISTAKES.values()):
+        joint = one_loop_joint(draft, target, prompt, K, rule.output_distribution)
+        tvs = [total_variation(joint.sum(axis=tuple(range(n, K + 1))), exact.sum(axis=tuple(range(n, K + 1))))
+               for n in range(1, K + 2)]
+        lines.append(f"{rule.name:48}" + "".join(f"  {tv:7.4f}" for tv in tvs))
+    return lines
