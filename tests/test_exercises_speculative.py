@@ -97,14 +97,86 @@ def test_residual_at_temperature_checker():
 
 def test_the_capstone_checker_checks_the_arithmetic_from_the_learners_own_measurements():
     from picogpt import theory
-    alpha, c = 0.85, 0.2
+    run, autoregressive = capstone_runs(t_draft_per_token=0.002, t_target=0.01)
+    alpha, c = run.alpha_hat, ex.in_loop_c(run, autoregressive)
     K = int(theory.best_K(alpha, c, 16))
     right = float(theory.predicted_speedup_leviathan(alpha, K, c))
-    ok = ex.check_capstone_prediction(alpha, c, K, right)
+    ok = ex.check_capstone_prediction(alpha, c, K, right, run, autoregressive)
     assert ok and f"K = {K}" in str(ok)
-    assert "None marks" in str(ex.check_capstone_prediction(alpha, c, None, None))
-    assert "not its inverse" in str(ex.check_capstone_prediction(alpha, 1 / c, K, right))
-    assert "between 0 and 1" in str(ex.check_capstone_prediction(85, c, K, right))
-    assert "peaks" in str(ex.check_capstone_prediction(alpha, c, K + 1, right))
-    tokens_only = ex.check_capstone_prediction(alpha, c, K, float(theory.expected_tokens_per_loop(alpha, K)))
+    assert "None marks" in str(ex.check_capstone_prediction(alpha, c, None, None, run, autoregressive))
+    assert "not its inverse" in str(ex.check_capstone_prediction(alpha, 1 / c, K, right, run, autoregressive))
+    assert "between 0 and 1" in str(ex.check_capstone_prediction(85, c, K, right, run, autoregressive))
+    assert "peaks" in str(ex.check_capstone_prediction(alpha, c, K + 1, right, run, autoregressive))
+    tokens_only = ex.check_capstone_prediction(alpha, c, K, float(theory.expected_tokens_per_loop(alpha, K)), run,
+                                               autoregressive)
     assert not tokens_only and "K c + 1" in str(tokens_only)
+
+
+# ---- the capstone: the slips the answer key marks down, seen in the learner's own runs ----------
+
+
+def capstone_runs(t_draft_per_token=0.002, t_target=0.01, K=4, n=16, prompt_factor=6.0):
+    """A speculative run and an autoregressive one as the capstone's step 1 reads them: loops with
+    t_draft_s and K, token_times_s; the first loop and token cost prompt_factor times more (they
+    read the prompt). Times vary a little from loop to loop, as measured ones do."""
+    from types import SimpleNamespace
+    wobble = np.linspace(0.9, 1.1, n)
+    loops = [SimpleNamespace(t_draft_s=K * t_draft_per_token * w * (prompt_factor if i == 0 else 1), K=K,
+                             n_accepted=[4, 2, 3, 0][i % 4], decisions=[4, 3, 4, 1][i % 4])
+             for i, w in enumerate(wobble)]
+    accepted, decisions = sum(loop.n_accepted for loop in loops), sum(loop.decisions for loop in loops)
+    run = SimpleNamespace(loops=loops, alpha_hat=accepted / decisions)
+    autoregressive = SimpleNamespace(token_times_s=[t_target * w * (prompt_factor if i == 0 else 1)
+                                                    for i, w in enumerate(wobble[::-1])])
+    return run, autoregressive
+
+
+def capstone_answer(run, autoregressive, c):
+    from picogpt import theory
+    K = int(theory.best_K(run.alpha_hat, c, 16))
+    return run.alpha_hat, c, K, float(theory.predicted_speedup_leviathan(run.alpha_hat, K, c))
+
+
+def test_the_capstone_checker_accepts_c_measured_as_step_1_says_or_by_a_mean_of_the_steady_loops():
+    run, autoregressive = capstone_runs()
+    for statistic in (np.median, np.mean):
+        c = ex.in_loop_c(run, autoregressive, statistic=statistic)
+        alpha, c, K, speedup = capstone_answer(run, autoregressive, c)
+        check = ex.check_capstone_prediction(alpha, c, K, speedup, run, autoregressive)
+        assert check and "measured inside the loops" in str(check), check
+
+
+@pytest.mark.parametrize("slip, says", [
+    (dict(per_token=False), "loop.t_draft_s / loop.K"),
+    (dict(steady=False, statistic=np.mean), "also read the whole prompt"),
+    (dict(per_token=False, steady=False, statistic=np.mean), "loop.t_draft_s / loop.K"),
+])
+def test_the_capstone_checker_names_the_timing_slips_the_answer_key_marks_down(slip, says):
+    run, autoregressive = capstone_runs()
+    c = ex.in_loop_c(run, autoregressive, **slip)
+    alpha, c, K, speedup = capstone_answer(run, autoregressive, c)  # the arithmetic after the slip is right
+    check = ex.check_capstone_prediction(alpha, c, K, speedup, run, autoregressive)
+    assert not check and says in str(check), check
+
+
+def test_the_capstone_checker_names_the_first_calls_alone_and_a_c_timed_elsewhere():
+    run, autoregressive = capstone_runs()
+    first = run.loops[0].t_draft_s / run.loops[0].K / autoregressive.token_times_s[0]
+    right = ex.in_loop_c(run, autoregressive)
+    assert not np.isclose(first, right)
+    assert "also read the whole prompt" in str(ex.check_capstone_prediction(*capstone_answer(run, autoregressive, first)[:1],
+                                                                            first, 1, 1.0, run, autoregressive))
+    elsewhere = ex.check_capstone_prediction(run.alpha_hat, right * 2, 1, 1.0, run, autoregressive)  # a c from another timing
+    assert not elsewhere and "is not what the runs you passed give" in str(elsewhere), elsewhere
+    per_loop = ex.check_capstone_prediction(run.alpha_hat, right * 4 * 1.1, 1, 1.0, run, autoregressive)  # ~K times, a mean
+    assert not per_loop and "about K = 4 times" in str(per_loop), per_loop
+
+
+def test_the_capstone_checker_reads_alpha_from_the_run_and_asks_for_the_runs():
+    run, autoregressive = capstone_runs()
+    alpha, c, K, speedup = capstone_answer(run, autoregressive, ex.in_loop_c(run, autoregressive))
+    drafted = sum(loop.n_accepted for loop in run.loops) / sum(loop.K for loop in run.loops)
+    wrong_alpha = ex.check_capstone_prediction(drafted, c, K, speedup, run, autoregressive)
+    assert not wrong_alpha and "accepted / drafted" in str(wrong_alpha), wrong_alpha
+    assert "None marks" in str(ex.check_capstone_prediction(alpha, c, K, speedup))
+    assert "pass the runs themselves" in str(ex.check_capstone_prediction(alpha, c, K, speedup, [1, 2], 3.0))

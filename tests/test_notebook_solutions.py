@@ -10,7 +10,8 @@ import pytest
 from helpers import random_gpt2
 
 from picogpt.course import exercises as ex
-from picogpt.course.step_exercise import check_speculative_loop, check_speculative_step
+from picogpt.course.loop_exercise import check_speculative_loop
+from picogpt.course.step_exercise import check_speculative_step
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -36,10 +37,11 @@ def run(blocks, namespace):
     return namespace
 
 
-def test_notebook_03_solutions_pass(capsys):
+def test_notebook_03_solutions_pass():
     blocks = solutions("03-speculative-sampling.ipynb")
     namespace = run(blocks, {"np": np})
-    assert check_speculative_step(namespace["speculative_step"]), capsys.readouterr().out
+    check = check_speculative_step(namespace["speculative_step"])
+    assert check, check
     assert ex.check_tokens_per_loop_simulation(namespace["simulate"])
 
     # the loop: the notebook's scaffold with the solution's lines in place of `...` and `break`
@@ -47,10 +49,11 @@ def test_notebook_03_solutions_pass(capsys):
                     if "def my_speculative_sampling" in "".join(c["source"]))
     fragment = next(b for b in blocks if "target_cache.truncate" in b)
     body = re.sub(r"        \.\.\.  # your code.*\n", fragment, scaffold)
-    body = re.sub(r"        break  # remove.*\n", "", body).split("\n\npassed = ")[0]
+    body = re.sub(r"        break  # remove.*\n", "", body).split("\n\ncheck_speculative_loop(")[0]
     exec("from picogpt.speculative import draft_tokens, score\n" + body, namespace)
     draft, target = random_gpt2(1), random_gpt2(2)
-    assert check_speculative_loop(namespace["my_speculative_sampling"], draft, target, [3, 1, 4]), capsys.readouterr().out
+    check = check_speculative_loop(namespace["my_speculative_sampling"], draft, target, [3, 1, 4])
+    assert check, check
 
 
 def test_notebook_04_solutions_pass():
@@ -74,12 +77,20 @@ def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
     assert "✔ right" in capsys.readouterr().out or c >= 1  # a 1-layer draft as slow as a 24-layer step: never seen
 
 
-def test_notebook_07_solution_passes_and_runs_in_the_tree_loop(capsys):
+def test_notebook_07_solution_passes_and_runs_in_the_tree_loop():
     from picogpt import tree_sampling
     from picogpt.course.tree_exercise import check_multi_candidate_step
     step = run(solutions("07-token-trees.ipynb"), {"np": np})["my_accept_among"]
-    assert check_multi_candidate_step(step), capsys.readouterr().out
+    check = check_multi_candidate_step(step)
+    assert check, check
     assert len(tree_sampling(random_gpt2(1), random_gpt2(2), [3, 1], 10, shape=(2, 2), seed=0, step=step).tokens) == 10
+
+
+def test_notebook_08_solution_passes_with_no_drafts_too():
+    from picogpt.course.block_exercise import check_block_step
+    step = run(solutions("08-verify-the-block.ipynb"), {"np": np})["my_block_step"]
+    check = check_block_step(step)
+    assert check, check
 
 
 def test_notebook_02_top_k_solution_passes():

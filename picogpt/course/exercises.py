@@ -328,24 +328,105 @@ def check_residual(my_residual):
 
 
 CAPSTONE_K_MAX = 16
+CAPSTONE_C_SPREAD = 0.25  # a c within 25% of the runs' in-loop median ratio is the same measurement, estimated otherwise
 
 
-def check_capstone_prediction(alpha, c, best_K, predicted_speedup, K_max=CAPSTONE_K_MAX):
-    """The capstone's arithmetic (notebook 04): from the alpha and c you measured for your draft,
-    the K in 1..K_max with the highest speedup by Leviathan et al.'s Theorem 3.8,
-    (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1)), and the speedup it predicts there."""
-    if any(not_answered(x) for x in (alpha, c, best_K, predicted_speedup)):
-        return Check(False, "fill in alpha, c, best_K and predicted_speedup (None marks what is left), then run the cell again.")
+def in_loop_c(run, autoregressive, per_token=True, steady=True, statistic=np.median):
+    """c = t_draft / t_target from a speculative run and an autoregressive one, as the capstone's
+    step 1 says (per_token, steady and the median: one drafted token's time, the first loop and the
+    first token left out since they also read the prompt) or with one of the slips the answer key
+    marks down (a loop's whole t_draft_s; the first loop and token kept; a mean)."""
+    loops = run.loops[1:] if steady else run.loops
+    times = autoregressive.token_times_s[1:] if steady else autoregressive.token_times_s
+    drafted = [loop.t_draft_s / loop.K if per_token else loop.t_draft_s for loop in loops if loop.K]
+    return float(statistic(drafted) / statistic(times))
+
+
+PER_LOOP = ("a loop's t_draft_s is the time of all its K drafts: one drafted token's time is loop.t_draft_s / loop.K, "
+            "and c compares one drafted token with one target token")
+WITH_PROMPT = ("the first loop's draft calls and the first autoregressive token also read the whole prompt: leave out "
+               "run.loops[0] and token_times_s[0], and take medians (one slow call moves a mean, not a median)")
+
+
+def capstone_slips(run, autoregressive):
+    """[(c, what went wrong)] for the ways of computing c from these runs that the answer key marks down."""
+    slips = []
+    for per_token in (True, False):
+        for steady in (True, False):
+            for statistic in (np.median, np.mean):
+                wrong = ([] if per_token else [PER_LOOP]) + ([] if steady else [WITH_PROMPT])  # a mean is fair
+                if wrong:
+                    slips.append((in_loop_c(run, autoregressive, per_token, steady, statistic), "; and ".join(wrong)))
+    first = run.loops[0]
+    if first.K:
+        slips += [(first.t_draft_s / first.K / autoregressive.token_times_s[0], WITH_PROMPT),
+                  (first.t_draft_s / autoregressive.token_times_s[0], f"{PER_LOOP}; and {WITH_PROMPT}")]
+    return slips
+
+
+def capstone_runs_problem(run, autoregressive):
+    """Why the runs handed to the capstone's check cannot be read (a sentence), or None."""
+    try:
+        loops, times = list(run.loops), list(autoregressive.token_times_s)
+        steady = [loop.t_draft_s / loop.K for loop in loops[1:] if loop.K]
+    except (AttributeError, TypeError):
+        return ("pass the runs themselves: run = speculative_sampling(my_draft, target, ids, N=64, K=4, seed=0) and "
+                "autoregressive = autoregressive_sampling(target, ids, 64, seed=0)")
+    if not steady or len(times) < 2:
+        return ("the runs are too short to leave out their first loop and first token (they also read the prompt): "
+                "generate N = 64 tokens with each")
+    return None
+
+
+def capstone_c_problem(c, run, autoregressive):
+    """What is wrong with the learner's c, given the runs it was measured from (a sentence), or None."""
+    right = in_loop_c(run, autoregressive)
+    for wrong, why in capstone_slips(run, autoregressive):
+        if math.isclose(c, wrong, rel_tol=1e-6) and not math.isclose(wrong, right, rel_tol=0.01):
+            return f"c = {c:.3g}: {why}."
+    if abs(c / right - 1) <= CAPSTONE_C_SPREAD:
+        return None
+    K = float(np.median([loop.K for loop in run.loops]))
+    if abs(c / (right * K) - 1) <= CAPSTONE_C_SPREAD:
+        return f"c = {c:.3g}, about K = {K:g} times what your runs give: {PER_LOOP}."
+    return (f"c = {c:.3g} is not what the runs you passed give: timed inside their loops, c = {right:.3g} (the median "
+            "of loop.t_draft_s / loop.K over the loops after the first, over the median of token_times_s after the "
+            "first). Time the calls where the loops make them: the runs' own t_draft_s and token_times_s.")
+
+
+def check_capstone_prediction(alpha, c, best_K, predicted_speedup, run=None, autoregressive=None, K_max=CAPSTONE_K_MAX):
+    """The capstone (notebook 04): the alpha and c you measured for your draft, from the two runs you
+    measured them with (`run`, speculative_sampling's result; `autoregressive`, autoregressive_sampling's),
+    then the K in 1..K_max with the highest speedup by Leviathan et al.'s Theorem 3.8,
+    (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1)), and the speedup it predicts there. The runs let the
+    check see how alpha and c were measured: the slips the answer key marks down (a loop's draft
+    time taken for a token's, the first loop or token, which also read the prompt, kept in) are
+    named; a c within 25% of the runs' in-loop ratio (a mean of the steady loops, say) is accepted."""
+    if any(not_answered(x) for x in (alpha, c, best_K, predicted_speedup, run, autoregressive)):
+        return Check(False, "fill in alpha, c, run, autoregressive, best_K and predicted_speedup (None marks what is left), "
+                            "then run the cell again.")
+    problem = capstone_runs_problem(run, autoregressive)
+    if problem:
+        return Check(False, problem + ".")
     alpha, c = as_number(alpha), as_number(c)
     if alpha is None or not 0 < alpha <= 1:
         return Check(False, f"alpha = {alpha!r}: the acceptance rate is a probability between 0 and 1 (accepted drafts / "
                             "drafts judged: result.alpha_hat of a run with your draft).")
+    if not math.isclose(alpha, run.alpha_hat, rel_tol=1e-6):
+        drafted = sum(loop.n_accepted for loop in run.loops) / max(1, sum(loop.K for loop in run.loops))
+        why = ("that is accepted / drafted, which counts the drafts after a rejection, never judged; alpha_hat divides "
+               "by the decisions made" if math.isclose(alpha, drafted, rel_tol=1e-6) else
+               "alpha is the run's alpha_hat, accepted drafts / drafts judged")
+        return Check(False, f"alpha = {alpha:.4g}, your run's alpha_hat is {run.alpha_hat:.4g}: {why}.")
     if c is None or not c > 0:
         return Check(False, f"c = {c!r}: the cost coefficient is a positive ratio, t_draft / t_target.")
     if c >= 1:
         return Check(False, f"c = {c:.3g}: a draft step would cost as much as a target step or more. c is t_draft / "
                             "t_target (a drafted token's time over an autoregressive token's), not its inverse; a "
                             "draft that slow never pays (Leviathan et al.'s Corollary 3.9 asks alpha > c).")
+    problem = capstone_c_problem(c, run, autoregressive)
+    if problem:
+        return Check(False, problem)
     expected_K = int(theory.best_K(alpha, c, K_max))
     if as_number(best_K) != expected_K:
         return Check(False, f"best_K = {best_K!r} is not where the formula peaks for alpha = {alpha:.3g}, c = {c:.3g}: "
@@ -355,9 +436,9 @@ def check_capstone_prediction(alpha, c, best_K, predicted_speedup, K_max=CAPSTON
     expected = float(theory.predicted_speedup_leviathan(alpha, expected_K, c))
     how = ("tokens per loop (1 − alpha^(K+1)) / (1 − alpha), divided by what a loop costs in target steps, "
            "K c + 1.")
-    solution = (f"at K = {expected_K} a loop yields {tokens:.2f} tokens for {expected_K} × {c:.3g} + 1 = "
-                f"{expected_K * c + 1:.2f} target steps: {expected:.2f}x. Now run it and compare: the formula prices "
-                "the scoring call as one target step and leaves out the loop's own work.")
+    solution = (f"alpha and c measured inside the loops; at K = {expected_K} a loop yields {tokens:.2f} tokens for "
+                f"{expected_K} × {c:.3g} + 1 = {expected_K * c + 1:.2f} target steps: {expected:.2f}x. Now run it and "
+                "compare: the formula prices the scoring call as one target step and leaves out the loop's own work.")
     mistakes = [(tokens, "that is tokens per loop; a loop also costs K drafts: divide by K c + 1"),
                 (tokens / expected_K / c, "the loop costs K c + 1 target steps (K drafts, then one scoring call), not K c")]
     return check_number(answer=predicted_speedup, expected=expected, how=how, solution=solution, mistakes=mistakes)
