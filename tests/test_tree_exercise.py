@@ -3,6 +3,8 @@ each classic mistake and locates every wrong step in the part of its output that
 candidate was kept, the token drawn when none was), on implementations written here,
 independently of its own rules."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -178,7 +180,7 @@ def test_right_steps_pass(step):
 def test_each_classic_mistake_is_named(step, name):
     check = check_multi_candidate_step(step)
     assert not check and f"classic mistake, {name} (" in str(check), check
-    assert "Where they differ: " in str(check) and "inf" not in str(check), check
+    assert "Where they differ: " in str(check) and not re.search(r"\binf\b", str(check)), check
 
 
 @pytest.mark.parametrize("step, part", [
@@ -190,7 +192,7 @@ def test_each_classic_mistake_is_named(step, name):
 def test_a_mistake_without_a_name_is_located_with_the_frequencies_of_the_part_that_differs(step, part):
     message = str(check_multi_candidate_step(step))
     assert message.startswith("✘ not yet") and "Where they differ: " in message and part in message, message
-    assert "gives the frequencies (" in message and "yours came out (" in message and "inf" not in message, message
+    assert "gives the frequencies (" in message and "yours came out (" in message and not re.search(r"\binf\b", message), message
 
 
 @pytest.mark.parametrize("step, says", [

@@ -1,7 +1,7 @@
 """Notebook 08's matplotlib figures: one loop of block verification (running weights, keep
 probabilities, uniforms, the position chosen, the residual sampled) and the drafts kept per loop
 by each verifier. Each `plot_…(…, ax=None)` draws on the Axes passed or a new figure and returns
-it; the numbers come from course/blocks.py.
+it; the numbers come from course/block_panels.py.
 """
 
 import numpy as np

@@ -91,11 +91,12 @@ def function_name(fn, placeholder="your_step"):
 def raised(fn, error, where, placeholder="your_step"):
     """One sentence for an exception the learner's function raised: which function, inside which
     grader or loop and on what input (`where`), and the exception."""
-    return f"{function_name(fn, placeholder)} raised {type(error).__name__} {where}: {shown(error, 300)}"
+    return f"{function_name(fn, placeholder)} raised {type(error).__name__} {where}: {shown(error, 300).rstrip('. ')}"
 
 
-def p_text(p_value):
-    return f"{p_value:.2g}" if p_value >= 1e-16 else "< 1e-16"
+def p_is(p_value):
+    """A p-value as a message says it: "p = 0.003", or "p < 1e-16" below what double precision resolves."""
+    return f"p = {p_value:.2g}" if p_value >= 1e-16 else "p < 1e-16"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,7 +170,7 @@ def compare(part, law, counts):
     n = int(observed.sum())
     if n == 0:
         return None
-    p_value = 0.0 if never else chi_square_sf(statistic, dof) if dof else 1.0
+    p_value = 0.0 if never else chi_square_sf(statistic, dof)
     return Difference(part, n, tuple(expected / n), tuple(observed / n),
                       tuple(sorted(never.items(), key=lambda vc: index[vc[0]])), dof, p_value)
 
@@ -187,4 +188,52 @@ def difference_text(d, rule, where=""):
         value, condition = d.never[0]
         given = f" for {d.part.given(condition)}" if d.part.given else ""
         return text + f"; yours gave {d.part.label(value)}{given}, which {rule} never does"
-    return text + f" (chi-square test of this part: p {'<' if d.p_value < 1e-16 else '='} {p_text(d.p_value).lstrip('< ')})"
+    return text + f" (chi-square test of this part: {p_is(d.p_value)})"
+
+
+def fit(laws, counts):
+    """One chi-square test of observed outcomes against exact laws, one per case ([{outcome:
+    probability}] and [{outcome: count}]), the statistics and degrees of freedom added up: (the
+    p-value, an observed outcome that its law never produces or None; then the p-value is 0)."""
+    statistic, dof = 0.0, 0
+    for law, counted in zip(laws, counts):
+        never = [outcome for outcome, count in counted.items() if count > 0 and law.get(outcome, 0.0) <= 0.0]
+        if never:
+            return 0.0, never[0]
+        outcomes = sorted(set(law) | set(counted))
+        s, d, _ = chi_square_test([counted.get(k, 0) for k in outcomes], [law.get(k, 0.0) for k in outcomes])
+        statistic, dof = statistic + s, dof + d
+    return chi_square_sf(statistic, dof), None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the tests of one grading say: right or not, the whole law's p-value, and the parts that
+    differ, (Difference, where) the most significant first."""
+    ok: bool
+    p_value: float
+    differences: list
+
+
+def judge(laws, counts, parts, significance):
+    """Test observed outcomes against exact laws as a whole (`fit`) and part by part (`compare`;
+    parts: for each case, [(Part, where it is, in words)]). Each test runs at significance over
+    the number of tests, so a right function fails any of them with probability about
+    `significance` at most, and a mistake shows most clearly in the part it changes."""
+    p_value, _ = fit(laws, counts)
+    differences = [(d, where) for law, counted, case_parts in zip(laws, counts, parts) for part, where in case_parts
+                   for d in [compare(part, law, counted)] if d is not None]
+    threshold = significance / (1 + len(differences))
+    differences.sort(key=lambda dw: (dw[0].p_value, -dw[0].tv))
+    ok = p_value > threshold and all(d.p_value > threshold for d, _ in differences)
+    return Verdict(ok, p_value, [dw for dw in differences if dw[0].p_value <= threshold] or differences[:1])
+
+
+def located(verdict, rule, n_parts):
+    """Where the outputs differ from `rule`: the n_parts parts that differ most, with their frequencies."""
+    return ". ".join(difference_text(d, rule, where) for d, where in verdict.differences[:n_parts])
+
+
+def best_fitting(counts, mistakes):
+    """The mistake [(name-bearing rule, its laws per case)] whose exact laws the outcomes fit best: (p-value, rule)."""
+    return max(((fit(laws, counts)[0], rule) for rule, laws in mistakes), key=lambda pr: pr[0])

@@ -45,7 +45,7 @@ def course_models(verbose=True):
 # Notebook 05 times autoregressive against speculative sampling for K = 1..8, five repeats, all in
 # one cell: the teaching pair's 64 tokens keep that cell within the course's half a minute a cell
 # on a busy laptop. GPT-2 XL reads 6.2 GB per token, so a target that big gets fewer tokens and
-# repeats. Either way notebook 05 says on screen whether its run resolved the best K (course/results.py).
+# repeats. Either way notebook 05 says on screen whether its run resolved the best K (course/speed_panels.py).
 BIG_TARGET_BYTES = 1e9  # weight bytes read per token
 
 

@@ -34,8 +34,7 @@ from .. import rejection, speculative
 from ..errors import shown
 from ..sampling import distribution, sample, softmax64
 from ..speculative import token_ids
-from .chi_square import chi_square_sf, chi_square_test
-from .grading import Check, Part, compare, difference_text, function_name, not_answered, raised
+from .grading import Check, Part, best_fitting, function_name, judge, located, not_answered, raised
 
 # ---------------------------------------------------------------------------------------------
 # Algorithm 2's Steps 3-4, and the classic ways to get them wrong, as rules
@@ -323,24 +322,6 @@ ALGORITHM_2_EXERCISE = StepExercise(
     nan_hint=NAN_AFTER_NO_REJECTION, after_a_non_draft={"extra": EXTRA_AFTER_REJECTION, "judged on": JUDGED_ON})
 
 
-def fit(counts, laws):
-    """Chi-square of the observed counts against exact laws, one test per case, the statistics and
-    degrees of freedom added up into one test: (statistic, dof, p-value, an observed (drafts,
-    output) that the laws never produce, or None)."""
-    statistic, dof, impossible = 0.0, 0, None
-    for law, case_counts in zip(laws, counts):
-        never = [key for key in case_counts if law.get(key, 0.0) == 0.0]
-        if never:
-            impossible = impossible or never[0]
-            continue
-        keys = sorted(set(law) | set(case_counts))
-        s, d, _ = chi_square_test([case_counts.get(k, 0) for k in keys], [law.get(k, 0.0) for k in keys])
-        statistic, dof = statistic + s, dof + d
-    if impossible is not None:
-        return float("inf"), dof, 0.0, impossible
-    return statistic, dof, chi_square_sf(statistic, dof) if dof else 1.0, None
-
-
 def rows_text(name, rows_):
     return f"{name} = {np.round(rows_, 3).tolist()}"
 
@@ -372,49 +353,24 @@ def parts(case, number, exercise):
     return found
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The distribution tests of one grading: right or not, and where the outputs differ."""
-    ok: bool
-    p_value: float  # the whole law of (drafts, output), all cases together
-    differences: list  # (Difference, where), the most significant first
-
-
 def judged(counts, cases, exercise):
-    """Test the outputs against the rule: the whole law of (drafts, output), and every part of it
-    in every case. A right step passes all of them but with probability about SIGNIFICANCE (each
-    test at SIGNIFICANCE over their number); a mistake shows most clearly in the part it changes."""
+    """The outputs tested against the rule, as a whole and part by part (grading.judge)."""
     laws = [exact_joint(exercise.rule, case) for case in cases]
-    _, _, p_value, _ = fit(counts, laws)
-    differences = [(d, where) for number, (case, law, case_counts) in enumerate(zip(cases, laws, counts), 1)
-                   for part, where in parts(case, number, exercise)
-                   for d in [compare(part, law, case_counts)] if d is not None]
-    threshold = SIGNIFICANCE / (1 + len(differences))
-    differences.sort(key=lambda dw: (dw[0].p_value, -dw[0].tv))
-    ok = p_value > threshold and all(d.p_value > threshold for d, _ in differences)
-    return Verdict(ok, p_value, [dw for dw in differences if dw[0].p_value <= threshold] or differences[:1])
-
-
-def located(verdict, exercise, n_parts):
-    """Where the outputs differ from the rule: the n_parts parts that differ most, with numbers."""
-    return ". ".join(difference_text(d, exercise.name, where) for d, where in verdict.differences[:n_parts])
-
-
-def named(counts, cases, exercise):
-    """The classic mistake whose exact law the outputs fit best, and its p-value: (p, rule)."""
-    fits = [(fit(counts, [exact_joint(rule, case) for case in cases])[2], rule) for rule in exercise.mistakes.values()]
-    return max(fits, key=lambda pr: pr[0])
+    parts_ = [parts(case, number, exercise) for number, case in enumerate(cases, 1)]
+    return judge(laws, counts, parts_, SIGNIFICANCE)
 
 
 def distribution_message(counts, cases, exercise):
     """What to say about outputs that are not the rule's: where they differ, and the classic
     mistake they fit if there is one."""
     verdict = judged(counts, cases, exercise)
-    best_p, best = named(counts, cases, exercise)
+    best_p, best = best_fitting(counts, [(rule, [exact_joint(rule, case) for case in cases])
+                                         for rule in exercise.mistakes.values()])
     if best_p > SIGNIFICANCE:
-        return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: {located(verdict, exercise, 1)}. "
-                f"That is a classic mistake, {best.name} (its exact distribution fits yours: p = {best_p:.2g}): {best.hint}.")
-    return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: {located(verdict, exercise, 2)}. "
+        return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: "
+                f"{located(verdict, exercise.name, 1)}. That is a classic mistake, {best.name} (its exact distribution "
+                f"fits yours: p = {best_p:.2g}): {best.hint}.")
+    return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: {located(verdict, exercise.name, 2)}. "
             f"That is none of the classic mistakes I know by name. {exercise.walk_through}")
 
 

@@ -27,8 +27,7 @@ import numpy as np
 from .. import rejection
 from ..errors import shown
 from ..sampling import distribution, sample
-from .chi_square import chi_square_sf, chi_square_test
-from .grading import Check, Part, check_number, compare, difference_text, function_name, not_answered, raised
+from .grading import Check, Part, best_fitting, check_number, function_name, judge, located, not_answered, raised
 
 # ---------------------------------------------------------------------------------------------
 # The step and the classic ways to get it wrong, each with its exact distribution
@@ -186,18 +185,6 @@ def law(rule, c):
     return {token: float(prob) for token, prob in enumerate(rule.output_distribution(c.candidates, c.p, c.q))}
 
 
-def fit(counts, rule, cases):
-    """One chi-square test of the observed counts against `rule`, summed over the cases:
-    (statistic, dof, p-value); p = 0 if a token came out that the rule never emits."""
-    statistic, dof = 0.0, 0
-    for c, case_counts in zip(cases, counts):
-        s, d, p_value = chi_square_test(case_counts, rule.output_distribution(c.candidates, c.p, c.q))
-        if p_value == 0.0 and s == float("inf"):
-            return s, dof, 0.0
-        statistic, dof = statistic + s, dof + d
-    return statistic, dof, chi_square_sf(statistic, dof)
-
-
 def parts(c, number):
     """The two factors of the emitted token's law in case c, each with where it is: which candidate
     was kept, or none; and the token drawn when none was."""
@@ -239,29 +226,25 @@ def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
         if len({attempt(fn, c, np.random.default_rng(seq))[0] for _ in range(2)}) > 1:
             return Check(False, "two calls with Generators of the same seed gave different tokens: draw every "
                                 "random number from the rng argument (rng.random(), rng.choice).")
-    _, _, p_value = fit(counts, MULTI_STEP, cases)
     observed = [dict(enumerate(case_counts)) for case_counts in counts]
-    differences = [(d, where) for number, (c, seen) in enumerate(zip(cases, observed), 1) for part, where in parts(c, number)
-                   for d in [compare(part, law(MULTI_STEP, c), seen)] if d is not None]
-    threshold = SIGNIFICANCE / (1 + len(differences))
-    if p_value > threshold and all(d.p_value > threshold for d, _ in differences):
+    verdict = judge([law(MULTI_STEP, c) for c in cases], observed, [parts(c, n) for n, c in enumerate(cases, 1)],
+                    SIGNIFICANCE)
+    if verdict.ok:
         return Check(True, f"over {len(cases)} cases ({len(cases) * trials:,} calls, 0 to 3 candidates, one at "
                            f"temperature 0.7 with top-p 0.9), your step's tokens fit the multi-candidate step's exact "
-                           f"distribution, as a whole (chi-square p = {p_value:.2g}) and part by part: which candidate "
-                           f"was kept, the token drawn when none was. Run it in the tree loop: "
+                           f"distribution, as a whole (chi-square p = {verdict.p_value:.2g}) and part by part: which "
+                           f"candidate was kept, the token drawn when none was. Run it in the tree loop: "
                            f"tree_sampling(..., step={function_name(fn)}).")
-    differences.sort(key=lambda dw: (dw[0].p_value, -dw[0].tv))
     name = "the multi-candidate step"
-    best_p, best = max(((fit(counts, rule, cases)[2], rule) for rule in MISTAKES.values()), key=lambda pr: pr[0])
+    best_p, best = best_fitting(observed, [(rule, [law(rule, c) for c in cases]) for rule in MISTAKES.values()])
     if best_p > SIGNIFICANCE:
-        where = difference_text(differences[0][0], name, differences[0][1])
-        return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: {where}. "
-                            f"That is a classic mistake, {best.name} (its exact distribution fits yours: p = "
-                            f"{best_p:.2g}): {best.hint}.")
-    where = ". ".join(difference_text(d, name, w) for d, w in differences[:2])
-    return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: {where}. That "
-                        "is none of the classic mistakes I know by name. For each candidate in turn: r ~ U[0, 1); keep it "
-                        "if r < min(1, q_i(c_i) / p_i(c_i)); else q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.")
+        return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: "
+                            f"{located(verdict, name, 1)}. That is a classic mistake, {best.name} (its exact "
+                            f"distribution fits yours: p = {best_p:.2g}): {best.hint}.")
+    return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: "
+                        f"{located(verdict, name, 2)}. That is none of the classic mistakes I know by name. For each "
+                        "candidate in turn: r ~ U[0, 1); keep it if r < min(1, q_i(c_i) / p_i(c_i)); else "
+                        "q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.")
 
 
 def solution():

@@ -198,7 +198,7 @@ def running_residuals(rows, q):
 
 def verdict_lines(m):
     """Which variant emitted the most per target call, which was fastest, and whether the repeats
-    resolve the fastest (course/results.py's check on the repeat-by-repeat speedups)."""
+    resolve the fastest (course/speed_panels.py's check on the repeat-by-repeat speedups)."""
     from .speed_panels import indistinguishable_from_best, resolution_line
     runs = {name: v.speedup_runs for name, v in m.variants.items()}
     most, (best, _) = max(m.variants.values(), key=lambda v: v.tokens_per_call), indistinguishable_from_best(runs)

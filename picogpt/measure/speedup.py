@@ -31,7 +31,7 @@ repeat*, with the interquartile range of those same ratios (`speedup_text` write
 - the point and its bracket are quartiles of the same few numbers, so q1 <= median <= q3 always;
 - with the 3 to 5 repeats a run can afford, a bootstrap interval would resample too few numbers
   to mean more than the interquartile range, which a reader can check by hand.
-Whether two speedups differ is read from these ranges (course/results.py's resolution check).
+Whether two speedups differ is read from these ranges (course/speed_panels.py's resolution check).
 
 The predicted speedup is Jay Mody's arithmetic (theory.predicted_speedup) fed the in-loop costs
 and alpha_hat, the acceptance rate pooled over every accept/reject decision. A draft that proposed
