@@ -403,7 +403,7 @@ def check_capstone_prediction(alpha, c, best_K, predicted_speedup, run=None, aut
     time taken for a token's, the first loop or token, which also read the prompt, kept in) are
     named; a c within 25% of the runs' in-loop ratio (a mean of the steady loops, say) is accepted."""
     if any(not_answered(x) for x in (alpha, c, best_K, predicted_speedup, run, autoregressive)):
-        return Check(False, "fill in alpha, c, run, autoregressive, best_K and predicted_speedup (None marks what is left), "
+        return Check(False, "fill in run, autoregressive, alpha, c, best_K and predicted_speedup (None marks what is left), "
                             "then run the cell again.")
     problem = capstone_runs_problem(run, autoregressive)
     if problem:
