@@ -11,12 +11,15 @@ and it returns one token: the first candidate accepted, judged against what is s
 (q_1 = q, after rejecting c_i: q_{i+1} = (q_i - p_i)+), or, when all are rejected (or there are
 none), a sample from the last residual.
 
-`check_multi_candidate_step(fn)` grades it by its output distribution: in several small cases
-with fixed candidates it calls fn many times and compares the histogram of tokens with the exact
-probabilities (rejection.output_distribution_among) by a chi-square test. When it does not fit,
-it computes the exact distributions of the classic mistakes (`MISTAKES`) the same way and names
-the one the outputs fit. An exception, an output that is not one token id, a changed input or a
-result that ignores the rng is named at once. Every call of the learner's code is guarded.
+`check_multi_candidate_step(fn)` grades it by its output distribution and returns a `Check`
+(grading.py): in several small cases with fixed candidates (a leaf among them, and distributions
+shaped by a temperature and top-p) it calls fn many times and tests the histogram of tokens
+against the exact probabilities (rejection.output_distribution_among), as a whole and part by
+part: which candidate was kept, and the token drawn when none was. A wrong step is told which
+part differs, with the expected and observed frequencies, and the classic mistake (`MISTAKES`)
+whose exact distribution its tokens fit, if one does. An exception (named with the step and the
+candidates it was called with), an output that is not one token id, a changed input or a result
+that ignores the rng is named at once. The grader never raises.
 """
 
 import inspect
