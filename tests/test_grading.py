@@ -1,0 +1,98 @@
+"""The graders' shared statistics say what is true of the counts they were given, over their whole
+domain (Hypothesis draws the laws and the counts): the frequencies a message prints are the
+counts' and the rule's, "never does" appears exactly when an outcome the rule never gives came out,
+and counts exactly proportional to the rule are never refused. And the capstone's check accepts
+the c its own method gives from any runs, and names a loop's draft time taken for a token's."""
+
+import math
+import re
+from types import SimpleNamespace
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from picogpt import theory
+from picogpt.course import exercises
+from picogpt.course.grading import Part, compare, difference_text, fit
+
+CONDITIONS, VALUES = ("a", "b"), (0, 1, 2)
+PART = Part("the value", lambda outcome: outcome, VALUES, "values", lambda v: f"value {v}", lambda c: f"condition {c}")
+
+weights = st.lists(st.integers(min_value=0, max_value=5), min_size=len(CONDITIONS) * len(VALUES),
+                   max_size=len(CONDITIONS) * len(VALUES))
+counts = st.lists(st.integers(min_value=0, max_value=40), min_size=len(CONDITIONS) * len(VALUES),
+                  max_size=len(CONDITIONS) * len(VALUES))
+
+
+def table(numbers):
+    """{(condition, value): number} from a flat list."""
+    return {(c, v): n for (c, v), n in zip([(c, v) for c in CONDITIONS for v in VALUES], numbers)}
+
+
+def frequencies_in(text, after):
+    return [float(x) for x in re.search(after + r" \(([^)]*)\)", text).group(1).split(", ")]
+
+
+@settings(max_examples=150)
+@given(weights, counts)
+def test_a_difference_prints_the_counts_frequencies_and_the_rules_given_the_same_conditions(w, n):
+    total = sum(w)
+    law = {k: x / total for k, x in table(w).items()} if total else {}
+    seen = table(n)
+    d = compare(PART, law, seen)
+    reachable = [c for c in CONDITIONS if sum(law.get((c, v), 0) for v in VALUES) > 0]
+    counted = {c: sum(seen[(c, v)] for v in VALUES) for c in reachable}
+    if sum(counted.values()) == 0:
+        assert d is None
+        return
+    text = difference_text(d, "the rule")
+    n_part = sum(counted.values())
+    observed = [sum(seen[(c, v)] for c in reachable) / n_part for v in VALUES]
+    expected = [sum(counted[c] * law.get((c, v), 0) / sum(law.get((c, u), 0) for u in VALUES) for c in reachable) / n_part
+                for v in VALUES]
+    assert frequencies_in(text, "yours came out") == [round(x, 3) for x in observed]
+    assert frequencies_in(text, "gives the frequencies") == [round(x, 3) for x in expected]
+    assert f"in {n_part:,} outputs" in text
+    impossible = [(c, v) for c in reachable for v in VALUES if seen[(c, v)] > 0 and law.get((c, v), 0) == 0]
+    assert ("never does" in text) == bool(impossible) and (d.p_value == 0) == bool(impossible)
+    assert 0 <= d.p_value <= 1 and not re.search(r"\binf\b|\bnan\b", text)
+
+
+@settings(max_examples=100)
+@given(weights.filter(lambda w: sum(w) > 0), st.integers(min_value=1, max_value=50))
+def test_counts_proportional_to_the_rule_are_never_refused(w, scale):
+    total = sum(w)
+    law = {k: x / total for k, x in table(w).items()}
+    seen = {k: x * scale for k, x in table(w).items()}  # exactly n times the law, n = total * scale
+    assert fit([law], [seen])[0] > 0.99
+    d = compare(PART, law, seen)
+    assert d.p_value > 0.99 and not d.never and d.tv < 1e-12
+
+
+times = st.lists(st.floats(min_value=1e-4, max_value=1e-1), min_size=3, max_size=12)
+
+
+@settings(max_examples=100)
+@given(times, times, st.integers(min_value=2, max_value=8), st.floats(min_value=0.05, max_value=0.95))
+def test_the_capstone_check_accepts_its_own_method_and_names_a_loops_draft_time(draft_s, target_s, K, alpha):
+    run = SimpleNamespace(loops=[SimpleNamespace(t_draft_s=t * K, K=K, n_accepted=1) for t in draft_s], alpha_hat=alpha)
+    autoregressive = SimpleNamespace(token_times_s=target_s)
+    c = exercises.in_loop_c(run, autoregressive)
+    if c >= 1 / K:  # a draft token as slow as a target step, or a K-fold slip that lands there: refused for that
+        return
+    best_K = int(theory.best_K(alpha, c, 16))
+    speedup = float(theory.predicted_speedup_leviathan(alpha, best_K, c))
+    assert exercises.check_capstone_prediction(alpha, c, best_K, speedup, run, autoregressive)
+    per_loop = exercises.in_loop_c(run, autoregressive, per_token=False)
+    assert math.isclose(per_loop, K * c)
+    wrong = exercises.check_capstone_prediction(alpha, per_loop, best_K, speedup, run, autoregressive)
+    assert not wrong and "loop.t_draft_s / loop.K" in str(wrong), wrong
+
+
+def test_a_law_and_its_own_exact_counts_fit_and_an_impossible_outcome_is_returned():
+    law = {"x": 0.5, "y": 0.5, "z": 0.0}
+    p_value, impossible = fit([law], [{"x": 10, "y": 10}])
+    assert p_value > 0.99 and impossible is None
+    assert fit([law], [{"x": 10, "z": 1}]) == (0.0, "z")
+    assert np.isclose(fit([law, law], [{"x": 5, "y": 5}, {"x": 7, "y": 7}])[0], 1.0)
