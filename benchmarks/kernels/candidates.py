@@ -144,12 +144,12 @@ def plain(x, W):
 
 def one_row_split(x, W):
     """One row, W's input rows cut into one contiguous band per own thread. -> [1, n_out]."""
-    return kernels.split_inputs(x[:1], W)
+    return former.split_inputs(x[:1], W)
 
 
 def k_split(x, W):
     """GEMM with W's input rows (K) cut into one band per own thread, partial products added."""
-    return kernels.split_inputs(x, W)
+    return former.split_inputs(x, W)
 
 
 def panels_by_band(x, W, b, add_panel):
@@ -157,7 +157,7 @@ def panels_by_band(x, W, b, add_panel):
     adds the panel W[i:stop] (b rows at a time) into the band's partial sum; the bands' sums
     added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
     x = np.ascontiguousarray(x)
-    parts = threads.bands(W.shape[0], threads.n_threads())
+    parts = former.bands(W.shape[0], threads.n_threads())
     partial = np.zeros((len(parts), x.shape[0], W.shape[1]), np.float32)  # [n_parts, n_rows, n_out]
 
     def work(first, last):
@@ -297,7 +297,7 @@ def transposed_blocks(copies, block=64):
         n_rows = x.shape[0]
         out = np.empty((n_rows, n_out), np.float32)
         if n_rows == 1:
-            parts = threads.bands(n_out, threads.n_threads())
+            parts = former.bands(n_out, threads.n_threads())
 
             def gemv(first, last):  # [n, n_in] @ [n_in] -> [n]
                 for p in range(first, last):
@@ -544,7 +544,7 @@ def one_row_mode(args, sgemm, between=6400):
     another with a little NumPy work on the calling thread between them (a tanh over `between`
     floats, like GELU's), so the helper threads go to sleep between products as they do in the
     forward pass. Per shape, every matrix of that shape in --layers layers, interleaved passes.
-    kernels.ONE_CORE_BYTES is where the first stops winning."""
+    former.ONE_CORE_BYTES is where the first stops winning."""
     work = np.ones(between, np.float32)
     found = {"OpenBLAS GEMV, calling thread (picogpt below ONE_CORE_BYTES)": Candidate(one_row, 1),
              "GEMV split, own threads": Candidate(one_row_split, 1)}
@@ -580,7 +580,7 @@ def one_row_mode(args, sgemm, between=6400):
                            "load_before": load_before, "load_after": load_average(), "times_s": times, "gbs": gbs})
             print(f"{model} {shape} ({mine[0].nbytes / 1e6:.1f} MB each, load {load_before[0]}): "
                   + ", ".join(f"{label.split(' (')[0]} {rate:.1f} GB/s" for label, rate in gbs.items()), flush=True)
-    return {"between_floats": between, "one_core_bytes": kernels.ONE_CORE_BYTES, "helper_start_us": wake_us,
+    return {"between_floats": between, "one_core_bytes": former.ONE_CORE_BYTES, "helper_start_us": wake_us,
             "shapes": shapes}
 
 
@@ -849,19 +849,24 @@ def paths_mode(args, sgemm):
 
     draft, target = model("gpt2"), model("gpt2-xl")
     draft.prepare(), target.prepare()
-    paths = {"picogpt.fast: compiled few rows, OpenBLAS one row": (kernels.compiled_matmul, GPT2),
-             "former: team + compiled block + compiled products": (former.team_matmul, former.FormerPath),
-             "the former team without the compiled block": (former.team_matmul, former.TeamOnly),
-             "compiled products for every row count up to 16, no team": (compiled_every_row, GPT2),
-             "NumPy only: picogpt.fast without numba (GEMM for a few rows)": (kernels.numpy_matmul, GPT2),
-             "NumPy only, L2 tiles for a few rows (former, without numba)": (former.tiled_matmul, GPT2)}
+    n = threads.n_threads()
+    paths = {  # name: (matmul, the model's class, NumPy's BLAS threads)
+        "picogpt.fast: compiled few rows, OpenBLAS's threads for one row and many": (kernels.compiled_matmul, GPT2, n),
+        "one row on picogpt's threads, OpenBLAS on one (the package before)": (former.own_threads_matmul, GPT2, 1),
+        "former: team + compiled block + compiled products": (former.team_matmul, former.FormerPath, 1),
+        "the former team without the compiled block": (former.team_matmul, former.TeamOnly, 1),
+        "compiled products for every row count up to 16, no team": (compiled_every_row, GPT2, 1),
+        "NumPy only: picogpt.fast without numba (OpenBLAS's threads for every row count)": (kernels.numpy_matmul, GPT2, n),
+        "NumPy only, one band of W per own thread (the package before, without numba)": (numpy_own_threads, GPT2, 1),
+        "NumPy only, L2 tiles for a few rows (former, without numba)": (former.tiled_matmul, GPT2, 1)}
     if compiled.loops() is None:
         paths = {name: path for name, path in paths.items() if name.startswith("NumPy")}
     ids = np.random.default_rng(0).integers(0, target.config.n_vocab, 32)
     controls = dict(temperature=args.temperature)
 
     def run(path, kind, seed):
-        matmul, kind_of_model = paths[path]
+        matmul, kind_of_model, blas_threads = paths[path]
+        set_blas_threads(blas_threads)
         for m in (draft, target):
             m.__class__, m.matmul = kind_of_model, matmul
         start = time.perf_counter()
@@ -869,7 +874,9 @@ def paths_mode(args, sgemm):
             result = speculative_sampling(draft, target, ids, args.tokens, K=args.k, seed=seed, **controls)
         else:
             result = autoregressive_sampling(target, ids, args.tokens, seed=seed, **controls)
-        return (time.perf_counter() - start) / args.tokens, len(result.tokens)
+        seconds = (time.perf_counter() - start) / args.tokens
+        time.sleep(SETTLE_S)  # OpenBLAS's threads spin on after a call: not into the next path's run
+        return seconds, len(result.tokens)
 
     times = {path: {"autoregressive": [], "speculative": []} for path in paths}
     for repeat in range(args.runs + 1):  # the first round warms up
@@ -886,13 +893,18 @@ def paths_mode(args, sgemm):
             "times_s_per_token": times}
 
 
+def numpy_own_threads(x, W):
+    """former.own_threads_matmul without numba: a few rows split_inputs too."""
+    return former.own_threads_matmul(x, W, with_compiled=False)
+
+
 def compiled_every_row(x, W):
-    """kernels.compiled_matmul with one row on the compiled loops too (the former path's choice
-    outside a team's call, for big weights)."""
-    if x.shape[0] == 1 and kernels.route(x, W) == "split_inputs":
+    """former.own_threads_matmul with one row on the compiled loops too (the former path's
+    choice outside a team's call, for big weights)."""
+    if x.shape[0] == 1 and former.shared(x, W):
         return kernels.PRODUCTS["compiled_head" if W.flags.f_contiguous and not W.flags.c_contiguous
                                 else "compiled_rows"](x, W)
-    return kernels.compiled_matmul(x, W)
+    return former.own_threads_matmul(x, W)
 
 
 def machine():

@@ -1,5 +1,8 @@
 """What left picogpt's fast path, kept here so that it stays measured beside what replaced it:
 
+- one row on picogpt's threads (`own_threads_matmul`): OpenBLAS on one thread, one row times a
+  weight under ONE_CORE_BYTES on the calling thread, bigger ones and many rows cut into a band of
+  W's input rows per thread of picogpt's (`split_inputs`); run it after set_blas_threads(1);
 - the L2 tiles (`tiled`, `by_output_rows`): NumPy's best few-row product without numba, one
   GEMV per row on tiles of ~80 KB of W (the first row brings a tile into L2, the others re-read
   it from there);
@@ -20,7 +23,7 @@ import functools
 import numpy as np
 
 from picogpt.fast import compiled, kernels
-from picogpt.fast.kernels import FEW_ROWS, numpy_matmul
+from picogpt.fast.kernels import BIG_MATRIX, FEW_ROWS
 from picogpt.fast.threads import n_threads, parallel
 from picogpt.gpt2 import gpt2
 from picogpt.kv_cache import KVCache
@@ -30,6 +33,48 @@ TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 
 BIG_MODEL_BYTES = 64 << 20  # smaller models (the teaching pair) ran gpt2.py without a team or block
 TEAM_MATRIX = 1 << 18  # weights; with a team ready, matrices this big or bigger were shared with it
 TEAM_HEAD_BANDS_PER_THREAD = 8  # the LM head's bands on a team: many, each a contiguous run of wte's rows
+ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
+
+
+# ---- one row on picogpt's threads ---------------------------------------------------------------
+
+def shared(x, W):
+    """Whether x @ W was shared among picogpt's threads: a big float32 weight, or the LM head's view."""
+    head = W.ndim == 2 and W.flags.f_contiguous and not W.flags.c_contiguous
+    return (W.ndim == 2 and W.dtype == x.dtype == np.float32 and W.size >= BIG_MATRIX
+            and (W.flags.c_contiguous or head))
+
+
+def bands(n, n_parts):
+    """[(start, stop)] cutting range(n) into n_parts contiguous bands."""
+    edges = [n * i // n_parts for i in range(n_parts + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def split_inputs(x, W):
+    """x @ W with W's rows (the inputs) cut into one band per thread, the partial products
+    added: one row (GEMV) or many (GEMM). [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    parts = bands(W.shape[0], min(n_threads(), W.shape[0]))
+    partial = [None] * len(parts)
+
+    def multiply(start, stop):
+        for i in range(start, stop):
+            lo, hi = parts[i]
+            partial[i] = x[:, lo:hi] @ W[lo:hi]
+
+    parallel(multiply, len(parts), chunks_per_thread=1)
+    return np.sum(partial, axis=0, dtype=np.float32) if len(partial) > 1 else partial[0]
+
+
+def own_threads_matmul(x, W, with_compiled=True):
+    """The former product (with OpenBLAS on one thread): a few rows on the compiled loops
+    (`with_compiled`, as kernels.compiled_matmul), one row times a weight under ONE_CORE_BYTES
+    on the calling thread, the other big products split_inputs."""
+    if with_compiled and kernels.route(x, W) != "numpy":
+        return kernels.compiled_matmul(x, W)
+    if shared(x, W) and not (x.shape[0] == 1 and W.nbytes < ONE_CORE_BYTES):
+        return split_inputs(x, W)
+    return np.matmul(x, W)
 
 
 # ---- the L2 tiles -----------------------------------------------------------------------------
@@ -101,10 +146,9 @@ def by_output_rows(x, W_t):
 
 
 def tiled_matmul(x, W):
-    """The former NumPy path: kernels.numpy_matmul, with a few rows on the L2 tiles."""
-    route = kernels.route(x, W, with_compiled=False)
-    if route != "split_inputs" or x.shape[0] == 1 or x.shape[0] > FEW_ROWS:
-        return numpy_matmul(x, W)
+    """The former NumPy path: own_threads_matmul without numba, with a few rows on the L2 tiles."""
+    if not shared(x, W) or x.shape[0] == 1 or x.shape[0] > FEW_ROWS:
+        return own_threads_matmul(x, W, with_compiled=False)
     return by_output_rows(x, W.T) if W.flags.f_contiguous and not W.flags.c_contiguous else tiled(x, W)
 
 
@@ -142,7 +186,7 @@ def team_call(bytes_per_token=BIG_MODEL_BYTES, n_rows=1):
 
 def team_matmul(x, W):
     """The former `matmul`: inside a team's call every big few-row product on the team, one row
-    included; otherwise kernels.compiled_matmul."""
+    included; otherwise own_threads_matmul."""
     head = W.flags.f_contiguous and not W.flags.c_contiguous
     if (_serving is not None and _serving.serving() and W.ndim == 2 and W.dtype == x.dtype == np.float32
             and W.size >= TEAM_MATRIX and x.shape[0] <= FEW_ROWS and (W.flags.c_contiguous or head)):
@@ -150,7 +194,7 @@ def team_matmul(x, W):
         if head:
             return _serving.head(x, W.T, n_threads() * TEAM_HEAD_BANDS_PER_THREAD)
         return _serving.rows(x, W, n_threads() * kernels.BANDS_PER_THREAD)
-    return kernels.compiled_matmul(x, W)
+    return own_threads_matmul(x, W)
 
 
 class FormerPath(GPT2):

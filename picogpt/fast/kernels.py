@@ -10,21 +10,20 @@ memory, not arithmetic. Scoring K + 1 positions in one call (Algorithm 2) should
 about one decode, *if* the product reads each weight once for all rows. NumPy's OpenBLAS does
 not: its GEMM copies ("packs") the weights before multiplying, and its unpacked small-matrix
 kernel is off for AVX2 CPUs, so `x @ W` for 2-16 rows runs well below memory speed. Its
-matrix-vector product (GEMV) is the one fast primitive: it streams weights at full bandwidth.
-So, by the number of rows of x:
-- one row: OpenBLAS's GEMV, on the calling thread for a weight under ONE_CORE_BYTES (a helper
-  thread asleep since the last product starts tens of microseconds after it is asked, a large
-  share of a small product), else with W's input rows cut into a band per thread (`split_inputs`);
+matrix-vector product (GEMV) is the one fast primitive: on its own threads, which wait for the
+next call spinning, it streams weights at the machine's full rate from the first microsecond,
+matrices of a few MB included. So, by the number of rows of x:
+- one row (a decode), and many (a prompt): np.matmul, OpenBLAS's GEMV or GEMM on its threads;
 - a few rows (the scoring call): picogpt's own loops compiled by numba (compiled.py), which apply
-  each weight to every row once loaded (`compiled_rows`, and `compiled_head` for wte.T); without
-  numba, a GEMM per band of W's input rows (`split_inputs`, as for a prompt);
-- many rows (a prompt): a GEMM per band of W's input rows, on every thread (`split_inputs`).
+  each weight to every row once loaded (`compiled_rows`, and `compiled_head` for wte.T), shared
+  among picogpt's threads (threads.py); without numba, np.matmul.
 Small or unusual matrices go to np.matmul as they are. The candidates that did not earn their
-place (L2 tiles of GEMVs, a thread team waiting in compiled code for the length of a call, the
-work between products compiled) are measured beside these in benchmarks/kernels/.
+place (one row shared among picogpt's threads with OpenBLAS on one, L2 tiles of GEMVs, a thread
+team waiting in compiled code for the length of a call, the work between products compiled) are
+measured beside these in benchmarks/kernels/.
 
-Threads: big products are shared among picogpt's own threads (threads.py), with NumPy's BLAS on
-one thread; `choose` sets that up before a model's first call.
+Threads: OpenBLAS runs on as many threads as picogpt's (threads.blas_on_threads, set by `choose`
+before a model's first call): two pools, never at work at the same time, one per kind of product.
 """
 
 import math
@@ -32,41 +31,32 @@ import math
 import numpy as np
 
 from . import compiled
-from .threads import CHUNKS_PER_THREAD, bands, blas_on_one_thread, n_threads, parallel
+from .threads import CHUNKS_PER_THREAD, blas_on_threads, n_threads, parallel
 
 FEW_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
 BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
-ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
 
 
 def choose():
     """The matmul for this process, decided once when a model is prepared: `compiled_matmul`
-    when numba's loops run here (and PICOGPT_KERNEL allows them), else `numpy_matmul`. NumPy's
-    BLAS goes on one thread first (threads.blas_on_one_thread): picogpt's threads share its products."""
-    blas_on_one_thread()
+    when numba's loops run here (and PICOGPT_KERNEL allows them), else np.matmul. NumPy's BLAS
+    goes on picogpt's number of threads first (threads.blas_on_threads)."""
+    blas_on_threads(n_threads())
     return compiled_matmul if compiled.enabled() else numpy_matmul
 
 
-def route(x, W, with_compiled=True):
-    """Which product computes x @ W, by name: 'numpy', 'one_core', 'split_inputs', 'compiled_rows'
-    or 'compiled_head' (the compiled ones only `with_compiled`)."""
+def route(x, W):
+    """Which product computes x @ W, by name: 'numpy', 'compiled_rows' or 'compiled_head'."""
     head = W.ndim == 2 and W.flags.f_contiguous and not W.flags.c_contiguous  # the LM head: wte.T, a view of wte
     if not (W.ndim == 2 and W.dtype == x.dtype == np.float32 and W.size >= BIG_MATRIX
-            and (W.flags.c_contiguous or head)):
-        return "numpy"  # a small or unusual matrix: np.matmul as it is
-    n_rows = x.shape[0]
-    if n_rows == 1 and W.nbytes < ONE_CORE_BYTES:
-        return "one_core"
-    if n_rows == 1 or n_rows > FEW_ROWS or not with_compiled:
-        return "split_inputs"
+            and (W.flags.c_contiguous or head) and 1 < x.shape[0] <= FEW_ROWS):
+        return "numpy"  # one row, many, a small or an unusual matrix: np.matmul as it is
     return "compiled_head" if head else "compiled_rows"
 
 
-def numpy_matmul(x, W):
-    """x @ W for gpt2.gpt2's `matmul`, with NumPy's OpenBLAS alone. [n_rows, n_in] -> [n_rows, n_out]."""
-    return PRODUCTS[route(x, W, with_compiled=False)](x, W)
+numpy_matmul = np.matmul  # the product without numba: OpenBLAS for every row count
 
 
 def compiled_matmul(x, W):
@@ -77,21 +67,6 @@ def compiled_matmul(x, W):
 
 
 # ---- the products ----------------------------------------------------------------------------
-
-def split_inputs(x, W):
-    """x @ W with W's rows (the inputs) cut into one band per thread, the partial products
-    added: one row (GEMV) or many (GEMM). [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
-    parts = bands(W.shape[0], min(n_threads(), W.shape[0]))
-    partial = [None] * len(parts)
-
-    def multiply(start, stop):
-        for i in range(start, stop):
-            lo, hi = parts[i]
-            partial[i] = x[:, lo:hi] @ W[lo:hi]
-
-    parallel(multiply, len(parts), chunks_per_thread=1)
-    return np.sum(partial, axis=0, dtype=np.float32) if len(partial) > 1 else partial[0]
-
 
 def lead(array):
     """Columns before the first 32-byte boundary of `array`'s rows (0 to 7 float32s; every row
@@ -155,8 +130,6 @@ def compiled_head(x, W_t):
 
 PRODUCTS = {  # route -> x @ W, x [n_rows, n_in] -> [n_rows, n_out]
     "numpy": np.matmul,
-    "one_core": np.matmul,
-    "split_inputs": split_inputs,
     "compiled_rows": lambda x, W: compiled_rows(np.ascontiguousarray(x), W),
     "compiled_head": lambda x, W: compiled_head(np.ascontiguousarray(x), W.T),
 }

@@ -1,10 +1,10 @@
 """picogpt's own threads: how many (PICOGPT_THREADS), and `parallel`, which shares one product
-among them.
+among them: the compiled few-row products of the scoring call (kernels.py).
 
-The fast path runs NumPy's BLAS (the OpenBLAS NumPy ships) on one thread (`blas_on_one_thread`):
-its own threads spin ~0.1 s after each call and slow whatever runs next (the other model's call,
-in a sampling loop), and fight over the cores when the machine is busy. Instead every big product
-is split into chunks that the calling thread and n_threads() - 1 helper threads take in turn: a
+NumPy's BLAS (the OpenBLAS NumPy ships) keeps its own threads for the one-row and many-row
+products, set to the same number (`blas_on_threads`). The two pools take turns: a product runs
+on one or the other, never both, so neither oversubscribes the cores. picogpt's products are
+split into chunks that the calling thread and n_threads() - 1 helper threads take in turn: a
 thread the OS delays (a busy machine) holds nobody up, since whoever is free takes the next chunk.
 
 An exception may be raised in the calling thread at any moment (Ctrl-C, or any signal handler
@@ -60,14 +60,9 @@ def usable_cores():
         return os.cpu_count() or 1
 
 
-_blas_limit = None
-
-
-def blas_on_one_thread():
-    """Run NumPy's BLAS on one thread from now on, in this whole process (threadpoolctl)."""
-    global _blas_limit
-    if _blas_limit is None:
-        _blas_limit = threadpool_limits(limits=1, user_api="blas")
+def blas_on_threads(n):
+    """Run NumPy's BLAS on n threads from now on, in this whole process (threadpoolctl)."""
+    threadpool_limits(limits=n, user_api="blas")
 
 
 IDLE_S = 1.0  # a helper with no work for this long leaves; the next product starts another
@@ -148,9 +143,3 @@ def parallel(function, n_items, chunks_per_thread=CHUNKS_PER_THREAD):
     hand_out(chunks, n_helpers)
     chunks.work()
     chunks.wait()
-
-
-def bands(n, n_parts):
-    """[(start, stop)] cutting range(n) into n_parts contiguous bands."""
-    edges = [n * i // n_parts for i in range(n_parts + 1)]
-    return list(zip(edges[:-1], edges[1:]))
