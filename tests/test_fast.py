@@ -84,25 +84,44 @@ def test_the_shapes_above_take_the_small_and_the_threaded_paths():
     assert 32 * 97 < BIG_MATRIX <= 1024 * 1030 and 5003 * 768 >= BIG_MATRIX
 
 
-ROUTES = {  # (n_rows, shape of W, the LM head's transposed view?) -> product
-    (5, (64, 64), False): "numpy",  # a small matrix
-    (1, (1024, 1030), False): "numpy",  # one row: OpenBLAS's GEMV on its threads
-    (1, (5000, 1024), True): "numpy",
-    (5, (1024, 1030), False): "compiled_rows",
-    (5, (5000, 1024), True): "compiled_head",
-    (FEW_ROWS, (1024, 1030), False): "compiled_rows",
-    (FEW_ROWS + 1, (1024, 1030), False): "numpy",  # a prompt: OpenBLAS's GEMM on its threads
-    (5, (1024, 1030), "float64"): "numpy",  # an unusual matrix
+ROUTES = {  # (n_rows, shape of W, the LM head's transposed view?) -> product (NumPy alone, with numba)
+    (5, (64, 64), False): ("numpy", "numpy"),  # a small matrix
+    (1, (1024, 1030), False): ("split_inputs", "split_inputs"),
+    (1, (5000, 1024), True): ("split_outputs", "split_outputs"),
+    (5, (1024, 1030), False): ("split_inputs", "compiled_rows"),
+    (5, (5000, 1024), True): ("split_outputs", "compiled_head"),
+    (FEW_ROWS + 1, (1024, 1030), False): ("split_inputs", "split_inputs"),  # a prompt
+    (5, (1024, 1030), "float64"): ("numpy", "numpy"),  # an unusual matrix
 }
 
 
 @pytest.mark.parametrize("case", ROUTES, ids=str)
-def test_each_product_is_chosen_by_a_named_route(case):
+@pytest.mark.parametrize("with_compiled", [False, True])
+def test_each_product_is_chosen_by_a_named_route(case, with_compiled):
     n_rows, shape, kind = case
     W = np.zeros(shape, np.float64 if kind == "float64" else np.float32)
     W = W.T if kind is True else W
-    assert kernels.route(np.zeros((n_rows, W.shape[0]), W.dtype), W) == ROUTES[case]
-    assert set(kernels.PRODUCTS) >= {ROUTES[case]}
+    expected = ROUTES[case][with_compiled]
+    assert kernels.route(np.zeros((n_rows, W.shape[0]), W.dtype), W, with_compiled) == expected
+    assert set(kernels.PRODUCTS) >= {expected}
+
+
+def test_one_row_times_a_big_matrix_is_shared_among_the_threads(monkeypatch):
+    """No product of a big weight stays on the calling thread alone: one row is cut into bands
+    that every thread may take (so is a few rows, on the compiled loops or NumPy's)."""
+    handed_out = []
+    real = kernels.parallel
+    monkeypatch.setattr(kernels, "parallel", lambda function, n_items, **options: handed_out.append(n_items)
+                        or real(function, n_items, **options))
+    monkeypatch.setenv(threads.THREADS_ENV, "2")
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((1024, 1030)).astype(np.float32)
+    for weight in (W, W.T.copy().T):  # a linear weight, the LM head's view
+        for matmul in (kernels.numpy_matmul, kernels.compiled_matmul):
+            handed_out.clear()
+            assert relative_diff(matmul(np.ones((1, 1024), np.float32), weight),
+                                 np.ones((1, 1024)) @ weight.astype(np.float64)) < RELATIVE
+            assert handed_out == [2 * threads.CHUNKS_PER_THREAD]
 
 
 def test_the_product_is_chosen_once_when_a_model_is_prepared(monkeypatch):
@@ -314,17 +333,13 @@ def blas_threads():
     return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
 
 
-@pytest.mark.parametrize("n_threads", ["1", "2"])
-def test_the_fast_path_runs_numpys_blas_on_picogpts_number_of_threads(monkeypatch, n_threads):
-    """One pool per kind of product, each as big as PICOGPT_THREADS says (when a model is
-    prepared): OpenBLAS's for one row and many, picogpt's for a few."""
+def test_the_fast_path_runs_numpys_blas_on_one_thread(model):
     if not blas_threads():
-        pytest.skip("threadpoolctl finds no BLAS loaded by NumPy here: nothing to set")
-    monkeypatch.setenv(threads.THREADS_ENV, n_threads)
-    random_gpt2(0).prepare()
-    assert set(blas_threads()) == {int(n_threads)}
+        pytest.skip("threadpoolctl finds no BLAS loaded by NumPy here: nothing to pin")
+    model.prepare()
+    assert set(blas_threads()) == {1}
     machine.gemv_pass(*machine.bandwidth_matrices(10**6))  # the ceiling's products run on a thread per core,
-    assert set(blas_threads()) == {int(n_threads)}  # and leave the fast path's BLAS as it was
+    assert set(blas_threads()) == {1}  # and leave the fast path's BLAS on one thread
 
 
 @pytest.fixture(scope="module")

@@ -101,14 +101,14 @@ draft.generation_config.num_assistant_tokens = settings["K"]
 draft.generation_config.num_assistant_tokens_schedule = "constant"  # K drafts per loop, as picogpt
 draft.generation_config.assistant_confidence_threshold = 0.0  # never stop drafting early
 
-def seconds(**extra):
+def seconds(N=settings["N"], **extra):
     torch.manual_seed(settings["seed"])
     start = time.perf_counter()
-    out = target.generate(prompt, **sampling, **extra)
-    assert out.shape[1] == prompt.shape[1] + settings["N"], out.shape
+    out = target.generate(prompt, **{**sampling, "max_new_tokens": N, "min_new_tokens": N}, **extra)
+    assert out.shape[1] == prompt.shape[1] + N, out.shape
     return time.perf_counter() - start
 
-seconds(assistant_model=draft), seconds()  # warm-up
+seconds(4, assistant_model=draft), seconds(4)  # warm-up
 print(json.dumps({"calls": calls, "autoregressive_s": seconds(), "speculative_s": seconds(assistant_model=draft),
                   "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
                                "torch_threads": torch.get_num_threads()}}))

@@ -849,24 +849,22 @@ def paths_mode(args, sgemm):
 
     draft, target = model("gpt2"), model("gpt2-xl")
     draft.prepare(), target.prepare()
-    n = threads.n_threads()
-    paths = {  # name: (matmul, the model's class, NumPy's BLAS threads)
-        "picogpt.fast: compiled few rows, OpenBLAS's threads for one row and many": (kernels.compiled_matmul, GPT2, n),
-        "one row on picogpt's threads, OpenBLAS on one (the package before)": (former.own_threads_matmul, GPT2, 1),
-        "former: team + compiled block + compiled products": (former.team_matmul, former.FormerPath, 1),
-        "the former team without the compiled block": (former.team_matmul, former.TeamOnly, 1),
-        "compiled products for every row count up to 16, no team": (compiled_every_row, GPT2, 1),
-        "NumPy only: picogpt.fast without numba (OpenBLAS's threads for every row count)": (kernels.numpy_matmul, GPT2, n),
-        "NumPy only, one band of W per own thread (the package before, without numba)": (numpy_own_threads, GPT2, 1),
-        "NumPy only, L2 tiles for a few rows (former, without numba)": (former.tiled_matmul, GPT2, 1)}
+    paths = {  # name: (matmul, the model's class); NumPy's BLAS on one thread, as kernels.choose leaves it
+        "picogpt.fast: compiled few rows, bands of W on picogpt's threads for one row and many":
+            (kernels.compiled_matmul, GPT2),
+        "one row under 16 MiB on the calling thread, one band per thread above (the package before)":
+            (former.own_threads_matmul, GPT2),
+        "OpenBLAS's threads for big one-row and many-row products": (former.blas_threads_matmul, GPT2),
+        "former: team + compiled block + compiled products": (former.team_matmul, former.FormerPath),
+        "NumPy only: picogpt.fast without numba": (kernels.numpy_matmul, GPT2),
+        "NumPy only, the package before without numba": (numpy_own_threads, GPT2)}
     if compiled.loops() is None:
         paths = {name: path for name, path in paths.items() if name.startswith("NumPy")}
     ids = np.random.default_rng(0).integers(0, target.config.n_vocab, 32)
     controls = dict(temperature=args.temperature)
 
     def run(path, kind, seed):
-        matmul, kind_of_model, blas_threads = paths[path]
-        set_blas_threads(blas_threads)
+        matmul, kind_of_model = paths[path]
         for m in (draft, target):
             m.__class__, m.matmul = kind_of_model, matmul
         start = time.perf_counter()
@@ -896,15 +894,6 @@ def paths_mode(args, sgemm):
 def numpy_own_threads(x, W):
     """former.own_threads_matmul without numba: a few rows split_inputs too."""
     return former.own_threads_matmul(x, W, with_compiled=False)
-
-
-def compiled_every_row(x, W):
-    """former.own_threads_matmul with one row on the compiled loops too (the former path's
-    choice outside a team's call, for big weights)."""
-    if x.shape[0] == 1 and former.shared(x, W):
-        return kernels.PRODUCTS["compiled_head" if W.flags.f_contiguous and not W.flags.c_contiguous
-                                else "compiled_rows"](x, W)
-    return former.own_threads_matmul(x, W)
 
 
 def machine():

@@ -1,8 +1,9 @@
 """What left picogpt's fast path, kept here so that it stays measured beside what replaced it:
 
-- one row on picogpt's threads (`own_threads_matmul`): OpenBLAS on one thread, one row times a
-  weight under ONE_CORE_BYTES on the calling thread, bigger ones and many rows cut into a band of
-  W's input rows per thread of picogpt's (`split_inputs`); run it after set_blas_threads(1);
+- one row on the calling thread (`own_threads_matmul`): one row times a weight under
+  ONE_CORE_BYTES on the calling thread alone, bigger ones and many rows cut into one band of W's
+  input rows per thread of picogpt's (`split_inputs`, taken as they came, not in chunks);
+- OpenBLAS's own threads for the big one-row and many-row products (`blas_threads_matmul`);
 - the L2 tiles (`tiled`, `by_output_rows`): NumPy's best few-row product without numba, one
   GEMV per row on tiles of ~80 KB of W (the first row brings a tile into L2, the others re-read
   it from there);
@@ -21,6 +22,7 @@ import contextlib
 import functools
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from picogpt.fast import compiled, kernels
 from picogpt.fast.kernels import BIG_MATRIX, FEW_ROWS
@@ -53,7 +55,8 @@ def bands(n, n_parts):
 
 def split_inputs(x, W):
     """x @ W with W's rows (the inputs) cut into one band per thread, the partial products
-    added: one row (GEMV) or many (GEMM). [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    added: one row (GEMV) or many (GEMM); kernels.split_inputs cuts more bands than threads.
+    [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
     parts = bands(W.shape[0], min(n_threads(), W.shape[0]))
     partial = [None] * len(parts)
 
@@ -70,7 +73,7 @@ def own_threads_matmul(x, W, with_compiled=True):
     """The former product (with OpenBLAS on one thread): a few rows on the compiled loops
     (`with_compiled`, as kernels.compiled_matmul), one row times a weight under ONE_CORE_BYTES
     on the calling thread, the other big products split_inputs."""
-    if with_compiled and kernels.route(x, W) != "numpy":
+    if with_compiled and kernels.route(x, W).startswith("compiled"):
         return kernels.compiled_matmul(x, W)
     if shared(x, W) and not (x.shape[0] == 1 and W.nbytes < ONE_CORE_BYTES):
         return split_inputs(x, W)
@@ -227,3 +230,25 @@ class TeamOnly(FormerPath):
     between the products (which of the two made the former path faster)."""
 
     with_block = False
+
+
+# ---- OpenBLAS's own threads ---------------------------------------------------------------------
+
+@functools.cache
+def blas_pools():
+    """threadpoolctl's handles on NumPy's BLAS libraries (their thread counts)."""
+    return ThreadpoolController().select(user_api="blas").lib_controllers
+
+
+def blas_threads_matmul(x, W):
+    """kernels.compiled_matmul with every big one-row and many-row product on OpenBLAS's own
+    threads (as many as picogpt's), set around the product, then one again."""
+    if not kernels.route(x, W).startswith("split"):
+        return kernels.compiled_matmul(x, W)
+    for pool in blas_pools():
+        pool.set_num_threads(n_threads())
+    try:
+        return x @ W
+    finally:
+        for pool in blas_pools():
+            pool.set_num_threads(1)

@@ -10,20 +10,23 @@ memory, not arithmetic. Scoring K + 1 positions in one call (Algorithm 2) should
 about one decode, *if* the product reads each weight once for all rows. NumPy's OpenBLAS does
 not: its GEMM copies ("packs") the weights before multiplying, and its unpacked small-matrix
 kernel is off for AVX2 CPUs, so `x @ W` for 2-16 rows runs well below memory speed. Its
-matrix-vector product (GEMV) is the one fast primitive: on its own threads, which wait for the
-next call spinning, it streams weights at the machine's full rate from the first microsecond,
-matrices of a few MB included. So, by the number of rows of x:
-- one row (a decode), and many (a prompt): np.matmul, OpenBLAS's GEMV or GEMM on its threads;
+matrix-vector product (GEMV) is the one fast primitive: it streams weights at one core's full
+rate. So, by the number of rows of x:
+- one row (a decode), and many (a prompt): OpenBLAS's GEMV or GEMM on bands of W, shared among
+  picogpt's threads (`split_inputs`: bands of W's input rows, their partial products added; for
+  the LM head, `split_outputs`: bands of wte's rows, each written into its own columns);
 - a few rows (the scoring call): picogpt's own loops compiled by numba (compiled.py), which apply
-  each weight to every row once loaded (`compiled_rows`, and `compiled_head` for wte.T), shared
-  among picogpt's threads (threads.py); without numba, np.matmul.
-Small or unusual matrices go to np.matmul as they are. The candidates that did not earn their
-place (one row shared among picogpt's threads with OpenBLAS on one, L2 tiles of GEMVs, a thread
-team waiting in compiled code for the length of a call, the work between products compiled) are
-measured beside these in benchmarks/kernels/.
+  each weight to every row once loaded (`compiled_rows`, and `compiled_head` for wte.T); without
+  numba, `split_inputs` / `split_outputs` too.
+Small or unusual matrices go to np.matmul as they are. Each product is cut into a few bands per
+thread, taken by whichever thread is free (threads.parallel): a helper that wakes late, or that
+the OS delays on a busy machine, takes fewer, and nobody waits for it. The candidates that did
+not earn their place (OpenBLAS's own threads, one row on the calling thread alone, L2 tiles of
+GEMVs, a thread team waiting in compiled code for the length of a call, the work between
+products compiled) are measured beside these in benchmarks/kernels/.
 
-Threads: OpenBLAS runs on as many threads as picogpt's (threads.blas_on_threads, set by `choose`
-before a model's first call): two pools, never at work at the same time, one per kind of product.
+Threads: NumPy's BLAS runs on one thread (threads.blas_on_one_thread, set by `choose` before a
+model's first call); picogpt's own threads share every big product.
 """
 
 import math
@@ -31,7 +34,7 @@ import math
 import numpy as np
 
 from . import compiled
-from .threads import CHUNKS_PER_THREAD, blas_on_threads, n_threads, parallel
+from .threads import CHUNKS_PER_THREAD, blas_on_one_thread, n_threads, parallel
 
 FEW_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
 BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
@@ -41,22 +44,27 @@ VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads o
 
 def choose():
     """The matmul for this process, decided once when a model is prepared: `compiled_matmul`
-    when numba's loops run here (and PICOGPT_KERNEL allows them), else np.matmul. NumPy's BLAS
-    goes on picogpt's number of threads first (threads.blas_on_threads)."""
-    blas_on_threads(n_threads())
+    when numba's loops run here (and PICOGPT_KERNEL allows them), else `numpy_matmul`. NumPy's
+    BLAS goes on one thread first (threads.blas_on_one_thread): picogpt's threads share its products."""
+    blas_on_one_thread()
     return compiled_matmul if compiled.enabled() else numpy_matmul
 
 
-def route(x, W):
-    """Which product computes x @ W, by name: 'numpy', 'compiled_rows' or 'compiled_head'."""
+def route(x, W, with_compiled=True):
+    """Which product computes x @ W, by name: 'numpy', 'split_inputs', 'split_outputs',
+    'compiled_rows' or 'compiled_head' (the compiled ones only `with_compiled`)."""
     head = W.ndim == 2 and W.flags.f_contiguous and not W.flags.c_contiguous  # the LM head: wte.T, a view of wte
     if not (W.ndim == 2 and W.dtype == x.dtype == np.float32 and W.size >= BIG_MATRIX
-            and (W.flags.c_contiguous or head) and 1 < x.shape[0] <= FEW_ROWS):
-        return "numpy"  # one row, many, a small or an unusual matrix: np.matmul as it is
+            and (W.flags.c_contiguous or head)):
+        return "numpy"  # a small or unusual matrix: np.matmul as it is, on one thread
+    if x.shape[0] == 1 or x.shape[0] > FEW_ROWS or not with_compiled:
+        return "split_outputs" if head else "split_inputs"
     return "compiled_head" if head else "compiled_rows"
 
 
-numpy_matmul = np.matmul  # the product without numba: OpenBLAS for every row count
+def numpy_matmul(x, W):
+    """x @ W for gpt2.gpt2's `matmul`, with NumPy's OpenBLAS alone. [n_rows, n_in] -> [n_rows, n_out]."""
+    return PRODUCTS[route(x, W, with_compiled=False)](x, W)
 
 
 def compiled_matmul(x, W):
@@ -67,6 +75,40 @@ def compiled_matmul(x, W):
 
 
 # ---- the products ----------------------------------------------------------------------------
+
+def split_inputs(x, W):
+    """x @ W with W's rows (the inputs) cut into CHUNKS_PER_THREAD bands per thread, each band's
+    partial product (OpenBLAS's GEMV for one row, GEMM for more) written into a slot of its own
+    by whichever thread takes it, the slots added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    n_in = W.shape[0]
+    n_bands = max(1, min(n_threads() * CHUNKS_PER_THREAD, n_in // 8))
+    edges = [n_in * k // n_bands for k in range(n_bands + 1)]
+    partial = np.empty((n_bands, x.shape[0], W.shape[1]), np.float32)  # [n_bands, n_rows, n_out]
+
+    def multiply(start, stop):
+        for k in range(start, stop):
+            np.matmul(x[:, edges[k]:edges[k + 1]], W[edges[k]:edges[k + 1]], out=partial[k])
+
+    parallel(multiply, n_bands)
+    return partial.sum(0) if n_bands > 1 else partial[0]
+
+
+def split_outputs(x, W):
+    """x @ W with W's columns (the outputs) cut into CHUNKS_PER_THREAD bands per thread, each
+    written straight into its columns of the result: for the LM head, W = wte.T, whose columns
+    are wte's contiguous rows, so nothing is left to add. [n_rows, n_in] -> [n_rows, n_out]."""
+    n_out = W.shape[1]
+    n_bands = max(1, min(n_threads() * CHUNKS_PER_THREAD, n_out // 8))
+    edges = [n_out * k // n_bands for k in range(n_bands + 1)]
+    out = np.empty((x.shape[0], n_out), np.float32)
+
+    def multiply(start, stop):
+        for k in range(start, stop):
+            out[:, edges[k]:edges[k + 1]] = x @ W[:, edges[k]:edges[k + 1]]
+
+    parallel(multiply, n_bands)
+    return out
+
 
 def lead(array):
     """Columns before the first 32-byte boundary of `array`'s rows (0 to 7 float32s; every row
@@ -130,6 +172,8 @@ def compiled_head(x, W_t):
 
 PRODUCTS = {  # route -> x @ W, x [n_rows, n_in] -> [n_rows, n_out]
     "numpy": np.matmul,
+    "split_inputs": split_inputs,
+    "split_outputs": split_outputs,
     "compiled_rows": lambda x, W: compiled_rows(np.ascontiguousarray(x), W),
     "compiled_head": lambda x, W: compiled_head(np.ascontiguousarray(x), W.T),
 }

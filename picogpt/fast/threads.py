@@ -1,11 +1,13 @@
 """picogpt's own threads: how many (PICOGPT_THREADS), and `parallel`, which shares one product
-among them: the compiled few-row products of the scoring call (kernels.py).
+among them.
 
-NumPy's BLAS (the OpenBLAS NumPy ships) keeps its own threads for the one-row and many-row
-products, set to the same number (`blas_on_threads`). The two pools take turns: a product runs
-on one or the other, never both, so neither oversubscribes the cores. picogpt's products are
-split into chunks that the calling thread and n_threads() - 1 helper threads take in turn: a
-thread the OS delays (a busy machine) holds nobody up, since whoever is free takes the next chunk.
+The fast path runs NumPy's BLAS (the OpenBLAS NumPy ships) on one thread (`blas_on_one_thread`).
+OpenBLAS's own threads split a product into equal parts and wait, spinning, for the slowest: when
+another program holds a core, a one-row product can stall for one of the OS's time slices, many
+times its own length (benchmarks/kernels/README.md), and they spin ~0.1 s after each call,
+slowing whatever runs next. Instead every big product is split into chunks that the calling
+thread and n_threads() - 1 helper threads take in turn: a thread the OS delays (a busy machine)
+holds nobody up, since whoever is free takes the next chunk.
 
 An exception may be raised in the calling thread at any moment (Ctrl-C, or any signal handler
 that raises), so a helper never waits on anything the calling thread could be holding: chunks
@@ -60,9 +62,14 @@ def usable_cores():
         return os.cpu_count() or 1
 
 
-def blas_on_threads(n):
-    """Run NumPy's BLAS on n threads from now on, in this whole process (threadpoolctl)."""
-    threadpool_limits(limits=n, user_api="blas")
+_blas_limit = None
+
+
+def blas_on_one_thread():
+    """Run NumPy's BLAS on one thread from now on, in this whole process (threadpoolctl)."""
+    global _blas_limit
+    if _blas_limit is None:
+        _blas_limit = threadpool_limits(limits=1, user_api="blas")
 
 
 IDLE_S = 1.0  # a helper with no work for this long leaves; the next product starts another
