@@ -366,7 +366,8 @@ def peer_table(results, source):
     taking turns: decodes against the same run's floor, the scoring call, ms per token both ways,
     and each other engine's time over picogpt's, repeat by repeat."""
     engines, s = results["engines"], results["settings"]
-    labels = [label for label in engines if label != "ratios"]
+    # picogpt and its peers; another picogpt checkout (--baseline-source) compares two commits, not for a reader
+    labels = [label for label in engines if label != "ratios" and not label.startswith("picogpt (")]
     draft, target = s["draft_name"], s["target_name"]
 
     def cell(summary, fmt):
