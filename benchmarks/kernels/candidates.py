@@ -144,12 +144,12 @@ def plain(x, W):
 
 def one_row_split(x, W):
     """One row, W's input rows cut into one contiguous band per own thread. -> [1, n_out]."""
-    return former.split_inputs(x[:1], W)
+    return kernels.split_inputs(x[:1], W)
 
 
 def k_split(x, W):
     """GEMM with W's input rows (K) cut into one band per own thread, partial products added."""
-    return former.split_inputs(x, W)
+    return kernels.split_inputs(x, W)
 
 
 def panels_by_band(x, W, b, add_panel):
@@ -157,7 +157,7 @@ def panels_by_band(x, W, b, add_panel):
     adds the panel W[i:stop] (b rows at a time) into the band's partial sum; the bands' sums
     added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
     x = np.ascontiguousarray(x)
-    parts = former.bands(W.shape[0], threads.n_threads())
+    parts = threads.bands(W.shape[0], threads.n_threads())
     partial = np.zeros((len(parts), x.shape[0], W.shape[1]), np.float32)  # [n_parts, n_rows, n_out]
 
     def work(first, last):
@@ -297,7 +297,7 @@ def transposed_blocks(copies, block=64):
         n_rows = x.shape[0]
         out = np.empty((n_rows, n_out), np.float32)
         if n_rows == 1:
-            parts = former.bands(n_out, threads.n_threads())
+            parts = threads.bands(n_out, threads.n_threads())
 
             def gemv(first, last):  # [n, n_in] @ [n_in] -> [n]
                 for p in range(first, last):
@@ -544,7 +544,7 @@ def one_row_mode(args, sgemm, between=6400):
     another with a little NumPy work on the calling thread between them (a tanh over `between`
     floats, like GELU's), so the helper threads go to sleep between products as they do in the
     forward pass. Per shape, every matrix of that shape in --layers layers, interleaved passes.
-    former.ONE_CORE_BYTES is where the first stops winning."""
+    kernels.ONE_CORE_BYTES is where the first stops winning."""
     work = np.ones(between, np.float32)
     found = {"OpenBLAS GEMV, calling thread (picogpt below ONE_CORE_BYTES)": Candidate(one_row, 1),
              "GEMV split, own threads": Candidate(one_row_split, 1)}
@@ -580,7 +580,7 @@ def one_row_mode(args, sgemm, between=6400):
                            "load_before": load_before, "load_after": load_average(), "times_s": times, "gbs": gbs})
             print(f"{model} {shape} ({mine[0].nbytes / 1e6:.1f} MB each, load {load_before[0]}): "
                   + ", ".join(f"{label.split(' (')[0]} {rate:.1f} GB/s" for label, rate in gbs.items()), flush=True)
-    return {"between_floats": between, "one_core_bytes": former.ONE_CORE_BYTES, "helper_start_us": wake_us,
+    return {"between_floats": between, "one_core_bytes": kernels.ONE_CORE_BYTES, "helper_start_us": wake_us,
             "shapes": shapes}
 
 
@@ -850,14 +850,14 @@ def paths_mode(args, sgemm):
     draft, target = model("gpt2"), model("gpt2-xl")
     draft.prepare(), target.prepare()
     paths = {  # name: (matmul, the model's class); NumPy's BLAS on one thread, as kernels.choose leaves it
-        "picogpt.fast: compiled few rows, bands of W on picogpt's threads for one row and many":
+        "picogpt.fast: compiled few rows; one row under 16 MiB on the calling thread, one band per thread above":
             (kernels.compiled_matmul, GPT2),
-        "one row under 16 MiB on the calling thread, one band per thread above (the package before)":
-            (former.own_threads_matmul, GPT2),
+        "bands taken by whoever is free, 4 per thread, one row included (former.bands_matmul)":
+            (former.bands_matmul, GPT2),
         "OpenBLAS's threads for big one-row and many-row products": (former.blas_threads_matmul, GPT2),
         "former: team + compiled block + compiled products": (former.team_matmul, former.FormerPath),
         "NumPy only: picogpt.fast without numba": (kernels.numpy_matmul, GPT2),
-        "NumPy only, the package before without numba": (numpy_own_threads, GPT2)}
+        "NumPy only, bands taken by whoever is free": (numpy_bands, GPT2)}
     if compiled.loops() is None:
         paths = {name: path for name, path in paths.items() if name.startswith("NumPy")}
     ids = np.random.default_rng(0).integers(0, target.config.n_vocab, 32)
@@ -891,9 +891,9 @@ def paths_mode(args, sgemm):
             "times_s_per_token": times}
 
 
-def numpy_own_threads(x, W):
-    """former.own_threads_matmul without numba: a few rows split_inputs too."""
-    return former.own_threads_matmul(x, W, with_compiled=False)
+def numpy_bands(x, W):
+    """former.bands_matmul without numba."""
+    return former.bands_matmul(x, W, with_compiled=False)
 
 
 def machine():

@@ -1,8 +1,9 @@
-"""What left picogpt's fast path, kept here so that it stays measured beside what replaced it:
+"""What left picogpt's fast path, or did not join it, kept here so that it stays measured beside
+what it runs:
 
-- one row on the calling thread (`own_threads_matmul`): one row times a weight under
-  ONE_CORE_BYTES on the calling thread alone, bigger ones and many rows cut into one band of W's
-  input rows per thread of picogpt's (`split_inputs`, taken as they came, not in chunks);
+- bands taken by whoever is free (`bands_matmul`): every big one-row and many-row product cut
+  into CHUNKS_PER_THREAD bands per thread of picogpt's, one row under ONE_CORE_BYTES included
+  (`split_input_bands`; for the LM head `split_output_bands`, bands of wte's rows);
 - OpenBLAS's own threads for the big one-row and many-row products (`blas_threads_matmul`);
 - the L2 tiles (`tiled`, `by_output_rows`): NumPy's best few-row product without numba, one
   GEMV per row on tiles of ~80 KB of W (the first row brings a tile into L2, the others re-read
@@ -25,8 +26,8 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from picogpt.fast import compiled, kernels
-from picogpt.fast.kernels import BIG_MATRIX, FEW_ROWS
-from picogpt.fast.threads import n_threads, parallel
+from picogpt.fast.kernels import FEW_ROWS, numpy_matmul
+from picogpt.fast.threads import CHUNKS_PER_THREAD, n_threads, parallel
 from picogpt.gpt2 import gpt2
 from picogpt.kv_cache import KVCache
 from picogpt.model import GPT2, unchanged_on_error
@@ -35,49 +36,6 @@ TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 
 BIG_MODEL_BYTES = 64 << 20  # smaller models (the teaching pair) ran gpt2.py without a team or block
 TEAM_MATRIX = 1 << 18  # weights; with a team ready, matrices this big or bigger were shared with it
 TEAM_HEAD_BANDS_PER_THREAD = 8  # the LM head's bands on a team: many, each a contiguous run of wte's rows
-ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
-
-
-# ---- one row on picogpt's threads ---------------------------------------------------------------
-
-def shared(x, W):
-    """Whether x @ W was shared among picogpt's threads: a big float32 weight, or the LM head's view."""
-    head = W.ndim == 2 and W.flags.f_contiguous and not W.flags.c_contiguous
-    return (W.ndim == 2 and W.dtype == x.dtype == np.float32 and W.size >= BIG_MATRIX
-            and (W.flags.c_contiguous or head))
-
-
-def bands(n, n_parts):
-    """[(start, stop)] cutting range(n) into n_parts contiguous bands."""
-    edges = [n * i // n_parts for i in range(n_parts + 1)]
-    return list(zip(edges[:-1], edges[1:]))
-
-
-def split_inputs(x, W):
-    """x @ W with W's rows (the inputs) cut into one band per thread, the partial products
-    added: one row (GEMV) or many (GEMM); kernels.split_inputs cuts more bands than threads.
-    [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
-    parts = bands(W.shape[0], min(n_threads(), W.shape[0]))
-    partial = [None] * len(parts)
-
-    def multiply(start, stop):
-        for i in range(start, stop):
-            lo, hi = parts[i]
-            partial[i] = x[:, lo:hi] @ W[lo:hi]
-
-    parallel(multiply, len(parts), chunks_per_thread=1)
-    return np.sum(partial, axis=0, dtype=np.float32) if len(partial) > 1 else partial[0]
-
-
-def own_threads_matmul(x, W, with_compiled=True):
-    """The former product (with OpenBLAS on one thread): a few rows on the compiled loops
-    (`with_compiled`, as kernels.compiled_matmul), one row times a weight under ONE_CORE_BYTES
-    on the calling thread, the other big products split_inputs."""
-    if with_compiled and kernels.route(x, W).startswith("compiled"):
-        return kernels.compiled_matmul(x, W)
-    if shared(x, W) and not (x.shape[0] == 1 and W.nbytes < ONE_CORE_BYTES):
-        return split_inputs(x, W)
-    return np.matmul(x, W)
 
 
 # ---- the L2 tiles -----------------------------------------------------------------------------
@@ -149,9 +107,10 @@ def by_output_rows(x, W_t):
 
 
 def tiled_matmul(x, W):
-    """The former NumPy path: own_threads_matmul without numba, with a few rows on the L2 tiles."""
-    if not shared(x, W) or x.shape[0] == 1 or x.shape[0] > FEW_ROWS:
-        return own_threads_matmul(x, W, with_compiled=False)
+    """The former NumPy path: kernels.numpy_matmul, with a few rows on the L2 tiles."""
+    route = kernels.route(x, W, with_compiled=False)
+    if route != "split_inputs" or x.shape[0] == 1 or x.shape[0] > FEW_ROWS:
+        return numpy_matmul(x, W)
     return by_output_rows(x, W.T) if W.flags.f_contiguous and not W.flags.c_contiguous else tiled(x, W)
 
 
@@ -189,7 +148,7 @@ def team_call(bytes_per_token=BIG_MODEL_BYTES, n_rows=1):
 
 def team_matmul(x, W):
     """The former `matmul`: inside a team's call every big few-row product on the team, one row
-    included; otherwise own_threads_matmul."""
+    included; otherwise kernels.compiled_matmul."""
     head = W.flags.f_contiguous and not W.flags.c_contiguous
     if (_serving is not None and _serving.serving() and W.ndim == 2 and W.dtype == x.dtype == np.float32
             and W.size >= TEAM_MATRIX and x.shape[0] <= FEW_ROWS and (W.flags.c_contiguous or head)):
@@ -197,7 +156,7 @@ def team_matmul(x, W):
         if head:
             return _serving.head(x, W.T, n_threads() * TEAM_HEAD_BANDS_PER_THREAD)
         return _serving.rows(x, W, n_threads() * kernels.BANDS_PER_THREAD)
-    return own_threads_matmul(x, W)
+    return kernels.compiled_matmul(x, W)
 
 
 class FormerPath(GPT2):
@@ -232,6 +191,52 @@ class TeamOnly(FormerPath):
     with_block = False
 
 
+# ---- bands taken by whoever is free -------------------------------------------------------------
+
+def split_input_bands(x, W):
+    """x @ W with W's rows (the inputs) cut into CHUNKS_PER_THREAD bands per thread, each band's
+    partial product written into a slot of its own by whichever thread takes it, the slots
+    added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    n_in = W.shape[0]
+    n_bands = max(1, min(n_threads() * CHUNKS_PER_THREAD, n_in // 8))
+    edges = [n_in * k // n_bands for k in range(n_bands + 1)]
+    partial = np.empty((n_bands, x.shape[0], W.shape[1]), np.float32)  # [n_bands, n_rows, n_out]
+
+    def multiply(start, stop):
+        for k in range(start, stop):
+            np.matmul(x[:, edges[k]:edges[k + 1]], W[edges[k]:edges[k + 1]], out=partial[k])
+
+    parallel(multiply, n_bands)
+    return partial.sum(0) if n_bands > 1 else partial[0]
+
+
+def split_output_bands(x, W):
+    """x @ W with W's columns (the outputs) cut into CHUNKS_PER_THREAD bands per thread, each
+    written straight into its columns of the result (for the LM head, W = wte.T: bands of
+    wte's contiguous rows, nothing to add). [n_rows, n_in] -> [n_rows, n_out]."""
+    n_out = W.shape[1]
+    n_bands = max(1, min(n_threads() * CHUNKS_PER_THREAD, n_out // 8))
+    edges = [n_out * k // n_bands for k in range(n_bands + 1)]
+    out = np.empty((x.shape[0], n_out), np.float32)
+
+    def multiply(start, stop):
+        for k in range(start, stop):
+            out[:, edges[k]:edges[k + 1]] = x @ W[:, edges[k]:edges[k + 1]]
+
+    parallel(multiply, n_bands)
+    return out
+
+
+def bands_matmul(x, W, with_compiled=True):
+    """kernels.compiled_matmul (`with_compiled`, else numpy_matmul) with every product it would
+    give split_inputs or one_core in bands instead."""
+    route = kernels.route(x, W, with_compiled)
+    if route in ("split_inputs", "one_core"):
+        head = W.flags.f_contiguous and not W.flags.c_contiguous
+        return split_output_bands(x, W) if head else split_input_bands(x, W)
+    return kernels.PRODUCTS[route](x, W)
+
+
 # ---- OpenBLAS's own threads ---------------------------------------------------------------------
 
 @functools.cache
@@ -241,9 +246,9 @@ def blas_pools():
 
 
 def blas_threads_matmul(x, W):
-    """kernels.compiled_matmul with every big one-row and many-row product on OpenBLAS's own
-    threads (as many as picogpt's), set around the product, then one again."""
-    if not kernels.route(x, W).startswith("split"):
+    """kernels.compiled_matmul with every product it would give split_inputs or one_core on
+    OpenBLAS's own threads (as many as picogpt's), set around the product, then one again."""
+    if kernels.route(x, W) not in ("split_inputs", "one_core"):
         return kernels.compiled_matmul(x, W)
     for pool in blas_pools():
         pool.set_num_threads(n_threads())

@@ -10,23 +10,21 @@ memory, not arithmetic. Scoring K + 1 positions in one call (Algorithm 2) should
 about one decode, *if* the product reads each weight once for all rows. NumPy's OpenBLAS does
 not: its GEMM copies ("packs") the weights before multiplying, and its unpacked small-matrix
 kernel is off for AVX2 CPUs, so `x @ W` for 2-16 rows runs well below memory speed. Its
-matrix-vector product (GEMV) is the one fast primitive: it streams weights at one core's full
-rate. So, by the number of rows of x:
-- one row (a decode), and many (a prompt): OpenBLAS's GEMV or GEMM on bands of W, shared among
-  picogpt's threads (`split_inputs`: bands of W's input rows, their partial products added; for
-  the LM head, `split_outputs`: bands of wte's rows, each written into its own columns);
+matrix-vector product (GEMV) is the one fast primitive: it streams weights at full bandwidth.
+So, by the number of rows of x:
+- one row: OpenBLAS's GEMV, on the calling thread for a weight under ONE_CORE_BYTES (a helper
+  thread asleep since the last product starts tens of microseconds after it is asked, a large
+  share of a small product), else with W's input rows cut into a band per thread (`split_inputs`);
 - a few rows (the scoring call): picogpt's own loops compiled by numba (compiled.py), which apply
   each weight to every row once loaded (`compiled_rows`, and `compiled_head` for wte.T); without
-  numba, `split_inputs` / `split_outputs` too.
-Small or unusual matrices go to np.matmul as they are. Each product is cut into a few bands per
-thread, taken by whichever thread is free (threads.parallel): a helper that wakes late, or that
-the OS delays on a busy machine, takes fewer, and nobody waits for it. The candidates that did
-not earn their place (OpenBLAS's own threads, one row on the calling thread alone, L2 tiles of
-GEMVs, a thread team waiting in compiled code for the length of a call, the work between
-products compiled) are measured beside these in benchmarks/kernels/.
+  numba, a GEMM per band of W's input rows (`split_inputs`, as for a prompt);
+- many rows (a prompt): a GEMM per band of W's input rows, on every thread (`split_inputs`).
+Small or unusual matrices go to np.matmul as they are. The candidates that did not earn their
+place (L2 tiles of GEMVs, a thread team waiting in compiled code for the length of a call, the
+work between products compiled) are measured beside these in benchmarks/kernels/.
 
-Threads: NumPy's BLAS runs on one thread (threads.blas_on_one_thread, set by `choose` before a
-model's first call); picogpt's own threads share every big product.
+Threads: big products are shared among picogpt's own threads (threads.py), with NumPy's BLAS on
+one thread; `choose` sets that up before a model's first call.
 """
 
 import math
@@ -34,10 +32,11 @@ import math
 import numpy as np
 
 from . import compiled
-from .threads import CHUNKS_PER_THREAD, blas_on_one_thread, n_threads, parallel
+from .threads import CHUNKS_PER_THREAD, bands, blas_on_one_thread, n_threads, parallel
 
 FEW_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
 BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
+ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
 BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
 VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
 
@@ -51,14 +50,17 @@ def choose():
 
 
 def route(x, W, with_compiled=True):
-    """Which product computes x @ W, by name: 'numpy', 'split_inputs', 'split_outputs',
-    'compiled_rows' or 'compiled_head' (the compiled ones only `with_compiled`)."""
+    """Which product computes x @ W, by name: 'numpy', 'one_core', 'split_inputs', 'compiled_rows'
+    or 'compiled_head' (the compiled ones only `with_compiled`)."""
     head = W.ndim == 2 and W.flags.f_contiguous and not W.flags.c_contiguous  # the LM head: wte.T, a view of wte
     if not (W.ndim == 2 and W.dtype == x.dtype == np.float32 and W.size >= BIG_MATRIX
             and (W.flags.c_contiguous or head)):
-        return "numpy"  # a small or unusual matrix: np.matmul as it is, on one thread
-    if x.shape[0] == 1 or x.shape[0] > FEW_ROWS or not with_compiled:
-        return "split_outputs" if head else "split_inputs"
+        return "numpy"  # a small or unusual matrix: np.matmul as it is
+    n_rows = x.shape[0]
+    if n_rows == 1 and W.nbytes < ONE_CORE_BYTES:
+        return "one_core"
+    if n_rows == 1 or n_rows > FEW_ROWS or not with_compiled:
+        return "split_inputs"
     return "compiled_head" if head else "compiled_rows"
 
 
@@ -77,37 +79,18 @@ def compiled_matmul(x, W):
 # ---- the products ----------------------------------------------------------------------------
 
 def split_inputs(x, W):
-    """x @ W with W's rows (the inputs) cut into CHUNKS_PER_THREAD bands per thread, each band's
-    partial product (OpenBLAS's GEMV for one row, GEMM for more) written into a slot of its own
-    by whichever thread takes it, the slots added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
-    n_in = W.shape[0]
-    n_bands = max(1, min(n_threads() * CHUNKS_PER_THREAD, n_in // 8))
-    edges = [n_in * k // n_bands for k in range(n_bands + 1)]
-    partial = np.empty((n_bands, x.shape[0], W.shape[1]), np.float32)  # [n_bands, n_rows, n_out]
+    """x @ W with W's rows (the inputs) cut into one band per thread, the partial products
+    added: one row (GEMV) or many (GEMM). [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    parts = bands(W.shape[0], min(n_threads(), W.shape[0]))
+    partial = [None] * len(parts)
 
     def multiply(start, stop):
-        for k in range(start, stop):
-            np.matmul(x[:, edges[k]:edges[k + 1]], W[edges[k]:edges[k + 1]], out=partial[k])
+        for i in range(start, stop):
+            lo, hi = parts[i]
+            partial[i] = x[:, lo:hi] @ W[lo:hi]
 
-    parallel(multiply, n_bands)
-    return partial.sum(0) if n_bands > 1 else partial[0]
-
-
-def split_outputs(x, W):
-    """x @ W with W's columns (the outputs) cut into CHUNKS_PER_THREAD bands per thread, each
-    written straight into its columns of the result: for the LM head, W = wte.T, whose columns
-    are wte's contiguous rows, so nothing is left to add. [n_rows, n_in] -> [n_rows, n_out]."""
-    n_out = W.shape[1]
-    n_bands = max(1, min(n_threads() * CHUNKS_PER_THREAD, n_out // 8))
-    edges = [n_out * k // n_bands for k in range(n_bands + 1)]
-    out = np.empty((x.shape[0], n_out), np.float32)
-
-    def multiply(start, stop):
-        for k in range(start, stop):
-            out[:, edges[k]:edges[k + 1]] = x @ W[:, edges[k]:edges[k + 1]]
-
-    parallel(multiply, n_bands)
-    return out
+    parallel(multiply, len(parts), chunks_per_thread=1)
+    return np.sum(partial, axis=0, dtype=np.float32) if len(partial) > 1 else partial[0]
 
 
 def lead(array):
@@ -172,8 +155,8 @@ def compiled_head(x, W_t):
 
 PRODUCTS = {  # route -> x @ W, x [n_rows, n_in] -> [n_rows, n_out]
     "numpy": np.matmul,
+    "one_core": np.matmul,
     "split_inputs": split_inputs,
-    "split_outputs": split_outputs,
     "compiled_rows": lambda x, W: compiled_rows(np.ascontiguousarray(x), W),
     "compiled_head": lambda x, W: compiled_head(np.ascontiguousarray(x), W.T),
 }

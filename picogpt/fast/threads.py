@@ -1,13 +1,11 @@
 """picogpt's own threads: how many (PICOGPT_THREADS), and `parallel`, which shares one product
 among them.
 
-The fast path runs NumPy's BLAS (the OpenBLAS NumPy ships) on one thread (`blas_on_one_thread`).
-OpenBLAS's own threads split a product into equal parts and wait, spinning, for the slowest: when
-another program holds a core, a one-row product can stall for one of the OS's time slices, many
-times its own length (benchmarks/kernels/README.md), and they spin ~0.1 s after each call,
-slowing whatever runs next. Instead every big product is split into chunks that the calling
-thread and n_threads() - 1 helper threads take in turn: a thread the OS delays (a busy machine)
-holds nobody up, since whoever is free takes the next chunk.
+The fast path runs NumPy's BLAS (the OpenBLAS NumPy ships) on one thread (`blas_on_one_thread`):
+its own threads spin ~0.1 s after each call and slow whatever runs next (the other model's call,
+in a sampling loop), and fight over the cores when the machine is busy. Instead every big product
+is split into chunks that the calling thread and n_threads() - 1 helper threads take in turn: a
+thread the OS delays (a busy machine) holds nobody up, since whoever is free takes the next chunk.
 
 An exception may be raised in the calling thread at any moment (Ctrl-C, or any signal handler
 that raises), so a helper never waits on anything the calling thread could be holding: chunks
@@ -150,3 +148,9 @@ def parallel(function, n_items, chunks_per_thread=CHUNKS_PER_THREAD):
     hand_out(chunks, n_helpers)
     chunks.work()
     chunks.wait()
+
+
+def bands(n, n_parts):
+    """[(start, stop)] cutting range(n) into n_parts contiguous bands."""
+    edges = [n * i // n_parts for i in range(n_parts + 1)]
+    return list(zip(edges[:-1], edges[1:]))
