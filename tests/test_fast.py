@@ -275,6 +275,14 @@ NUMBA_FALLBACKS = {
     "a failing compiler": ("import numba; numba.njit = lambda **options: lambda f: "
                            "(_ for _ in ()).throw(TypeError('no compiler'))",
                            "could not compile the fast kernels"),
+    # numba raising something other than ImportError as it is imported
+    "NUMBA_NUM_THREADS=0": ("import os; os.environ['NUMBA_NUM_THREADS'] = '0'", "numba is installed but could not"),
+    "too little address space for LLVM": ("import sys\n"
+                                          "class NoMemory:\n"
+                                          "    def find_spec(self, name, *_):\n"
+                                          "        if name == 'numba': raise OSError(12, 'Cannot allocate memory')\n"
+                                          "sys.meta_path.insert(0, NoMemory())",
+                                          "numba is installed but could not be loaded (OSError"),
 }
 
 
@@ -464,3 +472,58 @@ def test_interrupted_calls_leave_no_thread_working_and_the_process_exits():
     interrupted, n_threads, idle_cpu_s = done.stdout.split()
     assert int(interrupted) > 0 and int(n_threads) == 1  # the helpers left: the main thread alone
     assert float(idle_cpu_s) < 0.05  # idle: nothing spins
+
+
+CALLED_AT_SHUTDOWN = """
+import gc, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from helpers import random_gpt2
+from picogpt.fast import threads
+
+
+class CallsTheModelWhenCollected:
+    def __init__(self, model):
+        self.model = model
+
+    def __del__(self):  # runs as the interpreter shuts down: no new thread ever runs then
+        print(sys.is_finalizing(), self.model(np.arange(5)).shape, flush=True)
+
+
+model = random_gpt2(3, n_layer=2, n_head=4, n_embd=512, n_ctx=128, n_vocab=2100, peaked=False)
+model(np.arange(5))  # prepared; its helper threads leave while idle, so the last call must start new ones
+time.sleep(threads.IDLE_S + 0.5)
+keeper = CallsTheModelWhenCollected(model)
+keeper.cycle = keeper  # garbage that only the collection at shutdown collects (before modules are torn down)
+gc.set_threshold(10**6)
+del keeper
+"""
+
+
+def test_a_model_called_while_the_interpreter_shuts_down_finishes_on_the_calling_thread():
+    """A global's __del__ that calls a model runs after Python stops running new threads: the
+    product is not handed to a helper that would never start (that call used to hang forever)."""
+    done = subprocess.run([sys.executable, "-c", CALLED_AT_SHUTDOWN, os.path.dirname(__file__)],
+                          capture_output=True, text=True, timeout=60, env=os.environ | {threads.THREADS_ENV: "2"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True (5, 2100)"
+
+
+def test_when_the_os_refuses_a_thread_the_calling_thread_does_the_work(monkeypatch, matmul):
+    """`ulimit -v` or a limit on processes makes starting a thread fail ("can't start new
+    thread"): the products still come out right, computed by the threads there are (here none)."""
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threads.threading.Thread, "start", refuse)
+    monkeypatch.setattr(threads, "_helpers", [])  # none started yet
+    monkeypatch.setattr(threads, "_jobs", threads.queue.SimpleQueue())  # and none of the earlier ones listening
+    monkeypatch.setenv(threads.THREADS_ENV, "4")
+    rng = np.random.default_rng(11)
+    weight = rng.standard_normal((1024, 1030)).astype(np.float32)
+    for n_rows in (1, 5, 40):
+        x = rng.standard_normal((n_rows, 1024)).astype(np.float32)
+        assert relative_diff(matmul(x, weight), x.astype(np.float64) @ weight.astype(np.float64)) < RELATIVE
+    seen = []
+    threads.parallel(lambda start, stop: seen.extend(range(start, stop)), 1000)
+    assert sorted(seen) == list(range(1000)) and threads._helpers == []

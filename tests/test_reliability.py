@@ -340,7 +340,7 @@ BAD_ENVIRONMENT = {
     "PICOGPT_THREADS": (["\u00b2", "\u0663", "10000000000", "9" * 5000, "0"],  # superscript two, Arabic-Indic three
                         "expected a whole number of threads from 1 to", COMMANDS),
     "PICOGPT_COURSE_MODELS": (["gpt3"], "expected one of gpt2, tiny", COMMANDS),
-    "PICOGPT_KERNEL": (["fortran"], "expected 'auto', 'numba' or 'numpy'", ["generate", "speculate", "bench"]),
+    "PICOGPT_KERNEL": (["fortran", "k" * 5000], "expected 'auto', 'numba' or 'numpy'", ["generate", "speculate", "bench"]),
     "HF_ENDPOINT": (["ftp://mirror.example"], "not a usable server address", ["download"]),
 }
 ANY_VALUE_GOES = {"PICOGPT_WEIGHTS_DIR", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HOME"}  # any folder: a bad one is found on use

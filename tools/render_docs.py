@@ -361,6 +361,62 @@ def kernel_paths_table(results, source):
                           "time per token / the package's (autoregressive / speculative)"], rows)]
 
 
+def peer_table(results, source):
+    """tools/peer.py: picogpt beside transformers (or another picogpt checkout) in fresh processes
+    taking turns: decodes against the same run's floor, the scoring call, ms per token both ways,
+    and each other engine's time over picogpt's, repeat by repeat."""
+    engines, s = results["engines"], results["settings"]
+    # picogpt and its peers; another picogpt checkout (--baseline-source) compares two commits, not for a reader
+    labels = [label for label in engines if label != "ratios" and not label.startswith("picogpt (")]
+    draft, target = s["draft_name"], s["target_name"]
+
+    def cell(summary, fmt):
+        return f"{fmt(summary['median'])} ({fmt(summary['q1'])}-{fmt(summary['q3'])})"
+
+    def times(v):
+        return f"{v:.2f}x"
+
+    def in_ms(v):
+        return ms(v / 1e3)
+
+    def per_model(name, key, fmt):
+        return [cell(engines[label]["models"][name][key], fmt) for label in labels]
+
+    def in_loop(key, fmt):
+        return [cell(engines[label]["in_loop"][key], fmt) if engines[label]["in_loop"] else "-" for label in labels]
+
+    floors = {name: engines[labels[0]]["models"][name]["floor_ms"] for name in (draft, target)}
+    rows = [[f"{draft}: one-token decode, ms (floor {floors[draft]:.1f} ms)", *per_model(draft, "decode_ms", in_ms)],
+            [f"{draft}: that, x the floor", *per_model(draft, "decode_vs_floor", times)],
+            [f"{target}: one-token decode, ms (floor {floors[target]:.0f} ms)",
+             *per_model(target, "decode_ms", in_ms)],
+            [f"{target}: that, x the floor", *per_model(target, "decode_vs_floor", times)],
+            [f"{target}: scoring {s['scored']} positions, x a one-token decode (isolated calls)",
+             *per_model(target, "score_vs_decode", times)],
+            ["inside the loop: a drafted token, in target decodes (c)", *in_loop("c", lambda v: f"{v:.3f}")],
+            [f"inside the loop: scoring {s['K'] + 1} positions, x a decode", *in_loop("score_vs_decode", times)],
+            ["inside the loop: acceptance α̂", *in_loop("alpha_hat", lambda v: f"{v:.2f}")],
+            ["autoregressive sampling, ms per token",
+             *(cell(engines[label]["autoregressive_ms_per_token"], in_ms) for label in labels)],
+            [f"speculative sampling (K = {s['K']}), ms per token",
+             *(cell(engines[label]["speculative_ms_per_token"], in_ms) for label in labels)],
+            ["speedup, speculative over autoregressive", *(cell(engines[label]["speedup"], times) for label in labels)],
+            ["its time / picogpt's, autoregressive", "-",
+             *(cell(engines["ratios"][label]["autoregressive"], times) for label in labels[1:])],
+            ["its time / picogpt's, speculative", "-",
+             *(cell(engines["ratios"][label]["speculative"], times) for label in labels[1:])]]
+    loads = [load for label in labels for load in engines[label]["load_averages"]]
+    peer = next((engines[label]["versions"] for label in labels if engines[label].get("versions")), None)
+    versions = f"; torch {peer['torch']}, transformers {peer['transformers']} on {peer['torch_threads']} threads" if peer else ""
+    ceiling = results["ceiling_gb_per_s"]
+    return [f"`{results['command']}` on {results['machine']['cpu']} ({results['machine']['cores']} cores){versions}; "
+            f"{results['weights']}; N = {s['N']}, K = {s['K']}, temperature {s['temperature']:g}; "
+            f"{s['repeats']} fresh processes per engine taking turns, medians with their interquartile range; "
+            f"ceiling {ceiling['before']:.1f} GB/s before, {ceiling['after']:.1f} after (the floor: weight bytes "
+            f"over their mean); load average {load_range(loads)}:", "",
+            *table_lines(["", *labels], rows)]
+
+
 def kernel_compute_table(results, source):
     """candidates.py compute: the compiled loop's arithmetic on a W held in cache, beside memory."""
     blocked = all("register_blocked" in r for r in results["compute"])
@@ -615,6 +671,7 @@ BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
                   "busy-machine": ("benchmarks/busy.json", busy_machine)},
     "docs/speed.md": {"speed-table": (BENCH, speed_table), "speed-end-to-end": (BENCH, speed_end_to_end),
                       "speed-trees": (BENCH, speed_trees), "speed-verifiers": (BENCH, speed_verifiers),
+                      "peer": ("benchmarks/peer.json", peer_table),
                       "loop-costs": ("benchmarks/loop-costs.json", loop_costs_table)},
     "benchmarks/README.md": {"run": (BENCH, run_summary), "decode": (BENCH, decode_table),
                              "ready": (BENCH, ready_table), "end-to-end": (BENCH, end_to_end_table),

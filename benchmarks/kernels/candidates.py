@@ -849,12 +849,15 @@ def paths_mode(args, sgemm):
 
     draft, target = model("gpt2"), model("gpt2-xl")
     draft.prepare(), target.prepare()
-    paths = {"picogpt.fast: compiled few rows, OpenBLAS one row": (kernels.compiled_matmul, GPT2),
-             "former: team + compiled block + compiled products": (former.team_matmul, former.FormerPath),
-             "the former team without the compiled block": (former.team_matmul, former.TeamOnly),
-             "compiled products for every row count up to 16, no team": (compiled_every_row, GPT2),
-             "NumPy only: picogpt.fast without numba (GEMM for a few rows)": (kernels.numpy_matmul, GPT2),
-             "NumPy only, L2 tiles for a few rows (former, without numba)": (former.tiled_matmul, GPT2)}
+    paths = {  # name: (matmul, the model's class); NumPy's BLAS on one thread, as kernels.choose leaves it
+        "picogpt.fast: compiled few rows; one row under 16 MiB on the calling thread, one band per thread above":
+            (kernels.compiled_matmul, GPT2),
+        "bands taken by whoever is free, 4 per thread, one row included (former.bands_matmul)":
+            (former.bands_matmul, GPT2),
+        "OpenBLAS's threads for big one-row and many-row products": (former.blas_threads_matmul, GPT2),
+        "former: team + compiled block + compiled products": (former.team_matmul, former.FormerPath),
+        "NumPy only: picogpt.fast without numba": (kernels.numpy_matmul, GPT2),
+        "NumPy only, bands taken by whoever is free": (numpy_bands, GPT2)}
     if compiled.loops() is None:
         paths = {name: path for name, path in paths.items() if name.startswith("NumPy")}
     ids = np.random.default_rng(0).integers(0, target.config.n_vocab, 32)
@@ -869,7 +872,9 @@ def paths_mode(args, sgemm):
             result = speculative_sampling(draft, target, ids, args.tokens, K=args.k, seed=seed, **controls)
         else:
             result = autoregressive_sampling(target, ids, args.tokens, seed=seed, **controls)
-        return (time.perf_counter() - start) / args.tokens, len(result.tokens)
+        seconds = (time.perf_counter() - start) / args.tokens
+        time.sleep(SETTLE_S)  # OpenBLAS's threads spin on after a call: not into the next path's run
+        return seconds, len(result.tokens)
 
     times = {path: {"autoregressive": [], "speculative": []} for path in paths}
     for repeat in range(args.runs + 1):  # the first round warms up
@@ -886,13 +891,9 @@ def paths_mode(args, sgemm):
             "times_s_per_token": times}
 
 
-def compiled_every_row(x, W):
-    """kernels.compiled_matmul with one row on the compiled loops too (the former path's choice
-    outside a team's call, for big weights)."""
-    if x.shape[0] == 1 and kernels.route(x, W) == "split_inputs":
-        return kernels.PRODUCTS["compiled_head" if W.flags.f_contiguous and not W.flags.c_contiguous
-                                else "compiled_rows"](x, W)
-    return kernels.compiled_matmul(x, W)
+def numpy_bands(x, W):
+    """former.bands_matmul without numba."""
+    return former.bands_matmul(x, W, with_compiled=False)
 
 
 def machine():

@@ -1,5 +1,10 @@
-"""What left picogpt's fast path, kept here so that it stays measured beside what replaced it:
+"""What left picogpt's fast path, or did not join it, kept here so that it stays measured beside
+what it runs:
 
+- bands taken by whoever is free (`bands_matmul`): every big one-row and many-row product cut
+  into CHUNKS_PER_THREAD bands per thread of picogpt's, one row under ONE_CORE_BYTES included
+  (`split_input_bands`; for the LM head `split_output_bands`, bands of wte's rows);
+- OpenBLAS's own threads for the big one-row and many-row products (`blas_threads_matmul`);
 - the L2 tiles (`tiled`, `by_output_rows`): NumPy's best few-row product without numba, one
   GEMV per row on tiles of ~80 KB of W (the first row brings a tile into L2, the others re-read
   it from there);
@@ -18,10 +23,11 @@ import contextlib
 import functools
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from picogpt.fast import compiled, kernels
 from picogpt.fast.kernels import FEW_ROWS, numpy_matmul
-from picogpt.fast.threads import n_threads, parallel
+from picogpt.fast.threads import CHUNKS_PER_THREAD, n_threads, parallel
 from picogpt.gpt2 import gpt2
 from picogpt.kv_cache import KVCache
 from picogpt.model import GPT2, cache_unchanged_unless_returned
@@ -184,3 +190,71 @@ class TeamOnly(FormerPath):
     between the products (which of the two made the former path faster)."""
 
     with_block = False
+
+
+# ---- bands taken by whoever is free -------------------------------------------------------------
+
+def split_input_bands(x, W):
+    """x @ W with W's rows (the inputs) cut into CHUNKS_PER_THREAD bands per thread, each band's
+    partial product written into a slot of its own by whichever thread takes it, the slots
+    added at the end. [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    n_in = W.shape[0]
+    n_bands = max(1, min(n_threads() * CHUNKS_PER_THREAD, n_in // 8))
+    edges = [n_in * k // n_bands for k in range(n_bands + 1)]
+    partial = np.empty((n_bands, x.shape[0], W.shape[1]), np.float32)  # [n_bands, n_rows, n_out]
+
+    def multiply(start, stop):
+        for k in range(start, stop):
+            np.matmul(x[:, edges[k]:edges[k + 1]], W[edges[k]:edges[k + 1]], out=partial[k])
+
+    parallel(multiply, n_bands)
+    return partial.sum(0) if n_bands > 1 else partial[0]
+
+
+def split_output_bands(x, W):
+    """x @ W with W's columns (the outputs) cut into CHUNKS_PER_THREAD bands per thread, each
+    written straight into its columns of the result (for the LM head, W = wte.T: bands of
+    wte's contiguous rows, nothing to add). [n_rows, n_in] -> [n_rows, n_out]."""
+    n_out = W.shape[1]
+    n_bands = max(1, min(n_threads() * CHUNKS_PER_THREAD, n_out // 8))
+    edges = [n_out * k // n_bands for k in range(n_bands + 1)]
+    out = np.empty((x.shape[0], n_out), np.float32)
+
+    def multiply(start, stop):
+        for k in range(start, stop):
+            out[:, edges[k]:edges[k + 1]] = x @ W[:, edges[k]:edges[k + 1]]
+
+    parallel(multiply, n_bands)
+    return out
+
+
+def bands_matmul(x, W, with_compiled=True):
+    """kernels.compiled_matmul (`with_compiled`, else numpy_matmul) with every product it would
+    give split_inputs or one_core in bands instead."""
+    route = kernels.route(x, W, with_compiled)
+    if route in ("split_inputs", "one_core"):
+        head = W.flags.f_contiguous and not W.flags.c_contiguous
+        return split_output_bands(x, W) if head else split_input_bands(x, W)
+    return kernels.PRODUCTS[route](x, W)
+
+
+# ---- OpenBLAS's own threads ---------------------------------------------------------------------
+
+@functools.cache
+def blas_pools():
+    """threadpoolctl's handles on NumPy's BLAS libraries (their thread counts)."""
+    return ThreadpoolController().select(user_api="blas").lib_controllers
+
+
+def blas_threads_matmul(x, W):
+    """kernels.compiled_matmul with every product it would give split_inputs or one_core on
+    OpenBLAS's own threads (as many as picogpt's), set around the product, then one again."""
+    if kernels.route(x, W) not in ("split_inputs", "one_core"):
+        return kernels.compiled_matmul(x, W)
+    for pool in blas_pools():
+        pool.set_num_threads(n_threads())
+    try:
+        return x @ W
+    finally:
+        for pool in blas_pools():
+            pool.set_num_threads(1)

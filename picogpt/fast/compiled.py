@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import PicoGPTError
+from ..errors import PicoGPTError, shown
 from ..io.registry import user_cache_dir
 
 KERNEL_ENV = "PICOGPT_KERNEL"
@@ -128,6 +128,7 @@ def loops():
     is compiled for weights both writable and read-only (memory-mapped) here, before any model
     call, so that no timed call pays for it (GPT2.prepare calls this). None when numba is not
     installed (silently: it is an optional extra) or cannot run here, with one line saying why:
+    numba failing as it is imported (NUMBA_NUM_THREADS=0, too little address space for LLVM),
     NUMBA_DISABLE_JIT (the loops would run as Python, hundreds of times slower), no writable
     folder for the machine code, or any failure to compile.
     fastmath 'contract' lets the compiler fuse multiply-adds; the head's 'reassoc' lets it split
@@ -136,6 +137,8 @@ def loops():
         import numba
     except ImportError:
         return None
+    except Exception as e:  # installed, but failing as it loads (NUMBA_NUM_THREADS=0; too little address space for LLVM)
+        return unavailable(f"numba is installed but could not be loaded ({first_line(e)})")
     if numba.config.DISABLE_JIT:
         return unavailable("NUMBA_DISABLE_JIT is set, so numba would run its loops as Python")
     try:
@@ -219,7 +222,7 @@ def enabled():
     'numpy' ('numba' insists on them, '' or 'auto' takes them if installed)."""
     choice = os.environ.get(KERNEL_ENV, "").strip().lower()
     if choice not in ("", "auto", "numba", "numpy"):
-        raise PicoGPTError(f"{KERNEL_ENV}={choice!r}: expected 'auto', 'numba' or 'numpy'")
+        raise PicoGPTError(f"{KERNEL_ENV}={shown(choice, 20)!r}: expected 'auto', 'numba' or 'numpy'")
     if choice == "numpy":
         return False
     if loops() is None:

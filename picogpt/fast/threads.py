@@ -12,13 +12,16 @@ that raises), so a helper never waits on anything the calling thread could be ho
 are taken from an atomic counter (itertools.count, one step under the GIL), work arrives on a
 queue.SimpleQueue, and the end of a product is a bare lock that whoever finishes the last chunk
 releases. A helper with no work for IDLE_S seconds leaves, and helpers are daemon threads: an
-interrupted product leaves nothing running, and an exit never waits on a helper.
+interrupted product leaves nothing running, and an exit never waits on a helper. Where no helper
+can start (the interpreter is shutting down: a model called from a `__del__`; or the OS refuses
+a thread: `ulimit -v`, a limit on processes), the calling thread does all the work.
 """
 
 import functools
 import itertools
 import os
 import queue
+import sys
 import threading
 
 from threadpoolctl import threadpool_limits
@@ -114,14 +117,21 @@ def helper():
 
 
 def hand_out(chunks, n_helpers):
-    """Put `chunks` before n_helpers helpers, starting those that are missing."""
+    """Put `chunks` before up to n_helpers helpers, starting those that are missing, as far as
+    threads can start here: none while the interpreter shuts down (a thread started then never
+    runs), and none once the OS refuses one."""
     global _helpers
     _helpers = [thread for thread in _helpers if thread.is_alive()]
+    if sys.is_finalizing():
+        return
     for _ in range(n_helpers - len(_helpers)):
         thread = threading.Thread(target=helper, name="picogpt", daemon=True)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # "can't start new thread": the helpers there are (or the caller alone) do the work
+            break
         _helpers.append(thread)
-    for _ in range(n_helpers):
+    for _ in range(min(n_helpers, len(_helpers))):
         _jobs.put(chunks)
 
 
