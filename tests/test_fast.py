@@ -113,8 +113,10 @@ ROUTES = {  # (n_rows, shape of W, the LM head's transposed view?) -> product (N
     (1, (1024, 1030), False): ("one_core", "one_core"),
     (1, (1024, 5000), False): ("split_inputs", "split_inputs"),
     (5, (1024, 1030), False): ("split_inputs", "compiled_rows"),
-    (5, (5000, 1024), True): ("split_inputs", "compiled_head"),
+    (1, (5000, 1024), True): ("split_outputs", "split_outputs"),
+    (5, (5000, 1024), True): ("split_outputs", "compiled_head"),
     (FEW_ROWS + 1, (1024, 1030), False): ("split_inputs", "split_inputs"),
+    (FEW_ROWS + 1, (5000, 1024), True): ("split_outputs", "split_outputs"),
 }
 
 
