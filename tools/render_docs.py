@@ -530,6 +530,34 @@ def kernel_profile_table(results, source):
             *table_lines(["", *(names.get(m["model"], m["model"]) for m in models)], rows)]
 
 
+def kernel_paired_table(results, source):
+    """benchmarks/kernels/paired.py: each way's one-token decode over the way before it, block by
+    block in fresh processes: the median ratio, its range, and in how many blocks it was faster."""
+    ways, runs = results["ways"], results["runs"]
+    models = list(runs[0]["times_s"][ways[0]])
+    names = {"gpt2": "GPT-2 small", "gpt2-xl": "GPT-2 XL"}
+    rows = []
+    pairs = list(zip(ways, ways[1:])) + ([(ways[0], ways[-1])] if len(ways) > 2 else [])
+    for before, after in pairs:
+        cells = []
+        for model in models:
+            ratios = [a / b for run in runs for a, b in zip(run["times_s"][after][model], run["times_s"][before][model])]
+            cells.append(f"{np.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}), faster in "
+                         f"{sum(r < 1 for r in ratios)} of {len(ratios)}")
+        rows.append([after if before != ways[0] or after == ways[1] else f"all of the above, over {before}", *cells])
+    rows.append([f"{ways[0]}: ms per decode (medians of the processes' medians)", *(
+        f"{1e3 * np.median([np.median(run['times_s'][ways[0]][model]) for run in runs]):.1f}" for model in models)])
+    busy = results["busy_processes"]
+    return [f"`{results['command']}` on {results['machine']['cpu']} ({results['machine']['cores']} cores), "
+            f"{len(runs)} fresh processes, {results['blocks']} blocks of {results['calls']} decodes per way in each "
+            f"(one new position after {results['context']} cached), "
+            + (f"beside {busy} busy processes, " if busy else "")
+            + f"load average {load_range([r['load_before'] for r in runs] + [r['load_after'] for r in runs])} "
+            "(the measurement's own threads count too). Each way's decode time over the way before it, block by "
+            "block: median (range), and in how many blocks it was faster:", "",
+            *table_lines(["way", *(names.get(m, m) for m in models)], rows)]
+
+
 def loads_after(runs):
     """The machine's 1-minute load average after each run, as 'a' or 'low-high'."""
     return value_range([run["load_average"][0] for run in runs], lambda v: f"{v:.1f}")
@@ -738,7 +766,9 @@ BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
                                      "between": ("benchmarks/kernels/results-between.json", kernel_between_table),
                                      "profile-before": ("benchmarks/kernels/results-profile-before.json",
                                                         kernel_profile_table),
-                                     "profile": ("benchmarks/kernels/results-profile.json", kernel_profile_table)},
+                                     "profile": ("benchmarks/kernels/results-profile.json", kernel_profile_table),
+                                     "paired": ("benchmarks/kernels/results-paired.json", kernel_paired_table),
+                                     "paired-busy": ("benchmarks/kernels/results-paired-busy.json", kernel_paired_table)},
     "weights/README.md": {"measurements": ("weights/measurements.json", teaching_pair_card),
                           "samples": ("weights/measurements.json", samples),
                           "training": ("weights/training-report.json", training_table),
