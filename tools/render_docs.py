@@ -477,7 +477,7 @@ def kernel_between_table(results, source):
 
 
 def kernel_profile_table(results, source):
-    """benchmarks/kernels/profile.py: one decode's time, product by product, and the rest."""
+    """benchmarks/kernels/decode_profile.py: one decode's time, product by product, and the rest."""
     models = results["models"]
     ceiling = float(np.median(list(results["ceiling_gb_per_s"].values())))
     names = {"gpt2": "GPT-2 small", "gpt2-xl": "GPT-2 XL"}

@@ -2,7 +2,7 @@
 what it runs:
 
 - one row times a weight under ONE_CORE_BYTES on the calling thread, and the LM head's one row
-  cut by its inputs (`one_core_matmul`): the package's products before profile.py's profile;
+  cut by its inputs (`one_core_matmul`): the package's products before decode_profile.py's profile;
 - bands taken by whoever is free (`bands_matmul`): every big one-row and many-row product cut
   into CHUNKS_PER_THREAD bands per thread of picogpt's (`split_input_bands`; for the LM head
   `split_output_bands`, bands of wte's rows);

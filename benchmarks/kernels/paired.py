@@ -1,4 +1,4 @@
-"""The products profile.py led to, each against the products before it: one-token decodes of
+"""The products decode_profile.py led to, each against the products before it: one-token decodes of
 GPT-2 small and XL, paired block by block inside fresh processes.
 
     python benchmarks/kernels/paired.py --processes 6                 # a quiet machine

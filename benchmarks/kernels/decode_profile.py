@@ -1,8 +1,8 @@
 """Where a one-token decode's time goes: each weight product, the work between them, the per-call
 checks, turning logits into probabilities, and what the OS does meanwhile.
 
-    python benchmarks/kernels/profile.py --ceiling ../shared/tools/gemv_ceiling.py
-    python benchmarks/kernels/profile.py --ceiling CEILING.py --models gpt2 --calls 15
+    python benchmarks/kernels/decode_profile.py --ceiling ../shared/tools/gemv_ceiling.py
+    python benchmarks/kernels/decode_profile.py --ceiling CEILING.py --models gpt2 --calls 15
 
 For GPT-2 small and XL (the bench's checkpoints: real if downloaded, else random weights of the
 published shapes, memory-mapped), after CONTEXT cached positions, in one process, calls of three
@@ -196,7 +196,7 @@ def main(argv=None):
     wake_us = helper_start_us()
     ceilings.append(ceiling_gb_per_s(args.ceiling))
     record = {"mode": "profile", "started": started, "machine": machine_of_run(),
-              "command": "benchmarks/kernels/profile.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "command": "benchmarks/kernels/decode_profile.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "kernel": kernels.compiled.name(), "context": CONTEXT, "calls": args.calls,
               "ceiling_gb_per_s": {"before": ceilings[0], "after": ceilings[1]}, "helper_start_us": wake_us,
               "models": results}
