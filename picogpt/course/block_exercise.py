@@ -301,11 +301,12 @@ BLOCK_EXERCISE = StepExercise(
                  "x̃_1 .. x̃_i for the largest i with eta_i < h_i; then one token from (w_i q_{i+1} − p_{i+1})+, or from "
                  "q[K] when all K are kept.",
     nan_hint=("A NaN comes from normalising max(0, w q − p) when its sum is 0. After keeping i drafts the token comes "
-              "from (w_i q_{i+1} − p_{i+1})+ with the weight of the i drafts kept, w_i = weights[i] (w_0 = 1), and the "
-              "rows q[i] and p[i]; a weight from another position, w_{i+1} say, can leave nothing positive."),
-    nan_guess=("Where the right residual's sum is 0 for i ≥ 1, h_i = 0 (or w_i = 1 and the next position keeps every "
-               "draft), so the block never stops there: if your residual is that one, check how you choose the kept "
-               "prefix (the largest i with eta_i < h_i)."),
+              "from (w_i q_{i+1} − p_{i+1})+, with the weight of the i drafts kept, w_i = weights[i] (w_0 = 1), and the "
+              "rows q[i] and p[i]; its sum is 0 for i ≥ 1 only where h_i = 0 (or w_i = 1 and the next position keeps "
+              "every draft), so the block never stops there. Either your residual is another (a weight from another "
+              "position, w_{i+1} say, can leave nothing positive) or your block stopped where it cannot: check your "
+              "h_i and how you choose the kept prefix (the largest i with eta_i < h_i)."),
+    nan_guess="",
     after_a_non_draft={"extra": AFTER_THE_LAST_TOKEN, "judged on": AFTER_THE_LAST_TOKEN},
     call="check_block_step(my_block_step)", next_token="the token drawn after keeping {i} draft(s), x̃_{t} not kept")
 

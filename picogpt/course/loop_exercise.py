@@ -115,10 +115,11 @@ def cache_problem(draft, target, emitted_per_loop, n_prompt, K):
             return (f"after loop {loop + 1} the draft's cache held {draft_calls[loop + 1][0]} tokens, more than the "
                     f"{kept} kept: roll it back too, draft_cache.truncate(min(n + n_accepted, len(draft_cache)))")
         if loop + 1 < len(draft_calls) and draft_calls[loop + 1][0] < read:
+            why = (f"the {n} before the loop + {len(emitted) - 1} accepted drafts" if read == kept else
+                   f"all it had read: it never reads its own last draft, so not all {kept} kept")
             return (f"after loop {loop + 1} the draft's cache held {draft_calls[loop + 1][0]} tokens, expected {read} "
-                    f"(the {n} before the loop + {len(emitted) - 1} accepted drafts, or all the draft had read if "
-                    "fewer: it never reads its own last draft): rolled back too far, the draft reads again tokens it "
-                    "had read already. Roll it back with draft_cache.truncate(min(n + n_accepted, len(draft_cache)))")
+                    f"({why}): rolled back too far, the draft reads again tokens it had read already. Roll it back "
+                    "with draft_cache.truncate(min(n + n_accepted, len(draft_cache)))")
         n = n_next
     return None
 
