@@ -288,7 +288,7 @@ def grading_cases():
     a row with p = q (never rejected), two drafts in a row each kept about half the time (where
     one r for the whole loop shows); rows as the loop makes them at temperature 0.7 with top-p
     0.9 (zeros in both), and for a greedy target (temperature 0: q a point mass) with a draft at
-    temperature 1.5; K = 4, all four kept about a third of the time (a slip that only shows
+    temperature 1.5; K = 4, all four kept more than half the time (a slip that only shows
     from the fourth draft on); and K = 0, which the loop sends when a draft proposes nothing."""
     return (
         StepCase(p=rows([0.6, 0.3, 0.1]), q=rows([0.2, 0.5, 0.3], [0.1, 0.2, 0.7])),
