@@ -25,8 +25,9 @@ from picogpt.speculative import block_output_distribution, block_step, speculati
 # ---- a learner's block step, written independently of the library ----------------------------
 
 
-def learner_block_step(drafted, p, q, rng, *, numpy_ints=False):
-    """Block verification as a learner writes it from the paper: rng.choice, the uniforms first."""
+def learner_block_step(drafted, p, q, rng, *, numpy_ints=False, slip=None):
+    """Block verification as a learner writes it from the paper: rng.choice, the uniforms first.
+    `slip` makes one mistake of writing it (notebook 03's grader names most of them too)."""
     K = len(drafted)
     eta = rng.uniform(size=K)
     w, weights = 1.0, [1.0]
@@ -40,13 +41,20 @@ def learner_block_step(drafted, p, q, rng, *, numpy_ints=False):
         else:
             z = np.maximum(weights[i] * q[i] - p[i], 0).sum()
             h = z / (z + 1 - weights[i]) if z + 1 - weights[i] > 0 else 1.0
-        if eta[i - 1] < h:
+        if slip == "three positions at most" and i > 3:
+            break  # only a block of four drafts or more can show it
+        if (eta[i - 1] >= h) if slip == "inverted" else (eta[i - 1] < h):
             kept = i
+    if kept == K and K and slip == "no extra token":
+        return list(drafted)
     if kept == K:
-        last = q[K]
+        last = q[K - 1] if slip == "extra from q[K - 1]" else q[K]
     else:
-        last = np.maximum(weights[kept] * q[kept] - p[kept], 0)
+        weight = weights[kept + 1] if slip == "next weight" else weights[kept]
+        last = np.maximum(weight * q[kept] - p[kept], 0)
         last = last / last.sum()
+        if slip == "argmax":
+            return list(drafted[:kept]) + [int(np.argmax(last))]
     out = list(drafted[:kept]) + [int(rng.choice(len(last), p=last))]
     return [np.int64(x) for x in out] if numpy_ints else out
 
@@ -62,13 +70,36 @@ def test_the_librarys_block_step_is_accepted():
     assert check and "step=block_step" in str(check), check
 
 
-@pytest.mark.parametrize("name", list(MISTAKES) + [TOKEN_BY_TOKEN.name])
+@pytest.mark.parametrize("name", BLOCK_EXERCISE.mistakes)
 def test_each_mistake_is_refused_by_name_and_located(name):
     check = check_block_step(BLOCK_EXERCISE.mistakes[name].step)
     out = str(check)
     assert not check and f"a classic mistake, {name} (" in out, out
     assert "Where they differ: " in out and "block verification gives the frequencies (" in out, out
     assert not re.search(r"\binf\b", out), out
+
+
+@pytest.mark.parametrize("slip, name", [
+    ("no extra token", "no bonus token"),
+    ("extra from q[K - 1]", "the bonus token from the wrong row"),
+    ("argmax", "argmax of the residual"),
+    ("inverted", "the comparison inverted, eta_i ≥ h_i"),
+])
+def test_the_slips_notebook_03_names_are_named_here_too(slip, name):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        check = check_block_step(lambda d, p, q, rng: learner_block_step(d, p, q, rng, slip=slip))
+    assert not check and f"a classic mistake, {name} (" in str(check), check
+
+
+def test_a_slip_that_shows_from_the_fourth_draft_on_is_refused():
+    check = check_block_step(lambda d, p, q, rng: learner_block_step(d, p, q, rng, slip="three positions at most"))
+    assert not check and "K = 4" in str(check), check
+
+
+def test_a_residual_with_the_next_positions_weight_is_told_which_weight():
+    with np.errstate(invalid="ignore"):
+        message = str(check_block_step(lambda d, p, q, rng: learner_block_step(d, p, q, rng, slip="next weight")))
+    assert "(w_i q_{i+1} − p_{i+1})+" in message and "w_i = weights[i]" in message, message
 
 
 def test_notebook_03s_step_is_named_token_by_token():

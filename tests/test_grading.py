@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from picogpt import theory
 from picogpt.course import exercises
-from picogpt.course.grading import Part, compare, difference_text, fit
+from picogpt.course.grading import Part, always_the_same, compare, difference_text, fit, on_copies
 
 CONDITIONS, VALUES = ("a", "b"), (0, 1, 2)
 PART = Part("the value", lambda outcome: outcome, VALUES, "values", lambda v: f"value {v}", lambda c: f"condition {c}")
@@ -96,3 +96,40 @@ def test_a_law_and_its_own_exact_counts_fit_and_an_impossible_outcome_is_returne
     assert p_value > 0.99 and impossible is None
     assert fit([law], [{"x": 10, "z": 1}]) == (0.0, "z")
     assert np.isclose(fit([law, law], [{"x": 5, "y": 5}, {"x": 7, "y": 7}])[0], 1.0)
+
+
+def test_a_learners_function_runs_on_copies_as_the_loops_run_it():
+    """What it does to its arguments stays with it; what it returns is all a grader sees."""
+    drafted, p, q = [1, 2], np.full((2, 3), 1 / 3), np.full((3, 3), 1 / 3)
+
+    def scribbles(d, p_, q_, rng):
+        d.append(-1)
+        p_ -= 1
+        q_[:] = 0
+        return rng
+
+    rng = np.random.default_rng(0)
+    assert on_copies(scribbles, drafted, p, q, rng) is rng  # the Generator is handed as it is
+    assert drafted == [1, 2] and np.all(p == 1 / 3) and np.all(q == 1 / 3)
+
+
+laws_by_condition = st.lists(st.lists(st.integers(min_value=0, max_value=4), min_size=len(VALUES), max_size=len(VALUES))
+                             .filter(lambda w: sum(w) > 0), min_size=len(CONDITIONS), max_size=len(CONDITIONS))
+
+
+@settings(max_examples=150)
+@given(laws_by_condition, st.lists(st.integers(min_value=0, max_value=30), min_size=len(CONDITIONS),
+                                   max_size=len(CONDITIONS)), st.lists(st.sampled_from(VALUES), min_size=len(CONDITIONS),
+                                                                       max_size=len(CONDITIONS)))
+def test_outcomes_that_repeat_themselves_are_called_so_exactly_when_the_law_makes_that_unlikely(w, n, values):
+    """One outcome per condition, each n_c times: repetitive beyond chance exactly when
+    Π_c Σ_v P(v | c)^n_c < significance, computed here directly; a second outcome under any
+    condition is never repetitive."""
+    law = {(c, v): w_c[i] / (len(CONDITIONS) * sum(w_c)) for c, w_c in zip(CONDITIONS, w) for i, v in enumerate(VALUES)}
+    counts = {(c, v): n_c for c, n_c, v in zip(CONDITIONS, n, values)}
+    chance = math.prod(sum((x / sum(w_c)) ** n_c for x in w_c) for w_c, n_c in zip(w, n) if n_c > 0)
+    significance = 1e-3
+    if not math.isclose(chance, significance, rel_tol=1e-6):
+        assert always_the_same([law], [counts], lambda outcome: outcome[0], significance) == (chance < significance)
+    counts[(CONDITIONS[0], VALUES[0])], counts[(CONDITIONS[0], VALUES[1])] = 1, 1
+    assert not always_the_same([law], [counts], lambda outcome: outcome[0], significance)

@@ -18,8 +18,14 @@ def score_per_position(target, cache, new, drafted, controls):
     return distribution(np.stack(rows[-(len(drafted) + 1):]), **controls)
 
 
+def roll_back_draft_to(n, n_accepted, length):
+    """Where a right loop rolls the draft's cache back to: it never read its own last draft."""
+    return min(n + n_accepted, length)
+
+
 def learner_loop(draft, target, ids, N, K, rng, step, roll_back_target=True, roll_back_draft=True, cut=True,
-                 stop_after_one=False, one_call=True, fresh_target_cache=False):
+                 stop_after_one=False, one_call=True, fresh_target_cache=False, draft_to=roll_back_draft_to,
+                 hand=lambda drafted, p, q: (drafted, p, q), append=False, with_prompt=False):
     draft_cache, target_cache = draft.new_cache(), target.new_cache()
     sequence = list(ids)
     while len(sequence) - len(ids) < N:
@@ -28,15 +34,20 @@ def learner_loop(draft, target, ids, N, K, rng, step, roll_back_target=True, rol
             target_cache = target.new_cache()
         drafted, p = draft_tokens(draft, draft_cache, sequence[len(draft_cache):], K, {}, rng)
         q = (score if one_call else score_per_position)(target, target_cache, sequence[len(target_cache):], drafted, {})
-        emitted = step(drafted, p, q, rng)
-        sequence += emitted
+        emitted = step(*hand(drafted, p, q), rng)
+        if append:
+            sequence.append(emitted)
+        else:
+            sequence += emitted
         n_accepted = len(emitted) - 1
         if roll_back_target:
             target_cache.truncate(n + n_accepted)
         if roll_back_draft:
-            draft_cache.truncate(min(n + n_accepted, len(draft_cache)))
+            draft_cache.truncate(draft_to(n, n_accepted, len(draft_cache)))
         if stop_after_one:
             break  # the scaffold's `break`, left in
+    if with_prompt:
+        return sequence[: len(ids) + N]
     return sequence[len(ids): len(ids) + N] if cut else sequence[len(ids):]
 
 
@@ -71,12 +82,54 @@ def test_a_correct_loop_is_accepted(models):
     (dict(one_call=False), "target calls for"),
     (dict(one_call=False, roll_back_target=False), "target calls for"),
     (dict(fresh_target_cache=True, roll_back_target=False), "re-reads the whole text"),
+    (dict(draft_to=lambda n, n_accepted, length: min(n + n_accepted - 1, length)), "draft's cache held"),  # one short
+    (dict(draft_to=lambda n, n_accepted, length: n), "draft's cache held"),  # the accepted drafts forgotten
 ])
 def test_loop_mistakes_are_named(models, mistake, says):
     check = check_speculative_loop(lambda *a: learner_loop(*a, **mistake), *models, [3, 1, 4])
     message = str(check)
     assert check.ok is False and says in message, message
     assert "roll" not in message or "cache held" in says or "whole text" in says, message  # counts come first
+
+
+def test_a_draft_cache_rolled_back_too_far_is_told_what_a_right_roll_back_leaves(models):
+    """The tokens are right (the next loop feeds the draft what its cache lacks), the draft reads
+    again what it had read: the grader holds the draft's cache to exactly min(n + n_accepted, what
+    it has read), as it holds the target's to n + n_accepted."""
+    check = check_speculative_loop(lambda *a: learner_loop(*a, draft_to=lambda n, n_accepted, length: n), *models,
+                                   [3, 1, 4])
+    message = str(check)
+    assert check.ok is False and "rolled back too far" in message, message
+    assert "draft_cache.truncate(min(n + n_accepted, len(draft_cache)))" in message, message
+    assert "the draft's to min(n + n_accepted, len(draft_cache))" in str(check_speculative_loop(learner_loop, *models,
+                                                                                                 [3, 1, 4]))
+
+
+@pytest.mark.parametrize("mistake, says", [
+    (dict(hand=lambda drafted, p, q: (drafted, p, q[:-1])), "q with 1 row(s) for K = 1 drafts: q needs K + 1"),
+    (dict(draft_to=lambda n, n_accepted, length: n + n_accepted), "min(len(draft_cache), n + n_accepted)"),
+    (dict(append=True), "sequence += emitted"),
+    (dict(with_prompt=True), "you returned the prompt too"),
+])
+def test_loop_slips_are_told_where_they_are_and_what_to_write(models, mistake, says):
+    check = check_speculative_loop(lambda *a: learner_loop(*a, **mistake), *models, [3, 1, 4])
+    message = str(check)
+    assert check.ok is False and says in message and "\n" not in message, message
+
+
+def test_the_librarys_step_failing_in_the_learners_loop_is_named_as_the_librarys():
+    """Rows of the right number that are not distributions (here the last row of q negated) make the
+    library's step fail inside the learner's loop: the message says whose step it was and what to
+    hand it."""
+    draft, target = random_gpt2(1), random_gpt2(2)
+
+    def my_speculative_sampling(d, t, ids, N, K, rng, step):
+        return learner_loop(d, t, ids, N, K, rng, step, hand=lambda drafted, p, q: (drafted, p, np.vstack([p, -q[-1:]])))
+
+    message = str(check_speculative_loop(my_speculative_sampling, draft, target, [3, 1, 4]))
+    assert "my_speculative_sampling raised PicoGPTError" in message, message
+    assert "the library's speculative_step raised" in message and "inside your loop" in message, message
+    assert "as draft_tokens and score return them" in message, message
 
 
 def test_the_scaffold_as_given_is_told_what_is_missing(models):

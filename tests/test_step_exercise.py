@@ -47,9 +47,11 @@ def draw(probs, rng, sampler):
 def learner_step(drafted, p, q, rng, *, ratio="q/p", residual="q-p", normalise=True, sampler="choice",
                  bonus_row=-1, bonus=True, bonus_from="q", stop_at_rejection=True, one_r=False, draw_r=True,
                  bonus_after_rejection=False, uniforms_first=False, compare="<", returns=list, q_offset=0,
-                 in_place=None):
+                 in_place=None, argmax=()):
     """A correct step by default (rng.choice, a different order of draws from the library's);
-    each keyword makes one classic mistake, or one harmless change."""
+    each keyword makes one classic mistake, or one harmless change. bonus="at K = 0": the extra
+    token only when there are no drafts; argmax: where ("residual", "extra") the most likely token
+    is taken instead of a sample."""
     K, out, rejected = len(drafted), [], False
     uniforms = rng.random(K) if uniforms_first else None
     shared_r = rng.uniform() if one_r else None
@@ -76,7 +78,8 @@ def learner_step(drafted, p, q, rng, *, ratio="q/p", residual="q-p", normalise=T
         else:
             with np.errstate(invalid="ignore", divide="ignore"):  # every option is computed; one is used
                 rest = residual_options(qt, p, q, t, x, normalise)[residual]
-        out.append(draw(qt if rest is None else rest, rng, sampler))
+        rest = qt if rest is None else rest
+        out.append(int(np.argmax(rest)) if "residual" in argmax else draw(rest, rng, sampler))
         if stop_at_rejection:
             break
     if in_place == "drafted":
@@ -86,7 +89,10 @@ def learner_step(drafted, p, q, rng, *, ratio="q/p", residual="q-p", normalise=T
             out.append(draw(q[len(out)], rng, sampler))  # the "extra" token, wrongly, after a rejection
         return returns(out)
     extra = {"q": lambda: q[bonus_row], "p": lambda: p[-1], "paper": lambda: q[K + 1]}[bonus_from]()
-    return returns(out + ([draw(extra, rng, sampler)] if bonus else []))
+    if bonus == "at K = 0" and K:
+        return returns(out)
+    token = int(np.argmax(extra)) if "extra" in argmax else draw(extra, rng, sampler)
+    return returns(out + ([token] if bonus else []))
 
 
 def residual_options(qt, p, q, t, x, normalise):
@@ -111,6 +117,10 @@ MISTAKES = {  # the grader's name -> how the learner made it
     "the residual |q − p|": dict(residual="|q-p|"),
     "the residual always from row 0": dict(residual="row 0"),
     "no bonus token": dict(bonus=False),
+    "no bonus token ": dict(bonus="at K = 0"),  # the K = 0 case handled, as notebook 03 asks
+    "argmax of the residual": dict(argmax=("residual",)),
+    "argmax for the bonus token": dict(argmax=("extra",)),
+    "argmax for the residual and for the bonus token": dict(argmax=("residual", "extra")),
     "the bonus token from the wrong row": dict(bonus_row=-2),
     "the bonus token from p's last row": dict(bonus_from="p"),
     "the bonus token from q's first row": dict(bonus_row=0),
@@ -135,8 +145,6 @@ NAMED_AT_ONCE = {  # mistakes named from one output or one exception: the words 
     "the comparison inverted, own residual": (dict(compare=">", residual="q-p naive"),
                                               "the comparison inverted, r > min(1, q/p)"),
     "the paper's q_{K+1} as q[K + 1]": (dict(bonus_from="paper"), "extra row q_{K+1} is q[K]"),
-    "changing q in place": (dict(in_place="q"), "changed its argument q in place"),
-    "changing drafted in place": (dict(in_place="drafted"), "changed its argument drafted in place"),
 }
 
 HARMLESS = {  # correct steps written differently: all must pass
@@ -147,6 +155,8 @@ HARMLESS = {  # correct steps written differently: all must pass
     "NumPy ints": dict(returns=lambda out: [np.int64(x) for x in out]),
     "a NumPy array": dict(returns=np.array),
     "the library's residual": dict(residual="library"),
+    "the residual computed in q's own memory": dict(in_place="q"),  # the loop hands copies, and so does the grader
+    "drafted used as scratch space": dict(in_place="drafted"),
     "all of these at once": dict(uniforms_first=True, compare="<=", sampler="cdf",
                                  returns=lambda out: np.array(out, dtype=np.int32)),
 }
@@ -382,6 +392,8 @@ LOCATED = {  # how the learner went wrong -> (the swapped piece, words the messa
     "the keep probability capped at 0.9": (dict(judge=lambda p, q, t, x: min(0.9, q[t][x] / p[t][x])),
                                            "How many drafts were kept"),
     "keeping with q / (p + q)": (dict(judge=lambda p, q, t, x: q[t][x] / (p[t][x] + q[t][x])), "How many drafts were kept"),
+    "the fourth draft kept unjudged": (dict(judge=lambda p, q, t, x: min(1.0, q[t][x] / p[t][x]) if t < 3 else 1.0),
+                                       "K = 4"),  # only a case with K = 4 can see it
 }
 
 
@@ -397,7 +409,7 @@ def test_every_wrong_step_is_named_or_located_with_the_frequencies_of_the_part_t
 
 def test_the_cases_hold_what_the_loop_sends_no_drafts_a_temperature_top_p_and_a_greedy_target():
     cases = step_exercise.grading_cases()
-    assert {case.K for case in cases} == {0, 1, 2, 3}
+    assert {case.K for case in cases} == {0, 1, 2, 3, 4}
     assert any(case.K and (case.p == 0).any() and (case.q == 0).any() and "top-p" in case.label for case in cases)
     assert any(np.all(case.q.max(axis=1) == 1.0) and "temperature 0" in case.label for case in cases)
     for case in cases:
@@ -429,3 +441,63 @@ def test_what_a_step_got_wrong_before_it_stopped_comes_first():
     """A step wrong everywhere that also fails at K = 0 hears about both, the distribution first."""
     ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, bonus=False))
     assert ok is False and message.index("classic mistake, no bonus token") < message.index("Then, in case"), message
+
+
+def test_a_step_that_edits_its_inputs_in_a_way_that_changes_its_output_is_refused_by_that_output():
+    """The grader hands copies, as the loop does, and judges only the output: an aliasing slip
+    (the ratio computed in q's own row, then the residual taken from that row) shows in the law."""
+    def my_speculative_step(drafted, p, q, rng):
+        out = []
+        for t, x in enumerate(drafted):
+            ratio = q[t]  # not a copy: dividing it divides q[t]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio /= p[t]
+            if rng.random() < min(1.0, ratio[x]):
+                out.append(int(x))
+                continue
+            rest = np.nan_to_num(np.maximum(0.0, q[t] - p[t]), posinf=0.0)
+            return out + [int(rng.choice(len(rest), p=rest / rest.sum()))]
+        return out + [int(rng.choice(q.shape[1], p=q[len(drafted)]))]
+
+    ok, message = graded(my_speculative_step)
+    assert ok is False and "Where they differ: " in message and "in place" not in message, message
+
+
+def test_a_generator_seeded_inside_the_step_is_named():
+    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, np.random.default_rng(0)))
+    assert ok is False and "classic mistake, the same random numbers in every call" in message, message
+    assert "Where they differ: " in message and "np.random.default_rng(0)" in message, message
+
+
+def test_the_vocabulary_size_read_as_len_q_is_told_q_shape_1():
+    def my_speculative_step(drafted, p, q, rng):
+        V = len(q)  # K + 1 rows, not the vocabulary
+        out = []
+        for t, x in enumerate(drafted):
+            if rng.random() < min(1.0, q[t][x] / p[t][x]):
+                out.append(int(x))
+                continue
+            rest = np.maximum(0.0, q[t] - p[t])
+            return out + [int(rng.choice(V, p=rest / rest.sum()))]
+        return out + [int(rng.choice(V, p=q[len(drafted)]))]
+
+    ok, message = graded(my_speculative_step)
+    assert ok is False and "q.shape[1] = 3" in message and "len(q) is q's number of rows" in message, message
+
+
+def test_a_named_mistake_is_not_followed_by_a_second_guess():
+    """Accepting with q(x̃) rejects on a row where p = q, and a residual normalised blindly is
+    then NaN: the message names the mistake, then says what happened, and guesses nothing more."""
+    ok, message = graded(lambda d, p, q, rng: learner_step(d, p, q, rng, ratio="q", residual="q-p naive"))
+    assert ok is False and "classic mistake, accepting with probability q(x̃) (" in message, message
+    assert "Then, in case 3" in message and "NaN" in message and "comparison inverted" not in message, message
+
+
+def test_the_nan_of_rejecting_where_p_equals_q_still_guesses_the_comparison_when_nothing_else_is_said():
+    def my_speculative_step(drafted, p, q, rng):
+        if len(drafted) == 3 and np.array_equal(p[1], q[1]):  # case 3 is the first where p = q
+            raise ValueError("Probabilities contain NaN")
+        return learner_step(drafted, p, q, rng)
+
+    ok, message = graded(my_speculative_step)
+    assert ok is False and message.count("NaN") >= 2 and "the comparison inverted" in message, message

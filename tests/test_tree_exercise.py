@@ -80,9 +80,8 @@ def drop_rejected(candidates, p, q, rng):
     return int(rng.choice(len(q), p=target))
 
 
-# ---- broken in one call ----
-
-def changes_q(candidates, p, q, rng):
+def residual_in_q_itself(candidates, p, q, rng):
+    """Right, the running residual computed in q's own memory: the walk hands copies, so does the grader."""
     for i, token in enumerate(candidates):
         if rng.random() < min(1.0, q[token] / p[i][token]):
             return token
@@ -91,6 +90,8 @@ def changes_q(candidates, p, q, rng):
         q /= q.sum()
     return int(rng.choice(len(q), p=q))
 
+
+# ---- broken in one call ----
 
 def fails_at_a_leaf(candidates, p, q, rng):
     return right_loop(candidates, p, q, rng) if len(p[0]) else 0
@@ -161,7 +162,38 @@ def ratio_upside_down(candidates, p, q, rng):
     return int(rng.choice(len(q), p=target))
 
 
-@pytest.mark.parametrize("step", [right_loop, right_recursive, rejection.accept_among])
+def judged(keep, one_r=False):
+    """The right step but for the test: keep(p_i(c), q_i(c), r) says whether c is kept; one_r: one
+    uniform for the whole step."""
+    def step(candidates, p, q, rng):
+        target, r = np.array(q, dtype=float), rng.random()
+        for i, token in enumerate(candidates):
+            if keep(p[i][token], target[token], r):
+                return token
+            target = shortfall(target, p[i])
+            r = r if one_r else rng.random()
+        return int(rng.choice(len(q), p=target))
+    return step
+
+
+def never_updated_fallback_q(candidates, p, q, rng):
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, q[token] / p[i][token]):
+            return token
+    return int(rng.choice(len(q), p=q))
+
+
+def residual_never_normalised(candidates, p, q, rng):
+    target = np.array(q, dtype=float)
+    for i, token in enumerate(candidates):
+        if rng.random() < min(1.0, target[token] / p[i][token]):
+            return token
+        target = np.maximum(target - p[i], 0)  # its sum shrinks with every rejection
+    with np.errstate(invalid="ignore"):  # 0 / 0 once nothing is left: rng.choice refuses the NaN
+        return int(rng.choice(len(q), p=target / target.sum()))
+
+
+@pytest.mark.parametrize("step", [right_loop, right_recursive, rejection.accept_among, residual_in_q_itself])
 def test_right_steps_pass(step):
     check = check_multi_candidate_step(step)
     assert isinstance(check, Check) and check.ok and str(check).startswith("✔ right"), check
@@ -176,6 +208,13 @@ def test_right_steps_pass(step):
     (residual_from_q_each_time, "the residual formed from q each time"),
     (fallback_from_p, "the fallback sampled from p"),
     (argmax_at_a_leaf, "the token at a leaf taken as q's most likely"),
+    (fallback_argmax, "argmax for the fallback"),
+    (ratio_upside_down, "accepting with probability min(1, p/q)"),
+    (judged(lambda p, q, r: r < q), "accepting with probability q(c)"),
+    (judged(lambda p, q, r: q >= p), "a deterministic test, keep c if q(c) ≥ p(c)"),
+    (judged(lambda p, q, r: r > min(1.0, q / p)), "the comparison inverted, r > min(1, q/p)"),
+    (judged(lambda p, q, r: r < min(1.0, q / p), one_r=True), "one r for the whole step"),
+    (never_updated_fallback_q, "the residual not updated between candidates (fallback from q)"),
 ])
 def test_each_classic_mistake_is_named(step, name):
     check = check_multi_candidate_step(step)
@@ -184,10 +223,8 @@ def test_each_classic_mistake_is_named(step, name):
 
 
 @pytest.mark.parametrize("step, part", [
-    (fallback_argmax, "The token drawn after every candidate was rejected"),
     (softmax_residual, "Which candidate was kept"),
     (last_candidate_first, "Which candidate was kept"),
-    (ratio_upside_down, "Which candidate was kept"),
 ])
 def test_a_mistake_without_a_name_is_located_with_the_frequencies_of_the_part_that_differs(step, part):
     message = str(check_multi_candidate_step(step))
@@ -196,7 +233,8 @@ def test_a_mistake_without_a_name_is_located_with_the_frequencies_of_the_part_th
 
 
 @pytest.mark.parametrize("step, says", [
-    (changes_q, "changed one of its arguments in place"),
+    (residual_never_normalised, "Normalise each residual as you form it"),
+    (lambda c, p, q, rng: right_loop(c, p, q, np.random.default_rng(0)), "the same random numbers in every call"),
     (fails_at_a_leaf, "fails_at_a_leaf raised IndexError inside check_multi_candidate_step, for the candidates []"),
     (unseeded, "Generators of the same seed gave different tokens"),
     (lambda c, p, q, rng: [0], "return one token id"),
@@ -240,3 +278,16 @@ def test_solution_prints_the_library_step(capsys):
                                            (None, False)])
 def test_the_second_candidate_question(answer, right):
     assert tree_exercise.check_second_candidate(answer).ok is right
+
+
+def test_one_r_for_the_whole_step_shows_only_where_a_later_candidate_is_kept_sometimes():
+    """With one uniform, c_2 (tried after r ≥ a_1) is kept with max(0, a_2 − a_1) / (1 − a_1), not
+    a_2: the same law whenever a_2 is 0 or 1. A case where it is neither is what shows it."""
+    shared = MISTAKES["one r for the whole step"]
+    for c in grading_cases():
+        moved = 0.5 * np.abs(shared.output_distribution(c.candidates, c.p, c.q)
+                             - MULTI_STEP.output_distribution(c.candidates, c.p, c.q)).sum()
+        a_1 = rejection.accept_probability(c.p[0], c.q, c.candidates[0]) if len(c.candidates) > 1 else 1.0
+        q_2 = rejection.residual(c.p[0], c.q) if len(c.candidates) > 1 else None
+        a_2 = rejection.accept_probability(c.p[1], q_2, c.candidates[1]) if q_2 is not None else 0.0
+        assert (moved > 0.05) == (0 < a_2 < 1 and a_1 < 1), (c.candidates, moved)

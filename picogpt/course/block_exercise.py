@@ -14,7 +14,8 @@ when all K are kept (Sun et al. 2025, arXiv 2403.10444, their Algorithm 2; picog
 A `BlockRule` is one way to write it, as values: the running weight, the keep probabilities, how
 the kept prefix is chosen from the uniforms, and what the last token is drawn from. `BLOCK` is the
 paper's; `MISTAKES` are the realistic ways to get it wrong, each with its exact law for given
-drafts (`output_distribution`) and a runnable `step`. The grader is notebook 03's
+drafts (`output_distribution`) and a runnable `step`; `NAMED_IN_03` the slips of writing the code
+that notebook 03's grader names too, by the same names. The grader is notebook 03's
 (step_exercise.check_speculative_step), given these rules.
 """
 
@@ -26,7 +27,17 @@ import numpy as np
 from .. import rejection, speculative
 from ..sampling import sample
 from .grading import check_number
-from .step_exercise import NO_DRAFTS, TRIALS, StepCase, StepExercise, check_speculative_step, shaped
+from .step_exercise import (
+    NO_BONUS,
+    NO_DRAFTS,
+    TRIALS,
+    WRONG_ROW,
+    StepCase,
+    StepExercise,
+    check_speculative_step,
+    most_likely,
+    shaped,
+)
 
 # ---------------------------------------------------------------------------------------------
 # How the kept prefix is chosen from the keep probabilities h_1 .. h_K
@@ -85,7 +96,12 @@ def one_uniform_law(h):
     return law
 
 
+def largest_failing(eta, h):
+    return max((i for i in range(1, len(h) + 1) if not eta[i - 1] < h[i - 1]), default=0)
+
+
 LARGEST_PASSING = Choice("the largest i that passes", largest_passing, largest_passing_law)
+INVERTED = Choice("the largest i that fails", largest_failing, lambda h: largest_passing_law(1.0 - clipped(h)))
 FIRST_FAILING = Choice("stop at the first failure", first_failing, first_failing_law)
 ONE_UNIFORM = Choice("one uniform, the largest i that passes", largest_passing, one_uniform_law, shared=True)
 
@@ -139,6 +155,22 @@ def q_row(weights, p, q, n_kept, K):
     return np.asarray(q[n_kept], np.float64)
 
 
+def no_bonus(weights, p, q, n_kept, K):
+    """Nothing after all K drafts are kept (None); K = 0 still gives its one token, from q[0]."""
+    return None if n_kept == K and K else weighted_residual(weights, p, q, n_kept, K)
+
+
+def bonus_from_q_before(weights, p, q, n_kept, K):
+    """The extra token from q[K − 1], the row that judged the last draft, instead of q[K]."""
+    return np.asarray(q[K - 1], np.float64) if n_kept == K else weighted_residual(weights, p, q, n_kept, K)
+
+
+def residual_argmax(weights, p, q, n_kept, K):
+    """The weighted residual's most likely token in place of a sample from it."""
+    last = weighted_residual(weights, p, q, n_kept, K)
+    return last if n_kept == K else most_likely(last)
+
+
 @dataclass(frozen=True)
 class BlockRule:
     """One way to write block verification's Steps 3-4 for p [K, V], q [K + 1, V]: running weights
@@ -167,7 +199,8 @@ class BlockRule:
         eta = self.choice.uniforms(rng, K)
         weights, keep = self.weights_and_keep(drafted, p, q)
         n_kept = self.choice.pick(eta, keep)
-        return [int(x) for x in drafted[:n_kept]] + [sample(self.last(weights, p, q, n_kept, K), rng)]
+        last = self.last(weights, p, q, n_kept, K)
+        return [int(x) for x in drafted[:n_kept]] + ([] if last is None else [sample(last, rng)])
 
     def output_distribution(self, drafted, p, q):
         """The exact probability of every output for these drafts: {tuple: probability}."""
@@ -177,6 +210,10 @@ class BlockRule:
         for n_kept, chance in enumerate(self.choice.law(keep)):
             if chance > 0:
                 last = self.last(weights, p, q, n_kept, K)
+                if last is None:  # no token after the kept drafts
+                    key = tuple(int(x) for x in drafted[:n_kept])
+                    out[key] = out.get(key, 0.0) + chance
+                    continue
                 for y in np.flatnonzero(last):
                     key = tuple(int(x) for x in drafted[:n_kept]) + (int(y),)
                     out[key] = out.get(key, 0.0) + chance * float(last[y])
@@ -214,6 +251,19 @@ MISTAKES = {rule.name: rule for rule in (
 )}
 
 
+# The slips of writing the code that notebook 03's grader names too, by the same names: they are not
+# ways to verify a block (section 6's table leaves them out), only ways to get the code wrong
+NAMED_IN_03 = {rule.name: rule for rule in (
+    BlockRule("no bonus token", NO_BONUS, last=no_bonus),
+    BlockRule("the bonus token from the wrong row", WRONG_ROW, last=bonus_from_q_before),
+    BlockRule("argmax of the residual", "after the kept drafts, sample the token from the weighted residual with rng "
+              "(rng.choice(V, p=residual)); its most likely token, argmax, is greedy decoding: the tokens the residual "
+              "gives less mass never come out, and the text is no longer distributed as q", last=residual_argmax),
+    BlockRule("the comparison inverted, eta_i ≥ h_i", "keep x̃_1 .. x̃_i for the largest i with eta_i < h_i, not "
+              "eta_i ≥ h_i: inverted, the test passes the positions it should fail", choice=INVERTED),
+)}
+
+
 # ---------------------------------------------------------------------------------------------
 # The exercise: notebook 03's grader, given block verification's rule, mistakes and cases
 # ---------------------------------------------------------------------------------------------
@@ -223,7 +273,8 @@ def grading_cases():
     """Small cases (K = 3, 3, 2 over three tokens) on which every mistake moves the law of (drafts,
     output) by a total-variation distance of 0.06 or more in some case, and every two mistakes differ
     (tests/test_block_course.py checks both); then rows as the loop makes them at temperature 0.7
-    with top-p 0.9 (zeros in both), and K = 0, which the loop sends when a draft proposes nothing."""
+    with top-p 0.9 (zeros in both), K = 4 (a slip that only shows from the fourth draft on), and
+    K = 0, which the loop sends when a draft proposes nothing."""
     def rows(*r):
         return np.array(r, np.float64)
     return (
@@ -235,6 +286,8 @@ def grading_cases():
         StepCase(p=shaped([[2.0, 1.2, 0.9, -1.0], [0.2, 1.5, -0.5, 1.1]], temperature=0.7, top_p=0.9),
                  q=shaped([[1.0, 2.0, -1.0, 0.6], [1.5, 0.3, 1.0, -2.0], [0.0, 1.0, 1.8, 0.5]], temperature=0.7, top_p=0.9),
                  label="temperature 0.7 with top-p 0.9"),
+        StepCase(p=rows([0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4], [0.4, 0.4, 0.2]),
+                 q=rows([0.3, 0.5, 0.2], [0.4, 0.3, 0.3], [0.2, 0.4, 0.4], [0.5, 0.2, 0.3], [0.2, 0.2, 0.6])),
         StepCase(p=np.zeros((0, 3)), q=rows([0.2, 0.5, 0.3]), label=NO_DRAFTS),
     )
 
@@ -242,14 +295,18 @@ def grading_cases():
 AFTER_THE_LAST_TOKEN = ("for drafts {drafts} it returned {output}: after the kept drafts x̃_1 .. x̃_i the loop emits "
                         "exactly one more token (from the weighted residual, or from q[K] when all K are kept) and stops")
 BLOCK_EXERCISE = StepExercise(
-    "block verification", BLOCK, {**MISTAKES, TOKEN_BY_TOKEN.name: TOKEN_BY_TOKEN}, grading_cases(),
+    "block verification", BLOCK, {**MISTAKES, TOKEN_BY_TOKEN.name: TOKEN_BY_TOKEN, **NAMED_IN_03}, grading_cases(),
     walk_through="Walk through it: w_0 = 1, w_i = min(1, w_{i-1} q_i(x̃_i) / p_i(x̃_i)); h_i = Z_i / (Z_i + 1 − w_i) "
                  "with Z_i = Σ max(0, w_i q_{i+1} − p_{i+1}) for i < K, h_K = w_K; one uniform eta_i per position; keep "
                  "x̃_1 .. x̃_i for the largest i with eta_i < h_i; then one token from (w_i q_{i+1} − p_{i+1})+, or from "
                  "q[K] when all K are kept.",
-    nan_hint=("A NaN comes from normalising max(0, w q − p) when its sum is 0. Where that sum is 0 for i ≥ 1, h_i = 0 "
-              "(or w_i = 1 and the next position keeps every draft), so the block never stops there: check how you "
-              "choose the kept prefix (the largest i with eta_i < h_i)."),
+    nan_hint=("A NaN comes from normalising max(0, w q − p) when its sum is 0. After keeping i drafts the token comes "
+              "from (w_i q_{i+1} − p_{i+1})+, with the weight of the i drafts kept, w_i = weights[i] (w_0 = 1), and the "
+              "rows q[i] and p[i]; its sum is 0 for i ≥ 1 only where h_i = 0 (or w_i = 1 and the next position keeps "
+              "every draft), so the block never stops there. Either your residual is another (a weight from another "
+              "position, w_{i+1} say, can leave nothing positive) or your block stopped where it cannot: check your "
+              "h_i and how you choose the kept prefix (the largest i with eta_i < h_i)."),
+    nan_guess="",
     after_a_non_draft={"extra": AFTER_THE_LAST_TOKEN, "judged on": AFTER_THE_LAST_TOKEN},
     call="check_block_step(my_block_step)", next_token="the token drawn after keeping {i} draft(s), x̃_{t} not kept")
 

@@ -5,7 +5,8 @@ and returns a `Check`: truthy when right, shown by a notebook as one line, "✔ 
 the worked solution, or "✘ not yet: ..." with what to fix. A wrong answer gets a hint (the
 method, or the known mistake it matches) but not the number, so the exercise stays an exercise.
 A grader never raises and never prints: a learner's function that raises, or returns something
-unusable, is a "✘ not yet" that names the function and where it ran.
+unusable, is a "✘ not yet" that names the function and where it ran. A grader runs the learner's
+function as the course's loops do (`on_copies`): on copies of its inputs, judging only what it returns.
 
 A grader of a function that samples (the steps of notebooks 03, 07 and 08) compares the law of
 its outputs with the right one part by part (`Part`, `compare`): the law of an output is a
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import shown
+from ..speculative import copied
 from .chi_square import chi_square_sf, chi_square_test
 
 
@@ -92,6 +94,14 @@ def raised(fn, error, where, placeholder="your_step"):
     """One sentence for an exception the learner's function raised: which function, inside which
     grader or loop and on what input (`where`), and the exception."""
     return f"{function_name(fn, placeholder)} raised {type(error).__name__} {where}: {shown(error, 300).rstrip('. ')}"
+
+
+def on_copies(fn, *inputs):
+    """Call the learner's function as speculative_sampling and tree_sampling call it
+    (speculative.checked): on copies of its inputs. A grader judges only what it returns, as the
+    loops do: working in its arguments' memory harms nothing there, and an edit in place that
+    changes its own output shows in that output's law."""
+    return fn(*map(copied, inputs))
 
 
 def p_is(p_value):
@@ -232,6 +242,30 @@ def judge(laws, counts, parts, significance):
 def located(verdict, rule, n_parts):
     """Where the outputs differ from `rule`: the n_parts parts that differ most, with their frequencies."""
     return ". ".join(difference_text(d, rule, where) for d, where in verdict.differences[:n_parts])
+
+
+def always_the_same(laws, counts, condition, significance):
+    """True when the outcomes repeat themselves beyond chance: under every condition observed
+    (`condition(outcome)`: the drafts given, say) one and the same outcome every time, where the
+    exact laws would give outcomes this repetitive with probability below `significance`. The mark
+    of a step whose random numbers restart at every call (a Generator seeded inside it)."""
+    log_chance = 0.0
+    for law, counted in zip(laws, counts):
+        seen = {}
+        for outcome, n in counted.items():
+            if n > 0:
+                seen.setdefault(condition(outcome), []).append((outcome, n))
+        for given, outcomes in seen.items():
+            if len(outcomes) > 1:
+                return False
+            n = outcomes[0][1]
+            rule = [prob for outcome, prob in law.items() if prob > 0 and condition(outcome) == given]
+            total = sum(rule)
+            if total > 0:  # P(n draws all alike) = Σ_o P(o | given)^n, in logs
+                terms = [n * math.log(prob / total) for prob in rule]
+                top = max(terms)
+                log_chance += top + math.log(sum(math.exp(t - top) for t in terms))
+    return log_chance < math.log(significance)
 
 
 def best_fitting(counts, mistakes):

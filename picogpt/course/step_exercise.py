@@ -10,17 +10,19 @@ and it returns what the loop emits: the accepted drafts, then one token resample
 (q - p)+ at the first rejection, or the extra ("bonus") token from q[K] when all K pass.
 
 `check_speculative_step(fn)` grades it by its output *distribution* and returns a `Check`
-(grading.py): over small p/q cases (K = 0 to 3, rows shaped by a temperature, top-p and a
-greedy target among them) it draws the drafts from p, calls fn, and tests the histogram of
-(drafts, output) against the exact probabilities of Algorithm 2, as a whole and part by part:
+(grading.py): over small p/q cases (K = 0 to 4, rows shaped by a temperature, top-p and a
+greedy target among them) it draws the drafts from p, calls fn on copies of them as the loop
+does (grading.on_copies), and tests the histogram of (drafts, output) against the exact
+probabilities of Algorithm 2, as a whole and part by part:
 how many drafts were kept, the token after a rejection at each position, the extra token. A
 wrong step is told which part differs, with the expected and observed frequencies, and the
-classic mistake (`VARIANTS`) whose exact distribution its outputs fit, if one does; mistakes that
-show in a single output or exception (a token after the resampled one, an id outside the
+classic mistake (`VARIANTS`) whose exact distribution its outputs fit, if one does, or, when the
+same drafts always give the same output, the random numbers that restart at every call; mistakes
+that show in a single output or exception (a token after the resampled one, an id outside the
 vocabulary, rng.choice refusing an unnormalised residual or the NaN of rejecting where p = q, an
 index past q's last row, p[0] read when there are no drafts) are named as soon as they happen,
-with the step and the drafts it was called with, and a step that changes its inputs in place is
-refused. The grader never raises. `VARIANTS[i].step` runs a mistake, for notebook 04's demo.
+with the step and the drafts it was called with. The grader never raises. `VARIANTS[i].step`
+runs a mistake, for notebook 04's demo.
 Notebook 03's second exercise, the loop around the step, is loop_exercise.py.
 """
 
@@ -34,7 +36,7 @@ from .. import rejection, speculative
 from ..errors import shown
 from ..sampling import distribution, sample, softmax64
 from ..speculative import token_ids
-from .grading import Check, Part, best_fitting, function_name, judge, located, not_answered, raised
+from .grading import Check, Part, always_the_same, best_fitting, function_name, judge, located, not_answered, on_copies, raised
 
 # ---------------------------------------------------------------------------------------------
 # Algorithm 2's Steps 3-4, and the classic ways to get them wrong, as rules
@@ -65,6 +67,11 @@ def unnormalised_residual(leftover_to):
         positive[leftover_to] += 1.0 - positive.sum()
         return positive
     return resample_from
+
+
+def most_likely(row):
+    """The point mass on the row's most likely token: what argmax in place of a sample draws."""
+    return np.eye(len(row))[int(np.argmax(row))]
 
 
 def normalised(f):
@@ -133,6 +140,16 @@ NORMALISE = ("divide max(0, q − p) by its sum before sampling from it: (q − 
              "and the mass it lacks must not fall on one token")
 EXTRA_ROW = ("the extra token comes from q[K], the last row of q (the paper's q_{K+1}): the target's distribution "
              "after the last draft, which only the scoring call computed")
+WRONG_ROW = f"when all K drafts pass, {EXTRA_ROW}, not q[K − 1] (that row already judged the last draft)"
+NO_BONUS = ("when all K drafts are accepted, the loop emits one more token, from q[K] (the target's distribution "
+            "after the last draft): K + 1 tokens, not the K drafts alone. Without it the text is still distributed "
+            "as q (the next loop drafts that position again), but every clean sweep throws away a distribution "
+            "the target already computed")
+ARGMAX_BONUS = ("when all K drafts pass, sample the extra token from q[K] with rng (rng.choice(V, p=q[K])); its most "
+                "likely token, argmax, is greedy decoding, not a sample of q")
+ARGMAX_RESIDUAL = ("after a rejection, sample the new token from the residual with rng (rng.choice(V, p=residual)); "
+                   "its most likely token, argmax, is greedy decoding: the tokens the residual gives less mass never "
+                   "come out, and the text is no longer distributed as q")
 ALGORITHM_2 = StepVariant("Algorithm 2", "")
 VARIANTS = (
     ALGORITHM_2,
@@ -161,16 +178,18 @@ VARIANTS = (
     StepVariant("the residual |q − p|", "your residual is |q − p| renormalised, which gives mass to the tokens the "
                 "draft over-rated; keep only the shortfall, max(0, q − p), then renormalise",
                 resample_from=lambda p, q, t, x: normalised(np.abs(np.asarray(q[t]) - np.asarray(p[t])))),
+    StepVariant("argmax of the residual", ARGMAX_RESIDUAL,
+                resample_from=lambda p, q, t, x: most_likely(rejection.residual(p[t], q[t]))),
+    StepVariant("argmax for the residual and for the bonus token", f"{ARGMAX_RESIDUAL}; likewise the extra token "
+                "from q[K]", resample_from=lambda p, q, t, x: most_likely(rejection.residual(p[t], q[t])),
+                bonus_from=lambda p, q, K: most_likely(q[K])),
     StepVariant("the residual always from row 0", "after rejecting x̃_t, resample from row t of both, "
                 "(q[t] − p[t])+, the distributions at the rejected position; you take row 0 whatever t is",
                 resample_from=lambda p, q, t, x: rejection.residual(p[0], q[0])),
     # the extra token
-    StepVariant("no bonus token", "when all K drafts are accepted, the loop emits one more token, from q[K] "
-                "(the target's distribution after the last draft): K + 1 tokens. (Without it the text is still "
-                "distributed as q — the next loop drafts that position again — but every clean sweep throws away "
-                "a distribution the target already computed.)", bonus_from=lambda p, q, K: None),
-    StepVariant("the bonus token from the wrong row", f"when all K drafts pass, {EXTRA_ROW}, not q[K − 1] "
-                "(that row already judged the last draft)", bonus_from=lambda p, q, K: q[K - 1]),
+    StepVariant("no bonus token", NO_BONUS, bonus_from=lambda p, q, K: None if K else q[K]),  # K = 0: one token, as asked
+    StepVariant("argmax for the bonus token", ARGMAX_BONUS, bonus_from=lambda p, q, K: most_likely(q[K])),
+    StepVariant("the bonus token from the wrong row", WRONG_ROW, bonus_from=lambda p, q, K: q[K - 1]),
     StepVariant("the bonus token from p's last row", f"when all K drafts pass, {EXTRA_ROW}; p[K − 1] is the draft's "
                 "distribution for the last draft, which the draft model never extends",
                 bonus_from=lambda p, q, K: p[K - 1] if K else q[K]),  # no draft, no row of p: as q[K]
@@ -205,6 +224,12 @@ VARIANTS = (
 )
 MISTAKES = {variant.name: variant for variant in VARIANTS[1:]}
 
+SAME_EVERY_CALL = ("the same random numbers in every call: your step gave the same output every time it was handed "
+                   "the same {inputs}, as one that makes its own Generator with a fixed seed does "
+                   "(np.random.default_rng(0) inside the step starts the same numbers at every call). Draw every "
+                   "random number from the rng argument (rng.random(), rng.choice); argmax in place of a sample, or "
+                   "a test without a uniform, draws none at all.")
+
 # Mistakes that show in one output or one exception, named the moment they happen
 EXTRA_AFTER_REJECTION = ("the loop emitted a token after the one resampled at a rejection (for drafts {drafts} "
                          "it returned {output}): after a rejection the loop emits the resampled token and stops; "
@@ -215,9 +240,9 @@ JUDGED_ON = ("for drafts {drafts} it returned {output}: after the first rejectio
 
 NAN_AFTER_NO_REJECTION = (
     "A NaN comes from normalising max(0, q − p) when its sum is 0, on a row where p = q: Algorithm 2 never rejects "
-    "there (min(1, q/p) = 1 for every token, and r < 1), so your step rejected a draft it must keep. Check the "
-    "comparison: keep x̃_t when r < min(1, q/p); a classic mistake, the comparison inverted, r > min(1, q/p), "
-    "rejects the drafts the target likes.")
+    "there (min(1, q/p) = 1 for every token, and r < 1), so your step rejected a draft it must keep.")
+NAN_GUESS = ("Check the comparison: keep x̃_t when r < min(1, q/p); a classic mistake, the comparison inverted, "
+             "r > min(1, q/p), rejects the drafts the target likes.")
 
 # ---------------------------------------------------------------------------------------------
 # The grader
@@ -263,7 +288,8 @@ def grading_cases():
     a row with p = q (never rejected), two drafts in a row each kept about half the time (where
     one r for the whole loop shows); rows as the loop makes them at temperature 0.7 with top-p
     0.9 (zeros in both), and for a greedy target (temperature 0: q a point mass) with a draft at
-    temperature 1.5; and K = 0, which the loop sends when a draft proposes nothing."""
+    temperature 1.5; K = 4, all four kept more than half the time (a slip that only shows
+    from the fourth draft on); and K = 0, which the loop sends when a draft proposes nothing."""
     return (
         StepCase(p=rows([0.6, 0.3, 0.1]), q=rows([0.2, 0.5, 0.3], [0.1, 0.2, 0.7])),
         StepCase(p=rows([0.6, 0.3, 0.1], [0.5, 0.1, 0.4]), q=rows([0.3, 0.3, 0.4], [0.25, 0.45, 0.3], [0.7, 0.2, 0.1])),
@@ -275,6 +301,8 @@ def grading_cases():
         StepCase(p=shaped([[0.5, 1.0, 0.0], [1.0, 0.2, 0.4]], temperature=1.5),
                  q=shaped([[0.0, 2.0, 1.0], [1.0, 0.0, 0.5], [0.3, 0.2, 0.9]], temperature=0),
                  label="a greedy target (temperature 0) with a draft at temperature 1.5"),
+        StepCase(p=rows([0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4], [0.4, 0.4, 0.2]),
+                 q=rows([0.4, 0.4, 0.2], [0.3, 0.4, 0.3], [0.2, 0.4, 0.4], [0.5, 0.2, 0.3], [0.2, 0.2, 0.6])),
         StepCase(p=np.zeros((0, 3)), q=rows([0.2, 0.5, 0.3]), label=NO_DRAFTS),
     )
 
@@ -290,6 +318,7 @@ class StepExercise:
     cases: tuple  # StepCase
     walk_through: str  # said when the outputs fit neither the rule nor a mistake
     nan_hint: str  # what a NaN from normalising an empty residual means here
+    nan_guess: str  # the mistake that likely made it, said only when no other is named or located first
     after_a_non_draft: dict  # "extra" / "judged on" -> a message template ({drafts}, {output})
     call: str = "check_speculative_step(my_speculative_step)"  # how the learner calls the grader
     next_token: str = "the token resampled after rejecting x̃_{t}"  # {t}: the first draft not kept, from 1; {i}: kept
@@ -319,7 +348,8 @@ ALGORITHM_2_EXERCISE = StepExercise(
     "Algorithm 2", ALGORITHM_2, MISTAKES, grading_cases(),
     walk_through="Walk through Steps 3-4: r ~ U[0, 1) per draft, accept if r < min(1, q/p), else one token from "
                  "(q − p)+ and stop; all accepted: one more from q[K].",
-    nan_hint=NAN_AFTER_NO_REJECTION, after_a_non_draft={"extra": EXTRA_AFTER_REJECTION, "judged on": JUDGED_ON})
+    nan_hint=NAN_AFTER_NO_REJECTION, nan_guess=NAN_GUESS,
+    after_a_non_draft={"extra": EXTRA_AFTER_REJECTION, "judged on": JUDGED_ON})
 
 
 def rows_text(name, rows_):
@@ -362,7 +392,8 @@ def judged(counts, cases, exercise):
 
 def distribution_message(counts, cases, exercise):
     """What to say about outputs that are not the rule's: where they differ, and the classic
-    mistake they fit if there is one."""
+    mistake they fit if there is one (or, when the same drafts always gave the same output, the
+    random numbers that restart at every call)."""
     verdict = judged(counts, cases, exercise)
     best_p, best = best_fitting(counts, [(rule, [exact_joint(rule, case) for case in cases])
                                          for rule in exercise.mistakes.values()])
@@ -370,6 +401,9 @@ def distribution_message(counts, cases, exercise):
         return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: "
                 f"{located(verdict, exercise.name, 1)}. That is a classic mistake, {best.name} (its exact distribution "
                 f"fits yours: p = {best_p:.2g}): {best.hint}.")
+    if always_the_same([exact_joint(exercise.rule, case) for case in cases], counts, lambda key: key[0], SIGNIFICANCE):
+        return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: "
+                f"{located(verdict, exercise.name, 1)}. That is a classic mistake, {SAME_EVERY_CALL.format(inputs='drafts')}")
     return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: {located(verdict, exercise.name, 2)}. "
             f"That is none of the classic mistakes I know by name. {exercise.walk_through}")
 
@@ -401,45 +435,39 @@ def shape_problem(output, drafted, n_vocab, exercise=None):
 
 
 def error_message(fn, error, drafted, case, exercise=None):
-    """What to say about an exception the learner's step raised inside the grader: the step, the
-    drafts, the exception, and the classic mistakes that end in one (rng.choice refusing a
-    residual that is not a distribution) by name."""
+    """What to say about an exception the learner's step raised inside the grader: (the step, the
+    drafts, the exception and what it means; the mistake that likely made it, or ""). The classic
+    mistakes that end in one (rng.choice refusing a residual that is not a distribution) are named."""
     exercise = exercise or ALGORITHM_2_EXERCISE
     text = str(error)
     said = raised(fn, error, f"inside {exercise.grader}, for the drafts {list(drafted)} (K = {case.K})")
     if case.K == 0:
         return (f"{said}. With no drafts (K = 0: notebook 06's prompt lookup proposes none where the text has no "
                 "match, and speculative_sampling still calls the step) p has no rows and q has one, q[0]: the loop "
-                "emits one token from q[0]. Read the vocabulary's size from q (q.shape[1]), not from p[0].")
+                "emits one token from q[0]. Read the vocabulary's size from q (q.shape[1]), not from p[0]."), ""
     if isinstance(error, ValueError) and "do not sum to 1" in text:
-        return f"{said}. That is a classic mistake, the residual not normalised: {NORMALISE}."
+        return f"{said}. That is a classic mistake, the residual not normalised: {NORMALISE}.", ""
     if isinstance(error, ValueError) and "non-negative" in text:
         return (f"{said}. q − p is negative where the draft over-rates a token: the residual is max(0, q − p), "
-                "then divided by its sum.")
+                "then divided by its sum."), ""
+    if isinstance(error, ValueError) and "same size" in text:
+        return (f"{said}. rng.choice(n, p=row) draws from 0 .. n − 1, one id per entry of row: n is the vocabulary's "
+                f"size, q.shape[1] = {case.n_vocab} here; len(q) is q's number of rows, K + 1."), ""
     if isinstance(error, ValueError) and "NaN" in text:
-        return f"{said}. {exercise.nan_hint}"
+        return f"{said}. {exercise.nan_hint}", exercise.nan_guess
     if isinstance(error, IndexError):
         return (f"{said}. drafted and p have K rows (0 .. K − 1), q has K + 1 (0 .. K). The paper counts from 1: its "
-                "x̃_t, p_t and q_t are drafted[t − 1], p[t − 1] and q[t − 1] here, and its extra row q_{K+1} is q[K].")
-    return f"{said} (p = {case.p.tolist()}, q = {case.q.tolist()})."
+                "x̃_t, p_t and q_t are drafted[t − 1], p[t − 1] and q[t − 1] here, and its extra row q_{K+1} is q[K]."), ""
+    return f"{said} (p = {case.p.tolist()}, q = {case.q.tolist()}).", ""
 
 
 def attempt(fn, drafted, case, rng, exercise=None):
-    """Call the learner's step on copies of drafted, p and q: (output, None), or (None, what to say)
-    if it raised or changed one of them in place (the loop keeps using them after the step returns:
-    the caches' roll-back reads drafted, the trace and the plots keep p and q)."""
-    given = {"drafted": list(drafted), "p": case.p.copy(), "q": case.q.copy()}
+    """Call the learner's step on copies of drafted, p and q, as the loop does (grading.on_copies):
+    (output, None), or (None, (what to say, the mistake that likely made it)) if it raised."""
     try:
-        output = fn(given["drafted"], given["p"], given["q"], rng)
+        return on_copies(fn, list(drafted), case.p, case.q, rng), None
     except Exception as e:  # the learner's code: report it, don't crash the notebook
         return None, error_message(fn, e, drafted, case, exercise)
-    original = {"drafted": list(drafted), "p": case.p, "q": case.q}
-    changed = [name for name in given if not np.array_equal(np.asarray(given[name]), np.asarray(original[name]))]
-    if changed:
-        return None, (f"{function_name(fn)} changed its argument {changed[0]} in place (drafts {list(drafted)}): the loop "
-                      "keeps using its inputs after the step returns (the roll-back reads the drafts, the trace and the "
-                      "plots keep p and q). Work on new arrays: np.maximum(0, q[t] − p[t]) makes one, q[t] −= p[t] does not.")
-    return output, None
 
 
 def drafts_for(case, trials, rng):
@@ -450,7 +478,8 @@ def drafts_for(case, trials, rng):
 
 def run_case(fn, case, trials, draft_rng, step_rng, seed_checks, exercise):
     """Call the learner's step `trials` times on drafts sampled from p: ({(drafts, output): count},
-    {kind: the first message of a mistake shown after a rejection}, what stopped it or None)."""
+    {kind: the first message of a mistake shown after a rejection}, what stopped it or None: (what
+    to say, the mistake that likely made it or ""))."""
     counts, after_rejection = {}, {}
     for trial, row in enumerate(drafts_for(case, trials, draft_rng)):
         drafted = tuple(int(x) for x in row)
@@ -459,7 +488,7 @@ def run_case(fn, case, trials, draft_rng, step_rng, seed_checks, exercise):
             return counts, after_rejection, error
         problem = shape_problem(output, drafted, case.n_vocab, exercise)
         if problem and problem[0] == "fatal":
-            return counts, after_rejection, problem[1]
+            return counts, after_rejection, (problem[1], "")
         if problem:
             after_rejection.setdefault(problem[0], problem[1])
             continue
@@ -471,7 +500,8 @@ def run_case(fn, case, trials, draft_rng, step_rng, seed_checks, exercise):
                 return counts, after_rejection, error or error_again
             if token_ids(first) != token_ids(again):
                 return counts, after_rejection, ("two calls with Generators of the same seed gave different outputs: "
-                                                 "draw every random number from the rng argument (rng.random(), rng.choice).")
+                                                 "draw every random number from the rng argument (rng.random(), "
+                                                 "rng.choice).", "")
         key = (drafted, token_ids(output))
         counts[key] = counts.get(key, 0) + 1
     return counts, after_rejection, None
@@ -516,10 +546,11 @@ def check_speculative_step(fn, trials=TRIALS, seed=0, exercise=None):
     if after_rejection:  # judging on shows, with K >= 2, a second token after the first non-draft
         return Check(False, after_rejection.get("judged on") or after_rejection["extra"])
     done = cases[: len(counts)]  # the cases the step ran through
-    if stopped:  # what the step did before it stopped, if that was wrong already, comes first
+    if stopped:  # what the step did before it stopped, if that was wrong already, comes first (and no guess after it)
+        said, guess = stopped
         if done and not judged(counts, done, exercise).ok:
-            return Check(False, f"{distribution_message(counts, done, exercise)} Then, in case {len(done) + 1}: {stopped}")
-        return Check(False, stopped)
+            return Check(False, f"{distribution_message(counts, done, exercise)} Then, in case {len(done) + 1}: {said}")
+        return Check(False, f"{said} {guess}".rstrip())
     verdict = judged(counts, cases, exercise)
     if verdict.ok:
         return Check(True, f"over {len(cases)} cases ({cases_text(cases)}), {len(cases) * trials:,} calls, your step's "

@@ -13,13 +13,14 @@ none), a sample from the last residual.
 
 `check_multi_candidate_step(fn)` grades it by its output distribution and returns a `Check`
 (grading.py): in several small cases with fixed candidates (a leaf among them, and distributions
-shaped by a temperature and top-p) it calls fn many times and tests the histogram of tokens
-against the exact probabilities (rejection.output_distribution_among), as a whole and part by
-part: which candidate was kept, and the token drawn when none was. A wrong step is told which
-part differs, with the expected and observed frequencies, and the classic mistake (`MISTAKES`)
-whose exact distribution its tokens fit, if one does. An exception (named with the step and the
-candidates it was called with), an output that is not one token id, a changed input or a result
-that ignores the rng is named at once. The grader never raises.
+shaped by a temperature and top-p) it calls fn many times, on copies of its inputs as the walk
+does (grading.on_copies), and tests the histogram of tokens against the exact probabilities
+(rejection.output_distribution_among), as a whole and part by part: which candidate was kept,
+and the token drawn when none was. A wrong step is told which part differs, with the expected
+and observed frequencies, and the classic mistake (`MISTAKES`) whose exact distribution its
+tokens fit, if one does. An exception (named with the step and the candidates it was called
+with, and what a NaN or an unnormalised residual means), an output that is not one token id or
+a result that ignores the rng is named at once. The grader never raises.
 """
 
 import inspect
@@ -30,7 +31,20 @@ import numpy as np
 from .. import rejection
 from ..errors import shown
 from ..sampling import distribution, sample
-from .grading import Check, Part, best_fitting, check_number, function_name, judge, located, not_answered, raised
+from .grading import (
+    Check,
+    Part,
+    always_the_same,
+    best_fitting,
+    check_number,
+    function_name,
+    judge,
+    located,
+    not_answered,
+    on_copies,
+    raised,
+)
+from .step_exercise import SAME_EVERY_CALL, most_likely
 
 # ---------------------------------------------------------------------------------------------
 # The step and the classic ways to get it wrong, each with its exact distribution
@@ -49,17 +63,24 @@ def without_token(p_i, q_i, x, q):
     return q_next / q_next.sum()
 
 
+def not_updated(p_i, q_i, x, q):
+    return q_i
+
+
 @dataclass(frozen=True)
 class CandidateRule:
     """One way to write the step: judge candidate i (of the first `tried`) with row `row(p, i)`
-    against the running q_i, which becomes update(row, q_i, c_i, q) after a rejection; when all
-    are rejected, draw from fallback(q, q_last, p)."""
+    against the running q_i, keeping it with keep(row, q_i, c_i); q_i becomes update(row, q_i,
+    c_i, q) after a rejection; when all are rejected, draw from fallback(q, q_last, p). one_r: a
+    single uniform r judges every candidate, instead of a fresh one per candidate."""
     name: str
     hint: str  # what to fix, said to the learner
     row: object = lambda p, i: p[i]
+    keep: object = rejection.accept_probability
     update: object = running_residual
     fallback: object = lambda q, q_last, p: q_last
     tried: int = None  # None: every candidate
+    one_r: bool = False
 
     def candidates_tried(self, candidates):
         return list(candidates)[: self.tried]
@@ -67,11 +88,13 @@ class CandidateRule:
     def output_distribution(self, candidates, p, q):
         """The exact distribution [n_vocab] of the token this rule emits for these candidates."""
         q = np.asarray(q, np.float64)
-        emitted, reached, q_i = np.zeros_like(q), 1.0, q
+        emitted, reached, q_i = np.zeros_like(q), 1.0, q  # reached: P(every candidate so far rejected)
+        above = 0.0  # one r: every candidate so far is rejected exactly when r >= the largest keep probability so far
         for i, x in enumerate(self.candidates_tried(candidates)):
-            kept = rejection.accept_probability(self.row(p, i), q_i, x)
-            emitted[x] += reached * kept
-            reached *= 1.0 - kept
+            a = self.keep(self.row(p, i), q_i, x)
+            kept = max(0.0, a - above) if self.one_r else reached * a
+            emitted[x] += kept
+            reached, above = reached - kept, max(above, a)
             q_i = self.update(self.row(p, i), q_i, x, q)
         return emitted + reached * self.fallback(q, q_i, p)
 
@@ -81,9 +104,10 @@ class CandidateRule:
         if self is MULTI_STEP:
             return rejection.accept_among(candidates, p, q, rng)
         q = np.asarray(q, np.float64)
-        q_i = q
+        q_i, r = q, None
         for i, x in enumerate(self.candidates_tried(candidates)):
-            if rng.random() < rejection.accept_probability(self.row(p, i), q_i, x):
+            r = rng.random() if r is None or not self.one_r else r
+            if r < self.keep(self.row(p, i), q_i, x):
                 return int(x)
             q_i = self.update(self.row(p, i), q_i, x, q)
         return sample(self.fallback(q, q_i, p), rng)
@@ -95,10 +119,13 @@ UPDATE = ("after rejecting c_i, the next candidate is judged against what is sti
 MULTI_STEP = CandidateRule("the multi-candidate step", "")
 MISTAKES = {rule.name: rule for rule in (
     CandidateRule("the residual not updated between candidates", f"every candidate was judged against q itself; {UPDATE}",
-                  update=lambda p_i, q_i, x, q: q_i, fallback=lambda q, q_last, p: rejection.residual(p[-1], q) if len(p) else q),
+                  update=not_updated, fallback=lambda q, q_last, p: rejection.residual(p[-1], q) if len(p) else q),
     CandidateRule("the residual not updated between candidates (fallback from (q − p_1)+)",
                   f"every candidate was judged against q itself; {UPDATE}",
-                  update=lambda p_i, q_i, x, q: q_i, fallback=lambda q, q_last, p: rejection.residual(p[0], q) if len(p) else q),
+                  update=not_updated, fallback=lambda q, q_last, p: rejection.residual(p[0], q) if len(p) else q),
+    CandidateRule("the residual not updated between candidates (fallback from q)", "every candidate was judged "
+                  f"against q itself, and the fallback drawn from q; {UPDATE}, and the fallback comes from the last residual",
+                  update=not_updated),
     CandidateRule("the residual formed from q each time", "after rejecting c_i you formed (q − p_i)+ from q itself; "
                   f"form it from the running residual instead, (q_i − p_i)+: {UPDATE}",
                   update=lambda p_i, q_i, x, q: rejection.residual(p_i, q)),
@@ -119,6 +146,23 @@ MISTAKES = {rule.name: rule for rule in (
                   "replacement). Judge c_i, and form the residual, with p[i]", row=lambda p, i: p[0]),
     CandidateRule("the residual as q without the rejected candidate", "after rejecting c_i you drop c_i from q; "
                   f"that is right only for a point-mass draft. {UPDATE[0].upper() + UPDATE[1:]}", update=without_token),
+    CandidateRule("argmax for the fallback", "when every candidate is rejected (and at a leaf), sample the token from "
+                  "the last residual with rng; its most likely token, argmax, is greedy decoding, not a sample",
+                  fallback=lambda q, q_last, p: most_likely(q_last)),
+    # the test, as notebook 03's step gets it wrong
+    CandidateRule("accepting with probability q(c)", "keep c_i with probability min(1, q_i(c_i) / p_i(c_i)), not "
+                  "q_i(c_i): divide by p_i(c_i), the chance it was drawn", keep=lambda p_i, q_i, x: float(q_i[x])),
+    CandidateRule("accepting with probability min(1, p/q)", "the ratio is upside down: keep c_i with "
+                  "min(1, q_i(c_i) / p_i(c_i))", keep=lambda p_i, q_i, x: rejection.accept_probability(q_i, p_i, x)),
+    CandidateRule("a deterministic test, keep c if q(c) ≥ p(c)", "the test is random: keep c_i when a uniform "
+                  "r < min(1, q_i(c_i) / p_i(c_i)). A candidate the target likes less than the draft did (q_i < p_i) is "
+                  "still kept with probability q_i/p_i", keep=lambda p_i, q_i, x: float(q_i[x] >= p_i[x])),
+    CandidateRule("the comparison inverted, r > min(1, q/p)", "keep c_i when r < min(1, q_i(c_i) / p_i(c_i)), not "
+                  "r > min(1, q_i/p_i): inverted, the test rejects the candidates the target likes and keeps the ones "
+                  "it does not", keep=lambda p_i, q_i, x: 1.0 - rejection.accept_probability(p_i, q_i, x)),
+    CandidateRule("one r for the whole step", "draw a fresh r = rng.random() for every candidate you judge; with one "
+                  "r for the step the verdicts are tied together: a candidate tried after a rejection was rejected "
+                  "by a large r, so it is kept too rarely", one_r=True),
 )}
 
 
@@ -152,31 +196,49 @@ def case(p, q, candidates, label=""):
 
 def grading_cases():
     """Cases where each classic mistake moves the output distribution (tests/test_tree_exercise.py
-    checks it): two and three candidates the target under-rates, one it likes, distributions as
-    the loop makes them at temperature 0.7 with top-p 0.9 (zeros in both), and a leaf (no
-    candidates)."""
+    checks it): two and three candidates the target under-rates, one it likes, a second candidate
+    kept neither never nor always once the first is rejected (where one r for the whole step
+    shows), distributions as the loop makes them at temperature 0.7 with top-p 0.9 (zeros in
+    both), and a leaf (no candidates)."""
     p, q = [0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]
     shaped = dict(temperature=0.7, top_p=0.9)
     return (case(p, q, [0, 1]), case(p, q, [0, 1, 2]), case([0.1, 0.6, 0.3, 0.0], [0.3, 0.2, 0.1, 0.4], [1, 2]),
+            case([0.6, 0.3, 0.1], [0.2, 0.35, 0.45], [0, 1]),
             case(distribution(np.array([1.5, 1.2, -0.5, 0.4, -1.0]), **shaped),
                  distribution(np.array([0.3, 1.6, -2.0, 1.4, 0.2]), **shaped), [0, 3],
                  label="temperature 0.7 with top-p 0.9"),
             case(p, q, []))
 
 
+NAN = ("A NaN comes from normalising a residual whose sum is 0. The multi-candidate step never forms one: "
+       "(q_i − p_i)+ sums to 0 only where q_i = p_i, and there c_i is always kept. Normalise each residual as you form "
+       "it, q_{i+1} = max(0, q_i − p_i) / Σ max(0, q_i − p_i): left unnormalised it shrinks with every rejection until "
+       "nothing is left (and the next candidate is judged against too little); and keep c_i when "
+       "r < min(1, q_i(c_i) / p_i(c_i)), not the other way round.")
+
+
+def error_hint(error, c):
+    """What an exception the learner's step raised means, when it has a usual cause ("" otherwise)."""
+    text = str(error)
+    if not c.candidates and isinstance(error, IndexError):
+        return " At a leaf there are no candidates: p has no rows, and the token comes from q."
+    if isinstance(error, ValueError) and "NaN" in text:
+        return f" {NAN}"
+    if isinstance(error, ValueError) and "do not sum to 1" in text:
+        return (" A classic mistake, the residual not normalised: divide max(0, q_i − p_i) by its sum, each time you "
+                "form it; rng.choice needs a distribution.")
+    return ""
+
+
 def attempt(fn, c, rng):
-    """(token, None), or (None, what to say) when the learner's step raised, changed an input in
-    place or returned something that is not one token id of the vocabulary."""
-    given = (list(c.candidates), c.p.copy(), c.q.copy())
+    """(token, None), or (None, what to say) when the learner's step raised or returned something
+    that is not one token id of the vocabulary. It runs on copies of its inputs, as the tree's walk
+    runs it (grading.on_copies)."""
     try:
-        token = fn(*given, rng)
+        token = on_copies(fn, list(c.candidates), c.p, c.q, rng)
     except Exception as e:  # the learner's code: report it, don't crash the notebook
-        hint = (" At a leaf there are no candidates: p has no rows, and the token comes from q."
-                if not c.candidates and isinstance(e, IndexError) else "")
-        return None, f"{raised(fn, e, f'inside check_multi_candidate_step, for the candidates {list(c.candidates)}')}.{hint}"
-    if any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(given, (list(c.candidates), c.p, c.q))):
-        return None, (f"{function_name(fn)} changed one of its arguments in place: the walk keeps using the tree's p and "
-                      "q after the step returns. Work on new arrays (np.maximum(0, q − p) makes one; q −= p does not).")
+        where = f"inside check_multi_candidate_step, for the candidates {list(c.candidates)}"
+        return None, f"{raised(fn, e, where)}.{error_hint(e, c)}"
     if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)) or not 0 <= token < len(c.q):
         return None, (f"{function_name(fn)} returned {shown(repr(token), 80)}; return one token id, an int from 0 to "
                       f"{len(c.q) - 1}: an accepted candidate, or a sample from the last residual.")
@@ -244,6 +306,10 @@ def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
         return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: "
                             f"{located(verdict, name, 1)}. That is a classic mistake, {best.name} (its exact "
                             f"distribution fits yours: p = {best_p:.2g}): {best.hint}.")
+    if always_the_same([law(MULTI_STEP, c) for c in cases], observed, lambda token: (), SIGNIFICANCE):
+        return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: "
+                            f"{located(verdict, name, 1)}. That is a classic mistake, "
+                            f"{SAME_EVERY_CALL.format(inputs='candidates')}")
     return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: "
                         f"{located(verdict, name, 2)}. That is none of the classic mistakes I know by name. For each "
                         "candidate in turn: r ~ U[0, 1); keep it if r < min(1, q_i(c_i) / p_i(c_i)); else "
