@@ -396,3 +396,20 @@ def test_save_writes_the_committed_folder_and_names_the_renderer(tiny_pair, tmp_
 def test_quick_results_are_never_saved(capsys):
     assert main(["bench", "--save", "--quick"]) == 2
     assert "--quick is a first look" in capsys.readouterr().err
+
+
+def test_a_checkpoint_under_a_linked_weights_folder_is_recorded_inside_the_repository(tmp_path):
+    """Results name a checkpoint relative to the repository, also when weights/ (or a model folder
+    in it) is a link to a disk elsewhere: no machine path in a committed file."""
+    from picogpt.bench.checkpoints import REPO, shown_path
+
+    (tmp_path / "random-gpt2").mkdir()
+    link = REPO / "build" / "test-linked-weights"
+    link.parent.mkdir(exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(tmp_path / "random-gpt2")
+    try:
+        assert shown_path(link / "model.safetensors") == "build/test-linked-weights/model.safetensors"
+        assert shown_path(tmp_path / "model.safetensors") == str(tmp_path / "model.safetensors")
+    finally:
+        link.unlink()

@@ -50,8 +50,6 @@ def matmul(request, monkeypatch):
     compiled loops (kernels.compiled_matmul), the two products a model may choose."""
     if request.param == "numba" and compiled.loops() is None:
         pytest.skip("numba is not installed (pip install 'picogpt-speculative[fast]')")
-    # the shapes here are small: take the threads' paths for one row too (see the test of ONE_CORE_BYTES)
-    monkeypatch.setattr(kernels, "ONE_CORE_BYTES", 0)
     return kernels.numpy_matmul if request.param == "numpy" else kernels.compiled_matmul
 
 
@@ -86,35 +84,15 @@ def test_the_shapes_above_take_the_small_and_the_threaded_paths():
     assert 32 * 97 < BIG_MATRIX <= 1024 * 1030 and 5003 * 768 >= BIG_MATRIX
 
 
-@pytest.mark.parametrize("transposed", [False, True])
-def test_one_row_times_a_matrix_below_one_core_bytes_stays_on_the_calling_thread(monkeypatch, transposed):
-    """One row times a matrix of less than ONE_CORE_BYTES is OpenBLAS's GEMV on the calling
-    thread (waking a helper thread costs more than it brings there); a few rows, or a bigger
-    matrix, are shared among the threads."""
-    handed_out = []
-    monkeypatch.setattr(kernels, "parallel", lambda function, n_items, **_: handed_out.append(n_items)
-                        or function(0, n_items))
-    rng = np.random.default_rng(3)
-    W = rng.standard_normal((1030, 1024) if transposed else (1024, 1030)).astype(np.float32)
-    W = W.T if transposed else W  # the LM head's wte.T view, or a linear weight
-    x = rng.standard_normal((5, 1024)).astype(np.float32)
-    matmul = kernels.choose()
-    assert W.nbytes < kernels.ONE_CORE_BYTES and W.size >= BIG_MATRIX
-    assert np.array_equal(matmul(x[:1], W), x[:1] @ W) and handed_out == []
-    assert relative_diff(matmul(x, W), x.astype(np.float64) @ W.astype(np.float64)) < RELATIVE
-    assert len(handed_out) == 1  # five rows: on the threads
-    monkeypatch.setattr(kernels, "ONE_CORE_BYTES", W.nbytes)
-    assert relative_diff(matmul(x[:1], W), x[:1].astype(np.float64) @ W.astype(np.float64)) < RELATIVE
-    assert len(handed_out) == 2  # a matrix of ONE_CORE_BYTES or more: one row on the threads too
-
-
 ROUTES = {  # (n_rows, shape of W, the LM head's transposed view?) -> product (NumPy alone, with numba)
     (5, (64, 64), False): ("numpy", "numpy"),
-    (1, (1024, 1030), False): ("one_core", "one_core"),
+    (1, (1024, 1030), False): ("split_inputs", "split_inputs"),
     (1, (1024, 5000), False): ("split_inputs", "split_inputs"),
     (5, (1024, 1030), False): ("split_inputs", "compiled_rows"),
-    (5, (5000, 1024), True): ("split_inputs", "compiled_head"),
+    (1, (5000, 1024), True): ("split_outputs", "split_outputs"),
+    (5, (5000, 1024), True): ("split_outputs", "compiled_head"),
     (FEW_ROWS + 1, (1024, 1030), False): ("split_inputs", "split_inputs"),
+    (FEW_ROWS + 1, (5000, 1024), True): ("split_outputs", "split_outputs"),
 }
 
 

@@ -146,3 +146,35 @@ def test_the_former_path_gives_the_plain_paths_logits(candidates_script, monkeyp
         got, expected = model(ids[start:start + n_new], cache), model.plain(ids[start:start + n_new], plain_cache)
         assert float(np.abs(got - expected).max() / np.abs(expected).max()) < RELATIVE, (start, n_new)
         start += n_new
+
+
+@pytest.mark.parametrize("n_rows", [1, 5])
+def test_every_paired_way_computes_x_times_w_and_the_lm_head(candidates_script, n_rows):
+    """paired.py's ways (the products before the profile, the head by its outputs, the package)
+    are x @ W for a linear weight and for the LM head's wte.T view, above kernels.BIG_MATRIX."""
+    import paired
+
+    rng = np.random.default_rng(n_rows)
+    W, wte = rng.standard_normal((1024, 1030), np.float32), rng.standard_normal((5003, 768), np.float32)
+    for weight in (W, wte.T):
+        x = rng.standard_normal((n_rows, weight.shape[0]), np.float32)
+        expected = x.astype(np.float64) @ weight.astype(np.float64)
+        for way, matmul in paired.WAYS.items():
+            got = matmul(x, weight)
+            assert float(np.abs(got - expected).max() / np.abs(expected).max()) < RELATIVE, (way, weight.shape)
+
+
+def test_the_profile_times_every_product_of_a_decode_by_name(candidates_script):
+    """decode_profile.py on the teaching pair's draft: every weight product of a decode is named and
+    timed, with its bytes, and the three kinds of call are timed once per round."""
+    import decode_profile
+
+    from picogpt.bench.checkpoints import resolve_models
+
+    (name, (path, _)), = resolve_models(["tiny-draft"])[0].items()
+    result = decode_profile.profile_model(name, path, calls=2)
+    n_layer = result["n_layer"]
+    assert set(result["products"]) == {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj", "LM head (wte.T)"}
+    assert all(p["per_decode"] == (1 if name.startswith("LM") else n_layer) and len(p["times_s"]) == 2
+               and p["bytes_per_decode"] > 0 for name, p in result["products"].items())
+    assert all(len(times) == 2 for times in result["times_s"].values())

@@ -476,6 +476,88 @@ def kernel_between_table(results, source):
             *table_lines(["model", "layers", "new positions", *ways, "NumPy / compiled"], rows)]
 
 
+def kernel_profile_table(results, source):
+    """benchmarks/kernels/decode_profile.py: one decode's time, product by product, and the rest."""
+    models = results["models"]
+    ceiling = float(np.median(list(results["ceiling_gb_per_s"].values())))
+    names = {"gpt2": "GPT-2 small", "gpt2-xl": "GPT-2 XL"}
+
+    def median(values):
+        return float(np.median(values))
+
+    def share(seconds, m):
+        time = f"{ms(seconds)} ms" if seconds >= 1e-3 else f"{1e6 * seconds:.0f} us"
+        return f"{time} ({100 * seconds / median(m['times_s']['decode']):.1f}%)"
+
+    rows = [["one-token decode, as the package runs it", *(
+        f"{with_spread(m['times_s']['decode'])} = {median(m['times_s']['decode']) / (m['bytes_per_token'] / 1e9 / ceiling):.2f}x "
+        f"the floor ({ms(m['bytes_per_token'] / 1e9 / ceiling)} ms)" for m in models)]]
+    products = list(dict.fromkeys(p for m in models for p in m["products"]))
+    for product in products:
+        cells = []
+        for m in models:
+            p = m["products"].get(product)
+            if p is None:
+                cells.append("")
+                continue
+            rate = p["bytes_per_decode"] / median(p["times_s"]) / 1e9
+            cells.append(f"{share(median(p['times_s']), m)}: {p['per_decode']} x `{p['route']}`, "
+                         f"{rate:.1f} GB/s = {rate / ceiling:.2f} of the ceiling")
+        rows.append([f"product: {product}", *cells])
+    totals = [sum(median(p["times_s"]) for p in m["products"].values()) for m in models]
+    rows.append(["all products (timed one by one)", *(share(t, m) for t, m in zip(totals, models))])
+    rows.append(["work between the products (each product replaced by zeros)",
+                 *(share(median(m["times_s"]["between the products"]), m) for m in models)])
+    rows.append(["per-call checks: " + ", ".join(models[0]["checks_s"]),
+                 *(share(sum(m["checks_s"].values()), m) for m in models)])
+    rows.append(["the rest (the decode less all of the above)", *(share(
+        median(m["times_s"]["decode"]) - t - median(m["times_s"]["between the products"]) - sum(m["checks_s"].values()), m)
+        for t, m in zip(totals, models))])
+    for what in models[0]["sampling_s"]:
+        rows.append([f"after the call: {what}", *(share(m["sampling_s"][what], m) for m in models)])
+    for what in models[0]["per_decode"]:
+        rows.append([f"{what}, per decode", *(f"{m['per_decode'][what]:.1f}" for m in models)])
+    rows.append(["share of the mapped weights in 2 MB pages", *(
+        "-" if m["huge_page_share"] is None else f"{100 * m['huge_page_share']:.0f}%" for m in models)])
+    wake = results["helper_start_us"]
+    machine, before, after = results["machine"], results["ceiling_gb_per_s"]["before"], results["ceiling_gb_per_s"]["after"]
+    return [f"`{results['command']}` on {machine['cpu']} ({machine['cores']} cores), numpy {machine['numpy']}, "
+            f"products `{results['kernel']}`; one new position after {results['context']} cached, medians of "
+            f"{results['calls']} calls of each kind, taking turns; ceiling {before:.1f} GB/s before, {after:.1f} after; "
+            f"load average {load_range([m['load_before'] for m in models] + [m['load_after'] for m in models])}. "
+            f"A sleeping helper thread started its first chunk a median {np.median(wake):.0f} us (p90 "
+            f"{np.percentile(wake, 90):.0f} us) after `threads.parallel` was called.", "",
+            *table_lines(["", *(names.get(m["model"], m["model"]) for m in models)], rows)]
+
+
+def kernel_paired_table(results, source):
+    """benchmarks/kernels/paired.py: each way's one-token decode over the way before it, block by
+    block in fresh processes: the median ratio, its range, and in how many blocks it was faster."""
+    ways, runs = results["ways"], results["runs"]
+    models = list(runs[0]["times_s"][ways[0]])
+    names = {"gpt2": "GPT-2 small", "gpt2-xl": "GPT-2 XL"}
+    rows = []
+    pairs = list(zip(ways, ways[1:])) + ([(ways[0], ways[-1])] if len(ways) > 2 else [])
+    for before, after in pairs:
+        cells = []
+        for model in models:
+            ratios = [a / b for run in runs for a, b in zip(run["times_s"][after][model], run["times_s"][before][model])]
+            cells.append(f"{np.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}), faster in "
+                         f"{sum(r < 1 for r in ratios)} of {len(ratios)}")
+        rows.append([after if before != ways[0] or after == ways[1] else f"all of the above, over {before}", *cells])
+    rows.append([f"{ways[0]}: ms per decode (medians of the processes' medians)", *(
+        f"{1e3 * np.median([np.median(run['times_s'][ways[0]][model]) for run in runs]):.1f}" for model in models)])
+    busy = results["busy_processes"]
+    return [f"`{results['command']}` on {results['machine']['cpu']} ({results['machine']['cores']} cores), "
+            f"{len(runs)} fresh processes, {results['blocks']} blocks of {results['calls']} decodes per way in each "
+            f"(one new position after {results['context']} cached), "
+            + (f"beside {busy} busy processes, " if busy else "")
+            + f"load average {load_range([r['load_before'] for r in runs] + [r['load_after'] for r in runs])} "
+            "(the measurement's own threads count too). Each way's decode time over the way before it, block by "
+            "block: median (range), and in how many blocks it was faster:", "",
+            *table_lines(["way", *(names.get(m, m) for m in models)], rows)]
+
+
 def loads_after(runs):
     """The machine's 1-minute load average after each run, as 'a' or 'low-high'."""
     return value_range([run["load_average"][0] for run in runs], lambda v: f"{v:.1f}")
@@ -681,7 +763,12 @@ BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
                                      "rows": ("benchmarks/kernels/results-rows.json", kernel_rows_table),
                                      "compute": ("benchmarks/kernels/results-compute.json", kernel_compute_table),
                                      "one-row": ("benchmarks/kernels/results-one-row.json", kernel_one_row_table),
-                                     "between": ("benchmarks/kernels/results-between.json", kernel_between_table)},
+                                     "between": ("benchmarks/kernels/results-between.json", kernel_between_table),
+                                     "profile-before": ("benchmarks/kernels/results-profile-before.json",
+                                                        kernel_profile_table),
+                                     "profile": ("benchmarks/kernels/results-profile.json", kernel_profile_table),
+                                     "paired": ("benchmarks/kernels/results-paired.json", kernel_paired_table),
+                                     "paired-busy": ("benchmarks/kernels/results-paired-busy.json", kernel_paired_table)},
     "weights/README.md": {"measurements": ("weights/measurements.json", teaching_pair_card),
                           "samples": ("weights/measurements.json", samples),
                           "training": ("weights/training-report.json", training_table),

@@ -544,7 +544,7 @@ def one_row_mode(args, sgemm, between=6400):
     another with a little NumPy work on the calling thread between them (a tanh over `between`
     floats, like GELU's), so the helper threads go to sleep between products as they do in the
     forward pass. Per shape, every matrix of that shape in --layers layers, interleaved passes.
-    kernels.ONE_CORE_BYTES is where the first stops winning."""
+    former.ONE_CORE_BYTES was where the first was thought to stop winning."""
     work = np.ones(between, np.float32)
     found = {"OpenBLAS GEMV, calling thread (picogpt below ONE_CORE_BYTES)": Candidate(one_row, 1),
              "GEMV split, own threads": Candidate(one_row_split, 1)}
@@ -580,7 +580,7 @@ def one_row_mode(args, sgemm, between=6400):
                            "load_before": load_before, "load_after": load_average(), "times_s": times, "gbs": gbs})
             print(f"{model} {shape} ({mine[0].nbytes / 1e6:.1f} MB each, load {load_before[0]}): "
                   + ", ".join(f"{label.split(' (')[0]} {rate:.1f} GB/s" for label, rate in gbs.items()), flush=True)
-    return {"between_floats": between, "one_core_bytes": kernels.ONE_CORE_BYTES, "helper_start_us": wake_us,
+    return {"between_floats": between, "one_core_bytes": former.ONE_CORE_BYTES, "helper_start_us": wake_us,
             "shapes": shapes}
 
 
@@ -850,8 +850,10 @@ def paths_mode(args, sgemm):
     draft, target = model("gpt2"), model("gpt2-xl")
     draft.prepare(), target.prepare()
     paths = {  # name: (matmul, the model's class); NumPy's BLAS on one thread, as kernels.choose leaves it
-        "picogpt.fast: compiled few rows; one row under 16 MiB on the calling thread, one band per thread above":
+        "picogpt.fast: compiled few rows; one row in 2 bands per thread, the LM head in bands of wte's rows":
             (kernels.compiled_matmul, GPT2),
+        "one row under 16 MiB on the calling thread, the LM head by its inputs (former.one_core_matmul)":
+            (former.one_core_matmul, GPT2),
         "bands taken by whoever is free, 4 per thread, one row included (former.bands_matmul)":
             (former.bands_matmul, GPT2),
         "OpenBLAS's threads for big one-row and many-row products": (former.blas_threads_matmul, GPT2),

@@ -1,9 +1,11 @@
 """What left picogpt's fast path, or did not join it, kept here so that it stays measured beside
 what it runs:
 
+- one row times a weight under ONE_CORE_BYTES on the calling thread, and the LM head's one row
+  cut by its inputs (`one_core_matmul`): the package's products before decode_profile.py's profile;
 - bands taken by whoever is free (`bands_matmul`): every big one-row and many-row product cut
-  into CHUNKS_PER_THREAD bands per thread of picogpt's, one row under ONE_CORE_BYTES included
-  (`split_input_bands`; for the LM head `split_output_bands`, bands of wte's rows);
+  into CHUNKS_PER_THREAD bands per thread of picogpt's (`split_input_bands`; for the LM head
+  `split_output_bands`, bands of wte's rows);
 - OpenBLAS's own threads for the big one-row and many-row products (`blas_threads_matmul`);
 - the L2 tiles (`tiled`, `by_output_rows`): NumPy's best few-row product without numba, one
   GEMV per row on tiles of ~80 KB of W (the first row brings a tile into L2, the others re-read
@@ -32,10 +34,26 @@ from picogpt.gpt2 import gpt2
 from picogpt.kv_cache import KVCache
 from picogpt.model import GPT2, cache_unchanged_unless_returned
 
+ONE_CORE_BYTES = 16 << 20  # one_core_matmul: one row times a smaller weight stayed on the calling thread
 TILE_BYTES = 80 * 1024  # one tile's weights: well inside a 512 KB L2 (64 x 320 floats at XL)
 BIG_MODEL_BYTES = 64 << 20  # smaller models (the teaching pair) ran gpt2.py without a team or block
 TEAM_MATRIX = 1 << 18  # weights; with a team ready, matrices this big or bigger were shared with it
 TEAM_HEAD_BANDS_PER_THREAD = 8  # the LM head's bands on a team: many, each a contiguous run of wte's rows
+
+
+# ---- one row on one core ----------------------------------------------------------------------
+
+def one_core_matmul(x, W, with_compiled=True):
+    """The package's products before the profile (`with_compiled`: kernels.compiled_matmul, else
+    numpy_matmul): one row times a weight under ONE_CORE_BYTES by OpenBLAS's GEMV on the calling
+    thread (a helper thread's wake-up was thought to cost more than the second core brings), and
+    the LM head's one row and many rows cut by its inputs (`kernels.split_inputs`)."""
+    route = kernels.route(x, W, with_compiled)
+    if x.shape[0] == 1 and route in ("split_inputs", "split_outputs") and W.nbytes < ONE_CORE_BYTES:
+        return np.matmul(x, W)
+    if route == "split_outputs":
+        return kernels.split_inputs(x, W)
+    return kernels.PRODUCTS[route](x, W)
 
 
 # ---- the L2 tiles -----------------------------------------------------------------------------
@@ -230,11 +248,10 @@ def split_output_bands(x, W):
 
 def bands_matmul(x, W, with_compiled=True):
     """kernels.compiled_matmul (`with_compiled`, else numpy_matmul) with every product it would
-    give split_inputs or one_core in bands instead."""
+    give split_inputs or split_outputs in bands instead."""
     route = kernels.route(x, W, with_compiled)
-    if route in ("split_inputs", "one_core"):
-        head = W.flags.f_contiguous and not W.flags.c_contiguous
-        return split_output_bands(x, W) if head else split_input_bands(x, W)
+    if route in ("split_inputs", "split_outputs"):
+        return split_output_bands(x, W) if route == "split_outputs" else split_input_bands(x, W)
     return kernels.PRODUCTS[route](x, W)
 
 
@@ -247,9 +264,9 @@ def blas_pools():
 
 
 def blas_threads_matmul(x, W):
-    """kernels.compiled_matmul with every product it would give split_inputs or one_core on
+    """kernels.compiled_matmul with every product it would give split_inputs or split_outputs on
     OpenBLAS's own threads (as many as picogpt's), set around the product, then one again."""
-    if kernels.route(x, W) not in ("split_inputs", "one_core"):
+    if kernels.route(x, W) not in ("split_inputs", "split_outputs"):
         return kernels.compiled_matmul(x, W)
     for pool in blas_pools():
         pool.set_num_threads(n_threads())

@@ -2,6 +2,7 @@
 (the speed of a matrix product does not depend on the values)."""
 
 import json
+import os
 import shutil
 import sys
 import zlib
@@ -29,9 +30,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def shown_path(path):
     """A path as the results record it: relative to the repository when inside it (no machine
-    paths in committed files), else as given."""
-    path = Path(path).resolve()
-    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+    paths in committed files; a weights folder that links elsewhere is named as inside), else as given."""
+    for where in (Path(os.path.abspath(path)), Path(path).resolve()):
+        if where.is_relative_to(REPO):
+            return str(where.relative_to(REPO))
+    return str(path)
 
 
 class RandomTensor:

@@ -12,13 +12,15 @@ not: its GEMM copies ("packs") the weights before multiplying, and its unpacked 
 kernel is off for AVX2 CPUs, so `x @ W` for 2-16 rows runs well below memory speed. Its
 matrix-vector product (GEMV) is the one fast primitive: it streams weights at full bandwidth.
 So, by the number of rows of x:
-- one row: OpenBLAS's GEMV, on the calling thread for a weight under ONE_CORE_BYTES (a helper
-  thread asleep since the last product starts tens of microseconds after it is asked, a large
-  share of a small product), else with W's input rows cut into a band per thread (`split_inputs`);
+- one row: OpenBLAS's GEMV with W's input rows cut into bands for the threads (`split_inputs`): one
+  core streams about half of what two do (benchmarks/kernels/results-profile-before.json), which
+  outweighs waking a helper thread, even for GPT-2 small's 7-9 MB matrices; for the LM head,
+  wte's rows, its outputs, in bands that the threads take (`split_outputs`);
 - a few rows (the scoring call): picogpt's own loops compiled by numba (compiled.py), which apply
   each weight to every row once loaded (`compiled_rows`, and `compiled_head` for wte.T); without
   numba, a GEMM per band of W's input rows (`split_inputs`, as for a prompt);
-- many rows (a prompt): a GEMM per band of W's input rows, on every thread (`split_inputs`).
+- many rows (a prompt): a GEMM per band of W's input rows, on every thread (`split_inputs`; the
+  LM head's `split_outputs`).
 Small or unusual matrices go to np.matmul as they are. The candidates that did not earn their
 place (L2 tiles of GEMVs, a thread team waiting in compiled code for the length of a call, the
 work between products compiled) are measured beside these in benchmarks/kernels/.
@@ -36,8 +38,7 @@ from .threads import CHUNKS_PER_THREAD, bands, blas_on_one_thread, n_threads, pa
 
 FEW_ROWS = 16  # more rows than this (a prompt) go to GEMM, which is compute-bound there
 BIG_MATRIX = 1 << 20  # weights; smaller matrices go to np.matmul as they are
-ONE_CORE_BYTES = 16 << 20  # one row times a smaller weight: OpenBLAS's GEMV on the calling thread alone
-BANDS_PER_THREAD = 2  # the compiled product's partial sums: a few, so a delayed thread's band is taken by another
+BANDS_PER_THREAD = 2  # partial sums per thread: a few, so that a delayed thread's band is taken by another
 VECTOR_BYTES = 32  # an AVX2 load; the compiled loops start their vector loads on this boundary
 
 
@@ -50,17 +51,15 @@ def choose():
 
 
 def route(x, W, with_compiled=True):
-    """Which product computes x @ W, by name: 'numpy', 'one_core', 'split_inputs', 'compiled_rows'
-    or 'compiled_head' (the compiled ones only `with_compiled`)."""
+    """Which product computes x @ W, by name: 'numpy', 'split_inputs', 'split_outputs'
+    (the LM head), 'compiled_rows' or 'compiled_head' (the compiled ones only `with_compiled`)."""
     head = W.ndim == 2 and W.flags.f_contiguous and not W.flags.c_contiguous  # the LM head: wte.T, a view of wte
     if not (W.ndim == 2 and W.dtype == x.dtype == np.float32 and W.size >= BIG_MATRIX
             and (W.flags.c_contiguous or head)):
         return "numpy"  # a small or unusual matrix: np.matmul as it is
     n_rows = x.shape[0]
-    if n_rows == 1 and W.nbytes < ONE_CORE_BYTES:
-        return "one_core"
     if n_rows == 1 or n_rows > FEW_ROWS or not with_compiled:
-        return "split_inputs"
+        return "split_outputs" if head else "split_inputs"
     return "compiled_head" if head else "compiled_rows"
 
 
@@ -79,9 +78,10 @@ def compiled_matmul(x, W):
 # ---- the products ----------------------------------------------------------------------------
 
 def split_inputs(x, W):
-    """x @ W with W's rows (the inputs) cut into one band per thread, the partial products
-    added: one row (GEMV) or many (GEMM). [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
-    parts = bands(W.shape[0], min(n_threads(), W.shape[0]))
+    """x @ W with W's rows (the inputs) cut into BANDS_PER_THREAD bands per thread, taken by
+    whichever thread is free, the partial products added: one row (GEMV) or many (GEMM).
+    [n_rows, n_in] @ [n_in, n_out] -> [n_rows, n_out]."""
+    parts = bands(W.shape[0], min(n_threads() * BANDS_PER_THREAD, W.shape[0]))
     partial = [None] * len(parts)
 
     def multiply(start, stop):
@@ -89,8 +89,25 @@ def split_inputs(x, W):
             lo, hi = parts[i]
             partial[i] = x[:, lo:hi] @ W[lo:hi]
 
-    parallel(multiply, len(parts), chunks_per_thread=1)
+    parallel(multiply, len(parts), chunks_per_thread=BANDS_PER_THREAD)
     return np.sum(partial, axis=0, dtype=np.float32) if len(partial) > 1 else partial[0]
+
+
+def split_outputs(x, W):
+    """x @ W for the LM head, W = wte.T (a view of wte [n_out, n_in], C-contiguous), with wte's
+    rows (the outputs) cut into bands that the threads take: each band is whole rows of wte, one
+    dot product with x each, where `split_inputs` would give every thread half of every row.
+    [n_rows, n_in] -> [n_rows, n_out]."""
+    W_t = W.T  # wte [n_out, n_in]
+    out = np.empty((x.shape[0], W_t.shape[0]), np.float32)
+    parts = bands(W_t.shape[0], n_threads() * CHUNKS_PER_THREAD)
+
+    def multiply(start, stop):
+        for lo, hi in parts[start:stop]:
+            out[:, lo:hi] = x @ W_t[lo:hi].T
+
+    parallel(multiply, len(parts))
+    return out
 
 
 def lead(array):
@@ -155,8 +172,8 @@ def compiled_head(x, W_t):
 
 PRODUCTS = {  # route -> x @ W, x [n_rows, n_in] -> [n_rows, n_out]
     "numpy": np.matmul,
-    "one_core": np.matmul,
     "split_inputs": split_inputs,
+    "split_outputs": split_outputs,
     "compiled_rows": lambda x, W: compiled_rows(np.ascontiguousarray(x), W),
     "compiled_head": lambda x, W: compiled_head(np.ascontiguousarray(x), W.T),
 }
