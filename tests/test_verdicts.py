@@ -193,9 +193,6 @@ def test_the_busy_warning_says_busy_exactly_when_the_load_it_prints_exceeds_the_
         assert not known or round(max(known), 1) <= cores
 
 
-@pytest.mark.xfail(strict=True, reason="measure/speedup.py's busy_warning decides on the unrounded load and "
-                   "prints it rounded (2.04 on 2 cores reads 'busy (load average up to 2.0 on 2 cores)'): "
-                   "it should return machine.busy_warning([before, after], cores)")
 @given(st.floats(min_value=0, max_value=64), st.integers(1, 64))
 @example(2.04, 2)
 def test_the_speedup_busy_warning_agrees_with_the_load_it_prints(load, cores):

@@ -50,6 +50,7 @@ from .. import theory
 from ..errors import PicoGPTError
 from ..sampling import autoregressive_sampling
 from ..speculative import Chain
+from . import machine
 from .machine import load_average
 from .timing import Spread, spread
 
@@ -405,9 +406,5 @@ def gap_lines(m):
 
 
 def busy_warning(measurement, cores):
-    """A sentence if the machine was busy while measuring (load average above its cores), else ''."""
-    loads = [load[0] for load in (measurement.load_average_before, measurement.load_average_after) if load]
-    if loads and max(loads) > cores:
-        return (f"warning: the machine was busy (load average up to {max(loads):.1f} on {cores} cores): "
-                "other programs shared the CPU, so these timings are noisier and slower than idle")
-    return ""
+    """machine.busy_warning for the load averages read before and after `measurement`."""
+    return machine.busy_warning([measurement.load_average_before, measurement.load_average_after], cores)
