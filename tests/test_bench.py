@@ -413,3 +413,35 @@ def test_a_checkpoint_under_a_linked_weights_folder_is_recorded_inside_the_repos
         assert shown_path(tmp_path / "model.safetensors") == str(tmp_path / "model.safetensors")
     finally:
         link.unlink()
+
+
+def test_the_quick_start_states_the_range_of_every_kept_save_and_first_hour_keeps_each(tmp_path):
+    """first_hour.py --save keeps each earlier save's runs (speedup, load after), and the quick
+    start states the range over all of them, alone and beside busy processes, with the days."""
+    import first_hour
+
+    def save(date, alone, busy=()):
+        def runs(pairs):
+            return [{"seconds": 4.0, "speedup": x, "compiled_here": False, "load_average": [load, 0, 0],
+                     "stdout": "text\n"} for x, load in pairs]
+        return {"date_utc": date, "commit": "c", "cores": 2, "steps": {"lab_first_s": 30.0, "lab_start_s": 2.0},
+                "speculate": {"command": "cmd", "runs": runs(alone), "low": min(x for x, _ in alone),
+                              "high": max(x for x, _ in alone), "median_speedup": alone[0][0]},
+                **({"busy": {"busy_processes": 2, "runs": runs(busy), "low": min(x for x, _ in busy),
+                             "high": max(x for x, _ in busy), "median_speedup": busy[0][0]}} if busy else {})}
+
+    out = tmp_path / "first-hour.json"
+    assert first_hour.with_earlier(save("2026-01-02 10:00", [(1.5, 1.0)]), out) == save("2026-01-02 10:00", [(1.5, 1.0)])
+    out.write_text(json.dumps(first_hour.with_earlier(save("2026-01-01 09:00", [(1.9, 0.5), (2.1, 0.7)]), out)))
+    out.write_text(json.dumps(first_hour.with_earlier(save("2026-01-02 10:00", [(1.2, 3.0)], [(1.1, 5.0)]), out)))
+    out.write_text(json.dumps(first_hour.with_earlier(save("2026-01-02 18:00", [(1.6, 2.0)], [(1.4, 6.5)]), out)))
+    kept = json.loads(out.read_text())
+    assert [s["date_utc"] for s in kept["earlier"]] == ["2026-01-01 09:00", "2026-01-02 10:00"]
+    assert kept["earlier"][1]["alone"] == [[1.2, 3.0]] and kept["earlier"][1]["busy"] == [[1.1, 5.0]]
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "first-hour.json").write_text(out.read_text())
+    blocks = {"quick-start": docs.BLOCKS["README.md"]["quick-start"]}
+    text = docs.render_text(block("quick-start", "benchmarks/first-hour.json"), blocks, tmp_path)
+    assert "over 3 saves on 2 days" in text
+    assert "4 alone printed 1.20x to 2.10x (median 1.75x) at load average 0.5-3.0" in text
+    assert "2 beside 2 busy processes" in text and "printed 1.10x to 1.40x (median 1.25x) at load average 5.0-6.5" in text

@@ -20,8 +20,9 @@ It clones this repository's HEAD into a temporary folder and there, as the READM
 - measures the same setting in one process with measure/speedup.measure_speedup, so the command
   line and the in-process measurement can be compared.
 The results go to build/first-hour.json (git ignores build/), or with --save to
-benchmarks/first-hour.json, from which tools/render_docs.py renders README.md's quick-start
-block (`python tools/render_docs.py`).
+benchmarks/first-hour.json, which keeps what every earlier save measured (each run's speedup and
+load average), so that the ranges it states span days and loads; from it tools/render_docs.py
+renders README.md's quick-start block (`python tools/render_docs.py`).
 """
 
 import argparse
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from browser_test import free_port
 from busy_machine import busy_processes
+from render_docs import first_hour_summary, render_docs
 
 from picogpt.io.atomic import write_text_atomically
 
@@ -131,7 +133,8 @@ def measure(skip_make_test, n_runs, n_busy, settle_s):
         clone = Path(tmp) / "picogpt"
         subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
         env = venv_env(clone)
-        results = {"commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True,
+        results = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                   "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True,
                                             text=True).stdout.strip(),
                    "cores": os.cpu_count(), "load_average_before": load_average(), "steps": {}}
         steps = results["steps"]
@@ -158,6 +161,16 @@ def measure(skip_make_test, n_runs, n_busy, settle_s):
         return results
 
 
+def with_earlier(results, out):
+    """results, with every earlier save of `out` kept as its summary: the README's ranges then span
+    the days the command was measured on, not one run's hour."""
+    try:
+        before = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return results
+    return results | {"earlier": [*before.pop("earlier", []), first_hour_summary(before)]}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-make-test", action="store_true", help="do not time make test (saves minutes)")
@@ -182,10 +195,11 @@ def main(argv=None):
     print(json.dumps(results["steps"]))
     out = REPO / ("benchmarks" if args.save else "build") / "first-hour.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.save:
+        results = with_earlier(results, out)
     write_text_atomically(out, json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")
     if args.save:
-        from render_docs import render_docs
         render_docs()
 
 

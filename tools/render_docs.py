@@ -19,6 +19,7 @@ only from the JSON, so a new run changes the tables and no prose; git keeps the 
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import goals
@@ -569,14 +570,50 @@ def command_range(s):
             f"{loads_after(s['runs'])}")
 
 
+def every_save(results, laptop):
+    """'over the 3 saves of the measurement on 2 days ..., 15 alone printed ...; 10 beside 2 busy
+    processes (laptop) printed ...': the ranges first_hour.py's kept saves span, each run's speedup
+    beside the load average after it; '' when the file holds one save."""
+    saves = [*results.get("earlier", []), first_hour_summary(results)]
+    if len(saves) < 2:
+        return ""
+    days = {save["date_utc"][:10] for save in saves if save.get("date_utc")}
+    n_busy = max(save["busy_processes"] or 0 for save in saves)
+    parts = []
+    for label, key in (("alone", "alone"), (f"beside {n_busy} busy processes ({laptop})", "busy")):
+        runs = [run for save in saves for run in save[key]]
+        if runs:
+            speedups, loads = [run[0] for run in runs], [run[1] for run in runs if run[1] is not None]
+            parts.append(f"{len(runs)} {label} printed {min(speedups):.2f}x to {max(speedups):.2f}x (median "
+                         f"{statistics.median(speedups):.2f}x) at load average {value_range(loads, lambda v: f'{v:.1f}')}")
+    return (f"over {len(saves)} saves on {len(days)} day{'s' * (len(days) != 1)} (with each day's code), fresh "
+            f"runs of it: {'; '.join(parts)}")
+
+
+def first_hour_summary(results):
+    """One save of tools/first_hour.py as the next save keeps it: when, where, and each run's
+    speedup beside the load average after it ([speedup, load]), alone and beside busy processes."""
+    def runs(s):
+        return [[run["speedup"], (run.get("load_average") or [None])[0]] for run in s["runs"]] if s else []
+
+    return {"date_utc": results.get("date_utc"), "commit": results.get("commit"), "cores": results.get("cores"),
+            "alone": runs(results.get("speculate")), "busy": runs(results.get("busy")),
+            "busy_processes": (results.get("busy") or {}).get("busy_processes")}
+
+
 def quick_start(results, source):
     """tools/first_hour.py: the README's command as a fresh clone printed it the first time, the
     range of speedups it printed run after run, alone and beside busy processes, each beside the
     load average measured, and how long each step of the quick start took."""
     s, steps, busy = results["speculate"], results["steps"], results.get("busy")
     runs = s["runs"]
-    beside = (f"; {len(busy['runs'])} more beside {busy['busy_processes']} busy processes (the load a browser and a "
-              f"second notebook kernel put on a laptop) printed {command_range(busy)}" if busy else "")
+    laptop = "the load a browser and a second notebook kernel put on a laptop"
+    loads = "the 1-minute load average after each run, its own load included"
+    kept = every_save(results, laptop)
+    beside = (f"; {len(busy['runs'])} more beside {busy['busy_processes']} busy processes"
+              f"{'' if kept else f' ({laptop})'} printed {command_range(busy)}" if busy else "")
+    last = f"{len(runs)} fresh runs of this command printed {command_range(s)}{beside}"
+    ranges = f"{kept} ({loads}). In the last" if kept else f"{last} ({loads}). There"
     make_test = f" `make test` took {steps['make_test_s'] / 60:.1f} minutes." if "make_test_s" in steps else ""
     later = (f" and {value_range([run['seconds'] for run in runs[1:]], lambda v: f'{v:.0f}')} s after"
              if len(runs) > 1 else "")
@@ -584,12 +621,11 @@ def quick_start(results, source):
              if runs[0]["compiled_here"] else "the kernels were compiled already")
     return ["```text", f"$ {s['command']}", *runs[0]["stdout"].rstrip("\n").splitlines(), "```", "",
             f"The text repeats run after run (`--seed 0`); the speedup does not. On a {results['cores']}-core machine, "
-            f"{len(runs)} fresh runs of this command printed {command_range(s)}{beside} (the 1-minute load average "
-            "after each run, the run's own load included). There, on a fresh clone, `make lab` served the course "
+            f"{ranges}, on a fresh clone, `make lab` served the course "
             f"{steps['lab_first_s']:.0f} s after it started the first time (making `.venv`: installing, and compiling "
             f"picogpt's kernels), and {steps['lab_start_s']:.0f} s after it started once `.venv` existed.{make_test} "
-            f"The command took {runs[0]['seconds']:.0f} s the first time ({first}){later}. Measured by "
-            "`tools/first_hour.py` (`benchmarks/first-hour.json`)."]
+            f"The command took {runs[0]['seconds']:.0f} s the first time ({first}){later} "
+            "(`tools/first_hour.py`, `benchmarks/first-hour.json`)."]
 
 
 def busy_machine(results, source):
