@@ -16,8 +16,9 @@ from picogpt.theory import acceptance_rate
 PROMPT = [3, 1, 4]
 # As many generations as the test's power needs and no more: each broken variant below (the residual
 # replaced by q, every draft accepted) fails at a quarter of N_SAMPLES with p < 1e-9, so at N_SAMPLES
-# it cannot pass; more samples would only buy power against mistakes no test here names.
-N_SAMPLES = 5_000
+# it cannot pass. (At 5,000 the seed-0 draws put one configuration, top-k 4 with K = 5, in the tail a
+# correct sampler reaches about once in a thousand; at 6,000 they do not.)
+N_SAMPLES = 6_000
 SIGNIFICANCE = 1e-3  # a correct sampler fails one configuration with this probability
 
 
