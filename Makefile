@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## make test: create .venv, install, run the unit tests, then execute every notebook
-## (pytest-xdist spreads them over the cores: PYTEST_WORKERS=1 runs them one at a time)
+## (pytest-xdist spreads them over the cores: PYTEST_WORKERS=1 runs them one at a time; a core that
+## runs out of tests takes some of another core's, so no slow test is left to run alone at the end)
 PYTEST_WORKERS ?= auto
 PARALLEL = -n $(PYTEST_WORKERS)
 test: lint unit notebooks
@@ -36,7 +37,7 @@ format: $(STAMP)
 	git diff --name-only --diff-filter=d main -- '*.py' | xargs -r $(BIN)/python -m ruff format
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest $(PARALLEL) tests
+	$(BIN)/python -m pytest $(PARALLEL) --dist worksteal tests
 
 ## make quick: the unit tests without the slow statistical proofs (chi-square), no notebooks
 quick: $(STAMP)

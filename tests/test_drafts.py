@@ -14,6 +14,9 @@ from picogpt.gpt2 import gpt2
 from picogpt.speculative import ChainDraft, ModelDraft
 
 PROMPT = [3, 1, 4, 3, 1]  # its last 2-gram (3, 1) occurred before: prompt lookup proposes 4, 3, 1
+# As many generations as the test's power needs: the broken variant below fails it at this count with
+# p < 1e-9 (tests/test_speculative.py sizes its samples the same way)
+N_SAMPLES = 5_000
 SIGNIFICANCE = 1e-3
 
 
@@ -182,7 +185,7 @@ def test_speculative_sampling_with_every_draft_returns_the_target_joint_distribu
     exact = joint_distribution(target, PROMPT, 2)
     rng = np.random.default_rng(0)
     counts = np.zeros((target.config.n_vocab,) * 2)
-    for _ in range(20_000):
+    for _ in range(N_SAMPLES):
         counts[tuple(speculative_sampling(strategy, memo_target, PROMPT, 2, K=3, seed=rng).tokens)] += 1
     statistic, dof, p_value = chi_square_test(counts, exact)
     print(f"{name}: chi2={statistic:.1f}, dof={dof}, p={p_value:.3g}")
@@ -197,6 +200,6 @@ def test_the_same_test_catches_a_point_mass_draft_resampled_from_q(pair, monkeyp
     rng = np.random.default_rng(0)
     counts = np.zeros((target.config.n_vocab,) * 2)
     memo_target, lookup_draft = MemoModel(target), PromptLookup(target.config.n_vocab)
-    for _ in range(5_000):
+    for _ in range(N_SAMPLES):
         counts[tuple(speculative_sampling(lookup_draft, memo_target, PROMPT, 2, K=3, seed=rng).tokens)] += 1
     assert chi_square_test(counts, exact)[2] < 1e-9

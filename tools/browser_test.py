@@ -273,6 +273,16 @@ class Shots:
         return path
 
 
+# resolves once the browser has drawn two more frames: what the page changed before is on screen
+NEXT_PAINT_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+
+
+def painted(page):
+    """Wait until the browser has drawn what the page just changed (a scroll, a redrawn output):
+    two animation frames, however long they take on a busy machine, instead of a fixed pause."""
+    page.evaluate(NEXT_PAINT_JS)
+
+
 def wait_for(predicate, timeout_s, what, poll_s=0.5):
     """Poll predicate() until it returns something truthy; CheckFailed after timeout_s."""
     deadline = time.monotonic() + timeout_s
@@ -378,7 +388,8 @@ def run_all_cells(page):
 
 
 def wait_until_run(page, name, timeout_s):
-    """Wait until no cell is queued or running and the kernel is idle (3 polls in a row)."""
+    """Wait until no cell is queued or running and the kernel is idle (3 polls in a row, half a
+    second apart: Run All queues every cell at once, so a cell still to run shows [*] throughout)."""
     deadline, calm = time.monotonic() + timeout_s, 0
     while calm < 3:
         if time.monotonic() > deadline:
@@ -389,7 +400,7 @@ def wait_until_run(page, name, timeout_s):
         busy = (page.evaluate(KERNEL_STATUS_JS) != "idle"
                 or any("*" in prompt for prompt, _ in page.evaluate(PROMPTS_JS)))
         calm = 0 if busy else calm + 1
-        time.sleep(1)
+        time.sleep(0.5)
     return page.evaluate(PROMPTS_JS)
 
 
@@ -473,7 +484,7 @@ def check_figures_drawn(page, name, shots):
         if n:
             image = cells.nth(index).locator(f"{CELL_OUTPUTS} img").first
             image.evaluate("img => img.scrollIntoView({block: 'center'})")
-            page.wait_for_timeout(300)  # let the page settle after the scroll
+            painted(page)
             shots.take(page, f"{Path(name).stem}-figure-cell{index + 1}")
     return sum(found["drawn"])
 
@@ -599,7 +610,7 @@ def check_monte_carlo(page, name, scope, tag, shots, figure_outputs):
                           f"{[len(i) for i in images_before]}, after: "
                           f"{[len(i) for i in output_images(scope)]}); "
                           f"{'; '.join(widget_problems(page)) or 'no widget error shown'}") from None
-    page.wait_for_timeout(500)
+    painted(page)
     shots.take(scope, f"{tag}-after-monte-carlo")
     print(f"  {tag}: {MC_BUTTON!r} drew a histogram in Output #{drawn[0] + 1}")
 
@@ -622,7 +633,7 @@ def check_residual_switch(page, name, scope, tag, shots):
         shots.take(scope, f"{tag}-residual-switch-FAILED")
         raise CheckFailed(f"{name}: {tag}: switching to {WRONG_RESIDUAL!r} did not show TV(output, q) in the "
                           f"readout and a redrawn histogram (readout now {readout_text(scope)!r})") from None
-    page.wait_for_timeout(500)
+    painted(page)
     shots.take(scope, f"{tag}-after-residual-switch")
     print(f"  {tag}: residual switch {WRONG_RESIDUAL!r}: {readout_text(scope)[-60:]!r}")
 

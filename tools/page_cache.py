@@ -51,13 +51,22 @@ def goal_gb():
     return next(g["at_most"] for g in load_goals()[0] if g.get("params", {}).get("file") == GOAL_FILE)
 
 
-def evict(path):
-    """Ask the OS to drop a file's pages from its page cache (they are re-read on the next use)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+def evict(path, attempts=20):
+    """Drop a file's pages from the OS page cache (they are re-read on the next use) and return the
+    bytes fincore still finds there (0 unless the OS keeps some). POSIX_FADV_DONTNEED is advice:
+    on a busy machine it can leave a page that another core or a read still holds, so it is asked
+    again, a little later each time, until fincore confirms the file is out."""
+    for attempt in range(attempts):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        left = resident_bytes(path)
+        if left == 0:
+            return 0
+        time.sleep(0.01 * (attempt + 1))
+    return left
 
 
 def resident_bytes(path):
