@@ -9,12 +9,16 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import goals
 import numpy as np
 import pytest
 import render_docs as docs
 from goals import goal_line
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from picogpt.bench import checkpoints, report
 from picogpt.bench import run as bench
@@ -139,12 +143,32 @@ def test_goals_come_from_the_goals_file(results, tmp_path):
     assert scored["c"]["value"] == lowest.t_draft_s / lowest.t_target_s
     assert scored["speedup"]["met"] is False and scored["speedup"]["direction"] == "at_least"
     assert scored["bytes"] == {"goal": "bytes", "value": 0, "limit": 0, "direction": "at_most", "stretch": None,
-                               "unit": "", "met": True, "measured_by": None}
+                               "unit": "", "met": True, "measured_by": None, "unmeasured": None}
     assert scored["teaching"]["value"] is None and scored["teaching"]["met"] is None  # teaching_pair=None
     assert scored["not by the bench"]["met"] is None
     assert goal_line(scored["not by the bench"]) == (
         "goal not measured in this run: not by the bench (goal: at most 1.60; tools/x.py measures it)")
     assert goal_line(scored["speedup"]).startswith("goal missed: speedup: ")
+
+
+@given(st.floats(0.01, 3.0), st.floats(0.5, 2.0))
+@example(0.45, 1.15)
+@example(1.0, 1.10)
+def test_a_decode_below_its_floor_is_never_a_goal_met(vs_floor, limit):
+    """A decode's time in floors under 1 means the bandwidth moved between the ceiling's measurement
+    and the decode's: the goal is not judged (no "met"), and the line says why."""
+    bench = {"pairs": {"main": ["gpt2", "gpt2-xl"]},
+             "models": {"gpt2-xl": {"engines": {"picogpt": {"decode": {"128": {"vs_floor": vs_floor}}}}}}}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "goals.json"
+        path.write_text(json.dumps({"goals": [{"goal": "XL", "metric": "decode_vs_floor",
+                                               "params": {"model": "target"}, "at_most": limit, "unit": "x"}]}))
+        g, = goals.score_goals(bench, path)
+    line = goal_line(g)
+    if vs_floor < 1:
+        assert g["met"] is None and line.startswith("goal not judged by this run: XL") and "bandwidth moved" in line
+    else:
+        assert g["met"] is (vs_floor <= limit) and line.startswith(f"goal {'met' if vs_floor <= limit else 'missed'}")
 
 
 def test_goals_measured_by_another_tool_are_read_from_its_committed_results(results, tmp_path):
