@@ -1,6 +1,7 @@
 """Reading measurements for the notebooks (picogpt/course/speed_panels.py) and the pooled-acceptance
 simulation of notebook 05 (course/panels.py): claims no stronger than the numbers."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -45,6 +46,18 @@ def test_without_the_bench_file_everything_says_not_measured(tmp_path):
     assert "not in bench.json" in speed_panels.decode_vs_floor_lines(path=missing)[0]
     assert "not measured" in speed_panels.bench_best_K_lines(path=missing)[0]
     assert speed_panels.read_bench(missing) is None
+
+
+@pytest.mark.parametrize("median_s", [0.5, 0.99, 1.0, 1.3])
+def test_a_decode_under_its_floor_is_printed_with_why(tmp_path, median_s):
+    """A bench decode faster than its floor (the bandwidth moved during the run) gets a line saying
+    so; one at or above it does not."""
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"ceiling": {"gb_per_s": 8.0}, "speculative": [], "models": {"gpt2-xl": {
+        "floor_s": 1.0, "engines": {"picogpt": {"decode": {"128": {"median_s": median_s}}}}}}}))
+    lines = speed_panels.decode_vs_floor_lines(path=path)
+    assert f"{median_s:.2f} x the floor" in lines[1]
+    assert ("bandwidth moved" in lines[-1] and "8.0 GB/s" in lines[-1]) is (median_s < 1)
 
 
 def test_the_committed_bench_is_read_with_its_setup():

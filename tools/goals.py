@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from picogpt.errors import PicoGPTError
+from picogpt.measure import results as results_files
 from picogpt.measure import speedup
 
 GOALS_JSON = Path(__file__).resolve().parents[1] / "benchmarks" / "goals.json"
@@ -105,8 +106,7 @@ def metric_value(results, metric, params, within, folder=GOALS_JSON.parent):
 
 
 FLOOR_METRICS = ("decode_vs_floor", "in_loop_decode_vs_floor")  # a decode's time in floors: 1 at the fastest
-BELOW_FLOOR = ("a decode faster than its floor: the memory bandwidth moved between the ceiling's "
-               "measurement and the decode's, so this run cannot judge it")
+BELOW_FLOOR = results_files.BELOW_FLOOR + ", so this run cannot judge it"
 
 
 def score_goals(results, path=GOALS_JSON):

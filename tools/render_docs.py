@@ -29,6 +29,7 @@ from goals import goal_value
 from picogpt.errors import PicoGPTError
 from picogpt.io.atomic import write_text_atomically
 from picogpt.measure import speedup
+from picogpt.measure.results import BELOW_FLOOR
 from picogpt.measure.timing import spread
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -264,11 +265,10 @@ def speed_table(results, source):
                  *(f"{m['ready']['ready_s']:.2f} s / {m['ready']['first_token_s']:.2f} s" for m in (draft, target))])
     machine = results["machine"]
     multiples = [d["vs_floor"] for d, _ in decodes] + [m.t_target_s / target["floor_s"] for m in runs]
-    moved = ([""] + [f"A multiple under 1.00x is a decode faster than its floor: the machine's memory bandwidth "
-                     f"moved during the run (the ceiling, {results['ceiling']['gb_per_s']:.1f} GB/s, was measured "
-                     "beside the isolated calls, the loops ran minutes later), so these multiples do not bound "
-                     "each other; the speedups below, each a ratio of runs interleaved in the same minutes, do "
-                     "not depend on it."] if min(multiples) < 1 else [])
+    moved = ([""] + [f"A multiple under 1.00x is {BELOW_FLOOR} (the ceiling, {results['ceiling']['gb_per_s']:.1f} "
+                     "GB/s, was measured beside the isolated calls; the loops ran minutes later); the speedups "
+                     "below, each a ratio of runs interleaved in the same minutes, do not depend on it."]
+             if min(multiples) < 1 else [])
     return [f"`{results['command']}` on {machine['cpu']} ({machine['cores']} cores, picogpt on "
             f"{machine['threads_used']} threads, {machine.get('kernel', 'numpy')} kernel), weights: {draft['source']}; "
             f"medians of {results['settings']['n_runs']} interleaved runs, interquartile range in brackets; "

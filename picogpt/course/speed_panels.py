@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import PicoGPTError
 from ..measure import speedup
-from ..measure.results import BENCH_JSON, bench_measurements
+from ..measure.results import BELOW_FLOOR, BENCH_JSON, bench_measurements
 
 # ---------------------------------------------------------------------------------------------
 # Does a measurement resolve its best choice?
@@ -147,12 +147,19 @@ def decode_vs_floor_lines(name="gpt2-xl", path=BENCH_JSON):
     decode = model.get("engines", {}).get("picogpt", {}).get("decode", {})
     lines = [f"{name} ({model.get('source', 'unrecorded weights')}), picogpt's fast path, from {Path(path).name} "
              f"({bench.get('machine', {}).get('cpu', 'an unrecorded machine')}): memory floor {floor_s * 1e3:.0f} ms per token"]
+    multiples = []
     for context, run in sorted(decode.items(), key=lambda item: int(item[0])):
+        multiples.append(run["median_s"] / floor_s)
         lines.append(f"  isolated one-token calls after {context} tokens: {run['median_s'] * 1e3:.0f} ms = "
-                     f"{run['median_s'] / floor_s:.2f} x the floor")
+                     f"{multiples[-1]:.2f} x the floor")
     for m in bench_pair_measurements(target=name, path=path):
+        multiples.append(m.t_target_s / floor_s)
         lines.append(f"  inside the sampling loop (t_target, temperature {m.controls.get('temperature', 1.0):g}): "
-                     f"{m.t_target_s * 1e3:.0f} ms = {m.t_target_s / floor_s:.2f} x the floor")
+                     f"{m.t_target_s * 1e3:.0f} ms = {multiples[-1]:.2f} x the floor")
+    if min(multiples, default=1) < 1:
+        lines.append(f"  under 1 x the floor: {BELOW_FLOOR} (the bench measured its ceiling, "
+                     f"{bench.get('ceiling', {}).get('gb_per_s', float('nan')):.1f} GB/s, beside the isolated calls; "
+                     "the loops ran minutes later), so these figures do not bound each other")
     return lines
 
 

@@ -10,6 +10,9 @@ from ..io.registry import SOURCE_TREE, in_source_checkout, user_cache_dir
 
 BENCH_DIR = SOURCE_TREE / "benchmarks"  # the committed results: written only by `bench --save`
 BENCH_JSON = BENCH_DIR / "bench.json"
+# why a decode's time in floors can come out under 1, said wherever such a multiple is printed
+BELOW_FLOOR = ("a decode faster than its floor: the memory bandwidth moved between the ceiling's "
+               "measurement and the decode's")
 
 
 def scratch_dir():
