@@ -579,9 +579,9 @@ def command_range(s):
 
 
 def every_save(results, laptop):
-    """'over the 3 saves of the measurement on 2 days ..., 15 alone printed ...; 10 beside 2 busy
-    processes (laptop) printed ...': the ranges first_hour.py's kept saves span, each run's speedup
-    beside the load average after it; '' when the file holds one save."""
+    """'over 3 saves on 2 days (with each day's code), fresh runs of it: 15 alone printed ...; 10
+    beside 2 busy processes (laptop) printed ...': the ranges first_hour.py's kept saves span, each
+    run's speedup beside the load average after it; '' when the file holds one save."""
     saves = [*results.get("earlier", []), first_hour_summary(results)]
     if len(saves) < 2:
         return ""
