@@ -2,22 +2,16 @@
 in an order that alternates, every figure is a median of the repeats with its quartiles, and each
 ratio divides the other engine's time by picogpt's in the same repeat (above 1: picogpt faster)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from picogpt.errors import PicoGPTError
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "peer.py"
-
 
 @pytest.fixture(scope="module")
 def peer():
-    spec = importlib.util.spec_from_file_location("peer", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    import peer  # tools/, on the path as conftest.py puts it
+
+    return peer
 
 
 def test_the_engines_take_turns_in_an_order_that_alternates(peer):
