@@ -1,7 +1,8 @@
 """Other drafts for speculative sampling (notebook 06): each is run by the same Algorithm 2.
 
 speculative_sampling takes as its draft a model (the paper's p, wrapped in
-speculative.ModelDraft) or a speculative.ChainDraft: `name`, `models`, `start()`,
+speculative.ModelDraft) or a draft that proposes a chain (loop.Draft; these inherit
+speculative.ChainDraft's defaults): `name`, `models`, `proposes`, `start()`,
 `propose(sequence, K, controls, rng) -> (drafted, p_rows)` and `keep(n, branch)`. Theorem 1
 asks only that the drafts are sampled from the p the step is given, whatever p is, so each of
 these is exact:
@@ -23,10 +24,11 @@ import dataclasses
 
 import numpy as np
 
-from .errors import PicoGPTError
+from .errors import PicoGPTError, echo
+from .loop import draft_for
 from .model import GPT2
 from .sampling import is_whole
-from .speculative import ChainDraft, ModelDraft, draft_for
+from .speculative import ChainDraft, ModelDraft
 
 
 def lookup(sequence, K, ngram_max=3):
@@ -49,8 +51,10 @@ class PromptLookup(ChainDraft):
     models = ()  # it runs no model: only the target's vocabulary and context are checked
 
     def __init__(self, n_vocab, ngram_max=3, name=None):
+        if not is_whole(n_vocab) or n_vocab < 1:
+            raise PicoGPTError(f"n_vocab must be the target's vocabulary size, a whole number >= 1, got {echo(n_vocab, 40)}")
         if not is_whole(ngram_max) or ngram_max < 1:
-            raise PicoGPTError(f"ngram_max must be a whole number >= 1, got {ngram_max!r}")
+            raise PicoGPTError(f"ngram_max must be a whole number >= 1, got {echo(ngram_max, 40)}")
         self.n_vocab, self.ngram_max = n_vocab, ngram_max
         self.name = name or f"prompt lookup (n-grams up to {ngram_max})"
 
@@ -80,7 +84,10 @@ class AdaptiveK(ChainDraft):
     accepted every draft, else -down, never below 1 nor above speculative_sampling's K."""
 
     def __init__(self, draft, K_start=4, up=2, down=1):
-        self.inner = draft_for("AdaptiveK", ChainDraft, draft, ModelDraft)
+        for name, value, least in (("K_start", K_start, 1), ("up", up, 0), ("down", down, 0)):
+            if not is_whole(value) or value < least:
+                raise PicoGPTError(f"AdaptiveK's {name} must be a whole number >= {least}, got {echo(value, 40)}")
+        self.inner = draft_for("AdaptiveK", "chain", draft, ModelDraft)
         self.models, self.K_start, self.up, self.down = self.inner.models, K_start, up, down
         self.name = f"{self.inner.name}, adaptive K (start {K_start}, +{up} / -{down})"
         self.K = K_start

@@ -225,10 +225,11 @@ class GPT2(Model):
                                        mask=float32_or_none(mask)))
 
 
-class ModelView(Model):
+class ModelView:
     """A model seen through another object that records, times or memoises its calls: the same
-    config, name, caches and input checks; a subclass changes `__call__`. speculative_sampling and
-    autoregressive_sampling take it wherever they take a model."""
+    config, name, caches and input checks, forwarded, so that a subclass writes only `__call__`.
+    A convenience, not a requirement: the loops take any object with a Model's members
+    (sampling.Model, a Protocol), a wrapper written from scratch included."""
 
     def __init__(self, model):
         self.model, self.config, self.name = model, model.config, model.name

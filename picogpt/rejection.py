@@ -10,9 +10,12 @@ the token this step emits is distributed exactly as q, whatever p is. Everything
               = q(y).
 """
 
+import math
+
 import numpy as np
 
-from .sampling import sample
+from .errors import PicoGPTError, echo
+from .sampling import is_finite_number, is_whole, sample
 
 RESIDUAL_MASS_EPS = 1e-12  # below this, (q - p)+ is rounding noise: p == q
 
@@ -150,11 +153,26 @@ def output_distribution_among(candidates, p, q):
 def running_weight(weight, p, q, x):
     """w_i = min(1, w_{i-1} q(x) / p(x)): the running weight after the draft x, from the weight
     before it (w_{i-1}) and the rows p, q [n_vocab] x was judged with. With weight 1 it is
-    accept_probability(p, q, x). (A drafted token has p(x) > 0; p(x) = 0 gives 1 if q(x) > 0.)"""
+    accept_probability(p, q, x). (A drafted token has p(x) > 0; p(x) = 0 gives 1 if q(x) > 0.)
+    What it reads is checked: a weight in [0, 1], x a token id of the rows, p(x) and q(x) in [0, 1]."""
+    check_weight("running_weight", weight, most=1.0)
+    if not is_whole(x) or not 0 <= x < min(len(p), len(q)):
+        raise PicoGPTError(f"running_weight's x must be a token id of p and q (0..{min(len(p), len(q)) - 1}), "
+                           f"got {echo(x, 40)}")
     p_x, q_x = float(p[x]), float(q[x])
+    if not (0 <= p_x <= 1 and 0 <= q_x <= 1):  # False for NaN too
+        raise PicoGPTError(f"running_weight's p(x) = {p_x!r} and q(x) = {q_x!r} must be probabilities, in [0, 1]")
     if p_x <= 0:
         return 1.0 if weight > 0 and q_x > 0 else 0.0
     return min(1.0, weight * q_x / p_x)
+
+
+def check_weight(name, weight, most=math.inf):
+    """A running weight handed to `name`: a number in [0, most] (a probability: at most 1), else
+    one readable error (NaN would pass every comparison that rejects it, and keep every draft)."""
+    if not is_finite_number(weight) or not 0 <= weight <= most:
+        raise PicoGPTError(f"{name}'s weight must be a number in [0, {most:g}] (a running weight: w_0 = 1), "
+                           f"got {echo(weight, 40)}")
 
 
 def weighted_residual_mass(weight, p, q):
@@ -178,7 +196,12 @@ def block_keep_probability(weight, p_next, q_next):
     """h_i = Z / (Z + 1 - w_i), Z = weighted_residual_mass(w_i, p_next, q_next), for a position
     i < K: the chance that the prefix of i drafts is kept, given that no longer one was. p_next,
     q_next [n_vocab] are the rows of the next position (i + 1). The last position's is w_K itself.
-    Z + 1 - w_i = 0 only where w_i = 1 and Z = 0: there any h keeps the output exact; it is 1."""
+    Z + 1 - w_i = 0 only where w_i = 1 and Z = 0: there any h keeps the output exact; it is 1.
+    A weight that is not a number >= 0, or rows whose Z is NaN or inf, is one readable error."""
+    check_weight("block_keep_probability", weight)
     mass = weighted_residual_mass(weight, p_next, q_next)
+    if not math.isfinite(mass):
+        raise PicoGPTError(f"block_keep_probability's rows give Z = {mass!r}: p_next and q_next must be "
+                           "distributions (finite, >= 0)")
     denominator = mass + (1.0 - weight)  # >= mass, so h <= 1 in floating point too
     return mass / denominator if denominator > 0 else 1.0

@@ -29,10 +29,11 @@ import math
 import numbers
 import time
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import PicoGPTError, echo
+from .errors import PicoGPTError, echo, shown
 
 TOP_P_ROUNDING = 1e-12  # cumulative sums within this of top_p count as reaching it
 MIN_TEMPERATURE = 1e-30  # smallest positive temperature accepted (0 is greedy); see above
@@ -73,7 +74,7 @@ def autoregressive_sampling(model, ids, N, *, temperature=1.0, top_k=None, top_p
     start = time.perf_counter()
     for _ in range(N):
         t = time.perf_counter()
-        logits = model(new, cache)[-1]  # [n_new, n_vocab] -> [n_vocab]: the next token's logits
+        logits = logits_of(model, new, cache)[-1]  # [n_new, n_vocab] -> [n_vocab]: the next token's logits
         token = sample(distribution(logits, temperature, top_k, top_p), rng)
         result.tokens.append(token)
         result.token_times_s.append(time.perf_counter() - t)
@@ -228,18 +229,59 @@ def random_generator(seed):
         raise PicoGPTError(f"seed must be a whole number >= 0 (or None for a random one), got {seed!r}") from None
 
 
-class Model:
-    """What the samplers ask of a model: `model(ids, cache)` -> logits [len(ids), n_vocab], its
-    own `new_cache()`, `validate_ids(ids, n_past)`, `config.n_vocab` and `config.n_ctx`, a `name`.
-    picogpt.load's GPT2 is one (picogpt/model.py); so are a view of one that records or times its
-    calls (model.ModelView) and the course's toy bigram models (course/toy_models.py)."""
+@runtime_checkable
+class Model(Protocol):
+    """What the samplers ask of a model: `model(ids, cache)` -> logits [len(ids), n_vocab] (a token
+    tree's call adds positions and a mask: tree.py), its own `new_cache()`, `validate_ids(ids,
+    n_past)`, a `config` with the sizes `n_vocab` and `n_ctx`, a `name`. picogpt.load's GPT2 is
+    one (picogpt/model.py); so is any object with these members, a user's wrapper that times or
+    logs the calls of one included, with no base class to inherit (model.ModelView forwards all
+    but the call, for wrappers that only change it)."""
+
+    config: object
+    name: str
+
+    def __call__(self, ids, cache=None): ...
+
+    def new_cache(self): ...
+
+    def validate_ids(self, ids, n_past=0): ...
+
+
+def lacks(thing, protocol):
+    """The members of `protocol` (a typing.Protocol: its annotated attributes, then its methods)
+    that `thing` does not have."""
+    methods = [name for name, value in vars(protocol).items()
+               if callable(value) and (name == "__call__" or not name.startswith("_"))]
+    return [name for name in (*protocol.__annotations__, *methods) if not hasattr(thing, name)]
 
 
 def check_model(model, role, alternative=""):
-    """Raise one readable PicoGPTError unless `model` is a Model."""
+    """Raise one readable PicoGPTError unless `model` has what a Model has, its config the two
+    sizes the loops read (whole numbers >= 1)."""
     if not isinstance(model, Model):
-        raise PicoGPTError(f"the {role} must be a model (picogpt.load(...)){' ' + alternative if alternative else ''}, "
-                           f"got {echo(model, 80)}")
+        raise PicoGPTError(f"the {role} must be a model (picogpt.load(...)){' ' + alternative if alternative else ''}: "
+                           f"{echo(model, 80)} lacks {', '.join(lacks(model, Model))}")
+    sizes = {size: getattr(model.config, size, None) for size in ("n_vocab", "n_ctx")}
+    if not all(is_whole(value) and value >= 1 for value in sizes.values()):
+        raise PicoGPTError(f"the {role} {echo(model.name, 60)} has a config whose sizes are "
+                           f"{', '.join(f'{size}={echo(value, 20)}' for size, value in sizes.items())}: a model's config "
+                           "gives n_vocab and n_ctx as whole numbers >= 1 (a GPT2Config)")
+
+
+def logits_of(model, ids, cache, *tree):
+    """One call of a model as the loops make it, `model(ids, cache)` (a token tree's adds its
+    positions and mask), and what it returned checked: logits [len(ids), n_vocab], an array of
+    floats. A wrapper that returns the last row only, a list, or a row of another vocabulary stops
+    the loop here, in one line that names the model, not at a later index."""
+    logits = model(ids, cache, *tree)
+    expected = (len(ids), model.config.n_vocab)
+    if not isinstance(logits, np.ndarray) or logits.dtype.kind != "f" or logits.shape != expected:
+        got = (f"shape {list(logits.shape)} of {logits.dtype}" if isinstance(logits, np.ndarray)
+               else shown(type(logits).__name__, 40))
+        raise PicoGPTError(f"{shown(model.name, 60)} returned {got} for {len(ids)} ids: a model's call returns "
+                           f"its logits [len(ids), n_vocab] = {list(expected)}, an array of floats")
+    return logits
 
 
 def validate_sampling_args(ids, N, models=(), *, K=None, temperature=1.0, top_k=None, top_p=None):

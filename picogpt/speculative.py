@@ -11,22 +11,33 @@ The paper indexes tokens from 1 (x_1 .. x_K, q_1 .. q_{K+1}); Python indexes fro
 paper's drafted token x~_t is `drafted[t - 1]` here, and its distributions `p_rows[t - 1]`,
 `q_rows[t - 1]`; the target's extra distribution q_{K+1} is `q_rows[K]`.
 
-Reading order: the four steps; a learner's step, checked as the loop runs it; what a loop asks
-of its draft, and the paper's draft (a model with its KV cache); the loop, and the value that
-names it for a measurement; then what a loop records about itself (its trace and timings), kept
-apart so that the loop reads like the paper. picogpt/tree.py's loop shares the draft's contract,
-the checked step and the recorder.
+Reading order: the four steps (Steps 3-4 two ways: token by token, and the block judged
+together); a learner's step, checked as the loop runs it; the paper's draft (a model with its KV
+cache); the loop, and the value that names it for a measurement; then what a loop records about
+itself (its trace). What both loops share (the draft's contract, the checks of a proposal and of a
+learner's step, the recorder) is picogpt/loop.py's.
 """
 
-import time
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 
 from . import rejection
-from .errors import PicoGPTError, echo, shown
-from .sampling import check_model, distribution, random_generator, sample, validate_sampling_args
+from .errors import PicoGPTError, echo
+from .loop import (
+    Draft,
+    LoopRecorder,
+    checked,
+    checked_proposal,
+    distributions,
+    draft_for,
+    options_for,
+    step_name,
+    token_ids,
+    verifier_for,
+)
+from .sampling import check_model, distribution, logits_of, random_generator, sample, validate_sampling_args
 
 # ---------------------------------------------------------------------------------------------
 # The steps of one loop
@@ -39,7 +50,7 @@ def draft_tokens(draft, cache, new, K, controls, rng):
     the last drafted token is never fed to the draft. Returns (drafted, p_rows [K, n_vocab])."""
     drafted, p_rows = [], []
     for _ in range(K):
-        logits = draft(new, cache)[-1]  # [n_new, n_vocab] -> [n_vocab]
+        logits = logits_of(draft, new, cache)[-1]  # [n_new, n_vocab] -> [n_vocab]
         p_t = distribution(logits, **controls)
         x = sample(p_t, rng)
         drafted.append(x)
@@ -52,33 +63,39 @@ def score(target, cache, new, drafted, controls):
     """Step 2: one target call over the unseen tokens and the K drafts gives the K + 1
     distributions q_1 .. q_{K+1}. Returns q_rows [K + 1, n_vocab]."""
     K = len(drafted)
-    logits = target(new + drafted, cache)[-(K + 1):]  # [n_new + K, n_vocab] -> [K + 1, n_vocab]
+    logits = logits_of(target, new + drafted, cache)[-(K + 1):]  # [n_new + K, n_vocab] -> [K + 1, n_vocab]
     return distribution(logits, **controls)
 
 
-def speculative_step(drafted, p, q, rng, r_drawn=None):
+def token_by_token(drafted, p, q, rng):
     """Steps 3 and 4 of Algorithm 2 for one loop: which tokens the loop emits.
 
     drafted: the K drafted ids x~_1 .. x~_K; p: [K, n_vocab], the draft's distributions they were
     sampled from; q: [K + 1, n_vocab], the target's, q[K] being q_{K+1}; rng: numpy Generator.
-    Returns the accepted prefix x~_1 .. x~_j, then one token: resampled from (q_{j+1} - p_{j+1})+
-    at the first rejection, or the extra token from q_{K+1} when all K were accepted.
-    `r_drawn` (a list), if given, receives each uniform draw r, for the trace.
+    Returns (emitted, r): the accepted prefix x~_1 .. x~_j, then one token, resampled from
+    (q_{j+1} - p_{j+1})+ at the first rejection or the extra token from q_{K+1} when all K were
+    accepted; and the uniform draws r_1 .. r_{j+1} (r_1 .. r_K if all were accepted), for the trace.
     """
     K = len(drafted)
-    emitted = []
+    emitted, r_drawn = [], []
     # Step 3. For t = 1..K: draw r ~ U[0, 1]; keep x~_t if r < min(1, q(x~_t) / p(x~_t)),
     #         else sample x_{n+t} ~ (q - p)+ and exit the loop.
     for t in range(K):  # t = paper's t - 1
         accepted, token, r = rejection.accept_or_resample(p[t], q[t], drafted[t], rng)
-        if r_drawn is not None:
-            r_drawn.append(r)
+        r_drawn.append(r)
         emitted.append(token)
         if not accepted:
-            return emitted
+            return emitted, r_drawn
     # Step 4. All K accepted: sample the extra token x_{n+K+1} ~ q(x | x_1..x_{n+K}) = q[K].
     emitted.append(sample(q[K], rng))
-    return emitted
+    return emitted, r_drawn
+
+
+def speculative_step(drafted, p, q, rng):
+    """Steps 3 and 4 of Algorithm 2 as notebook 03's exercise writes them, and as a step of your
+    own is passed to speculative_sampling(..., verify=step): the tokens token_by_token emits for
+    these drafts (the same draws), its inputs checked first (step_inputs)."""
+    return token_by_token(*step_inputs("speculative_step", drafted, p, q), rng)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,26 +127,32 @@ def block_keep_probabilities(drafted, p, q):
     return weights, keep
 
 
-def block_step(drafted, p, q, rng, r_drawn=None):
+def block_verification(drafted, p, q, rng):
     """Steps 3 and 4 by block verification: which tokens the loop emits.
 
-    The same arguments and output as speculative_step (drafted: K ids; p [K, n_vocab]; q
-    [K + 1, n_vocab]; a numpy Generator), so it can be passed as speculative_sampling's `step`.
-    One uniform eta_i per position; the drafts kept are x~_1 .. x~_i for the LARGEST i with
-    eta_i < h_i (a failing position does not end the block: a longer prefix can still pass), none
-    if no position passes. Then one token: from q[K] when all K are kept, else from the weighted
-    residual (w_i q_{i+1} - p_{i+1})+. `r_drawn` (a list), if given, receives the K uniforms.
+    The same arguments as token_by_token (drafted: K ids; p [K, n_vocab]; q [K + 1, n_vocab]; a
+    numpy Generator). One uniform eta_i per position; the drafts kept are x~_1 .. x~_i for the
+    LARGEST i with eta_i < h_i (a failing position does not end the block: a longer prefix can
+    still pass), none if no position passes. Then one token: from q[K] when all K are kept, else
+    from the weighted residual (w_i q_{i+1} - p_{i+1})+. Returns (emitted, eta_1 .. eta_K).
     """
     K = len(drafted)
     eta = rng.random(K)  # eta_1 .. eta_K ~ U[0, 1), all drawn first
-    if r_drawn is not None:
-        r_drawn.extend(float(e) for e in eta)
     weights, keep = block_keep_probabilities(drafted, p, q)  # w_0 .. w_K and h_1 .. h_K
     n_kept = max((i for i in range(1, K + 1) if eta[i - 1] < keep[i - 1]), default=0)  # the largest i that passes
     kept = [int(x) for x in drafted[:n_kept]]  # x~_1 .. x~_{n_kept}
     if n_kept == K:  # every draft kept: the extra token from q_{K+1} = q[K]
-        return kept + [sample(q[K], rng)]
-    return kept + [sample(rejection.weighted_residual(weights[n_kept], p[n_kept], q[n_kept]), rng)]
+        last = q[K]
+    else:  # the token after the kept prefix, from the weighted residual of the next position
+        last = rejection.weighted_residual(weights[n_kept], p[n_kept], q[n_kept])
+    return kept + [sample(last, rng)], eta.tolist()
+
+
+def block_step(drafted, p, q, rng):
+    """Block verification as notebook 08's exercise writes it, with speculative_step's arguments and
+    output (speculative_sampling(..., verify=block_step) runs it as a step of your own): the tokens
+    block_verification emits (the same draws), its inputs checked first (step_inputs)."""
+    return block_verification(*step_inputs("block_step", drafted, p, q), rng)[0]
 
 
 def block_output_distribution(drafted, p, q):
@@ -156,17 +179,6 @@ def block_output_distribution(drafted, p, q):
 # A step other than the library's, as a loop runs it
 # ---------------------------------------------------------------------------------------------
 
-def token_ids(output):
-    """A step's output as a tuple of Python ints, or None when it is not a list, tuple or 1-D
-    integer array of token ids."""
-    if isinstance(output, np.ndarray):
-        output = output.tolist() if output.ndim == 1 and np.issubdtype(output.dtype, np.integer) else None
-    if not isinstance(output, (list, tuple)) or not all(
-            isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in output):
-        return None
-    return tuple(int(x) for x in output)
-
-
 def step_problem(output, drafted, n_vocab):
     """Why `output` cannot be what one loop emits for these drafts (a sentence), or None. A loop
     emits the accepted drafts x~_1 .. x~_j (a prefix of `drafted`), then exactly one token."""
@@ -185,79 +197,49 @@ def step_problem(output, drafted, n_vocab):
     return None
 
 
-def copied(x):
-    """What a learner's function is handed: a copy of a list or an array (changing it in place
-    cannot corrupt the loop or its trace), anything else (the Generator) as is."""
-    return x.copy() if isinstance(x, np.ndarray) else list(x) if isinstance(x, (list, tuple)) else x
-
-
-def checked(step, problem, loop, noun, grader):
-    """A step other than the library's, as a loop runs it (speculative_sampling's Steps 3-4, and
-    tree_sampling's multi-candidate step): on copies of its inputs, `problem(output, *inputs)`
-    (a sentence, or None) judged on every call, an exception it raises named with the step and
-    the loop. Either stops the loop with one PicoGPTError that names the step's first input (the
-    `noun`: drafts, candidates) and says what to do (`grader`)."""
-    name = shown(getattr(step, "__name__", None) or type(step).__name__, 40)
-
-    def run(*inputs):
-        try:
-            output = step(*map(copied, inputs))
-        except Exception as error:  # the learner's code: say whose it is, and where it ran
-            raise PicoGPTError(f"step={name} raised {type(error).__name__} inside {loop}: {shown(error, 200)}. "
-                               f"Grade it with {grader}") from error
-        found = problem(output, *inputs)
-        if found:
-            raise PicoGPTError(f"step={name} returned {echo(output)} for the {noun} {echo(list(inputs[0]))} "
-                               f"inside {loop}: {found}. Grade it with {grader}")
-        return output
-    return run
-
-
 def checked_step(step, n_vocab):
     """A learner's `step(drafted, p, q, rng)` as speculative_sampling runs it (`checked`): its
     output, the accepted drafts then exactly one token with ids in the vocabulary, handed back as
-    a list of Python ints."""
+    a list of Python ints, with no draws to trace: the contract of the library's verifiers,
+    (emitted, r)."""
     run = checked(step, lambda output, drafted, *_: step_problem(output, drafted, n_vocab), "speculative_sampling",
-                  "drafts", "picogpt.course.step_exercise.check_speculative_step")
-    return lambda drafted, p, q, rng: list(token_ids(run(drafted, p, q, rng)))
+                  "drafts")
+    return lambda drafted, p, q, rng: (list(token_ids(run(drafted, p, q, rng))), ())
+
+
+def step_inputs(name, drafted, p, q):
+    """What Steps 3-4 are handed, checked when a learner calls the library's step directly (the
+    loop checks the same on every proposal, and makes q itself): K drafted ids, p [K, n_vocab]
+    the distributions they were drawn from, each draft possible under its row, q [K + 1, n_vocab]
+    distributions. Returns (drafted as ints, p, q as float64), or one readable PicoGPTError."""
+    tokens = token_ids(drafted)
+    if tokens is None:
+        problem = f"the drafts {echo(drafted, 80)}"
+    else:
+        q, problem = distributions(q, (len(tokens) + 1, None))
+    if not problem and any(not 0 <= x < q.shape[1] for x in tokens):
+        problem = f"the drafts {echo(drafted, 80)}, outside q's vocabulary of {q.shape[1]} ids"
+    if not problem:
+        p, problem = distributions(p, (len(tokens), q.shape[1]), tokens)
+    if problem:
+        raise PicoGPTError(f"{name} was given {problem}; it takes the K drafted ids, p [K, n_vocab] (the "
+                           "distributions they were drawn from, each draft possible under its row) and q "
+                           "[K + 1, n_vocab], rows that are distributions")
+    return list(tokens), p, q
 
 
 # ---------------------------------------------------------------------------------------------
-# The draft: what a loop asks of it, and the paper's, a smaller model
+# A chain's draft (loop.Draft's contract), and the paper's: a smaller model
 # ---------------------------------------------------------------------------------------------
-
-class Draft:
-    """What a sampling loop asks of its draft p. The paper's draft is a smaller model
-    (ModelDraft); notebook 06's drafts (picogpt/drafts.py) and a token tree's (tree.TreeDraft)
-    keep the same contract:
-      name, models                           its name; the models it runs (their vocabulary and context are checked)
-      start()                                before the first loop of every run
-      propose(sequence, size, controls, rng) Step 1: drafts to follow x_1 .. x_n = sequence
-      keep(n, branch)                        after Steps 3-4: the loop kept x_1 .. x_n, then the drafted
-                                             nodes `branch` (in a chain: the first len(branch) drafts);
-                                             forget anything after them
-    A chain's draft (ChainDraft) proposes up to K tokens, a tree's (tree.TreeDraft) a tree of a
-    given shape; each loop takes a draft of its own kind, or a model it wraps in its own."""
-
-    name = "draft"
-    models = ()
-
-    def start(self):
-        """Before the first loop of every run: nothing to reset unless the draft keeps state."""
-
-    def propose(self, sequence, size, controls, rng):
-        """Step 1: the drafts to follow `sequence`, with the distributions they were sampled from."""
-        raise PicoGPTError(f"{shown(type(self).__name__, 60)} must define propose(sequence, size, controls, rng)")
-
-    def keep(self, n, branch):
-        """The loop kept x_1 .. x_n and then `branch`: nothing to forget unless the draft keeps state."""
-
 
 class ChainDraft(Draft):
-    """A draft for Algorithm 2 (speculative_sampling): propose(sequence, K, controls, rng) returns
-    up to K token ids x~_1 .. x~_k and the rows p [k, n_vocab] they were sampled from, where row t
-    is a distribution (finite, >= 0, summing to 1) under which x~_t is possible. Theorem 1 asks
-    nothing else of p: the loop checks exactly this on every proposal (`checked_proposal`)."""
+    """A draft for Algorithm 2 (speculative_sampling), with loop.Draft's defaults: propose(sequence,
+    K, controls, rng) returns up to K token ids x~_1 .. x~_k and the rows p [k, n_vocab] they were
+    sampled from, where row t is a distribution (finite, >= 0, summing to 1) under which x~_t is
+    possible. Theorem 1 asks nothing else of p: the loop checks exactly this on every proposal
+    (loop.checked_proposal)."""
+
+    proposes = "chain"
 
 
 class ModelDraft(ChainDraft):
@@ -279,107 +261,41 @@ class ModelDraft(ChainDraft):
         self.cache.truncate(min(n + len(branch), len(self.cache)))
 
 
-def draft_for(loop, kind, draft, wrap_model):
-    """The draft `loop` runs: a draft of its `kind` (ChainDraft; tree.TreeDraft) as it is, a model
-    wrapped in its own (`wrap_model`: ModelDraft; tree.ModelTreeDraft); a draft of the other kind
-    refused with what to pass instead."""
-    if isinstance(draft, kind):
-        return draft
-    if isinstance(draft, Draft):
-        raise PicoGPTError(f"{shown(draft.name, 60)} is a {type(draft).__name__}, and {loop} runs a {kind.__name__} "
-                           "(ChainDraft: speculative_sampling, TreeDraft: tree_sampling): pass it the draft model "
-                           "itself, or run this draft with the other loop")
-    return wrap_model(draft)
-
-
-PROBABILITY_ROUNDING = 1e-6  # a row of p may sum to 1 within this (float32 rows, renormalised sums)
-
-
-def rows_problem(p, drafted):
-    """Why the rows p [n, n_vocab] cannot be the distributions the tokens `drafted` [n] were drawn
-    from (a sentence), or None: each row finite, >= 0 and summing to 1, its token possible."""
-    sums = p.sum(axis=-1)  # NaN or inf anywhere in a row makes its sum NaN or inf
-    if not (np.all(np.abs(sums - 1) <= PROBABILITY_ROUNDING) and (p.size == 0 or p.min() >= 0)):
-        return "rows of p that are not distributions (NaN, inf, negative, or not summing to 1)"
-    if any(p[t, x] <= 0 for t, x in enumerate(drafted)):
-        return "a token its own row of p gives probability 0"
-    return None
-
-
-def checked_proposal(proposal, K, n_vocab, name):
-    """A chain draft's proposal as the loop uses it: up to K ids in the vocabulary and p
-    [len(drafted), n_vocab], rows that are distributions under which their draft is possible.
-    A NaN row would have its draft accepted every time (Python's min(1, q / NaN) is 1): one
-    readable PicoGPTError naming the draft instead. Returns (drafted as ints, p as float64)."""
-    def refuse(problem):
-        raise PicoGPTError(f"the draft {shown(name, 60)} proposed {problem}; propose(sequence, K, controls, rng) "
-                           f"returns up to K = {K} token ids and p [len(drafted), {n_vocab}], one distribution per draft")
-
-    try:
-        drafted, p = proposal
-    except (TypeError, ValueError):
-        refuse(f"{echo(proposal)}, not a pair (drafted, p)")
-    drafted = token_ids(drafted)
-    if drafted is None or len(drafted) > K or any(not 0 <= x < n_vocab for x in drafted):
-        refuse(f"the drafts {echo(proposal[0])}")
-    try:
-        p = np.asarray(p, np.float64)
-    except (TypeError, ValueError):
-        refuse(f"p = {echo(proposal[1])}")
-    if p.shape != (len(drafted), n_vocab):
-        refuse(f"p of shape {p.shape} for {len(drafted)} drafts")
-    problem = rows_problem(p, drafted)
-    if problem:
-        refuse(problem)
-    return list(drafted), p
-
-
 # ---------------------------------------------------------------------------------------------
 # Algorithm 2
 # ---------------------------------------------------------------------------------------------
 
-VERIFIERS = {"token": speculative_step, "block": block_step}  # verify=...: Steps 3-4, each with speculative_step's contract
-
-
-def verifier(verify, step, n_vocab, r_drawn):
-    """Steps 3-4 as the loop runs them: the library's verifier named by `verify`, handing its
-    uniform draws r to the trace; or a learner's `step`, checked on every loop (checked_step)."""
-    if not isinstance(verify, str) or verify not in VERIFIERS:
-        raise PicoGPTError(f"verify={echo(verify, 40)}: expected one of {', '.join(map(repr, VERIFIERS))}")
-    if step is None:
-        return partial(VERIFIERS[verify], r_drawn=r_drawn)
-    if verify != "token":
-        raise PicoGPTError(f"give verify={verify!r} (the library's verifier) or step= (your own), not both")
-    return checked_step(step, n_vocab)
+VERIFIERS = {"token": token_by_token, "block": block_verification}  # verify=...: (drafted, p, q, rng) -> (emitted, r)
 
 
 def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=None, top_p=None,
-                         seed=None, verify="token", step=None, keep_distributions=False, on_loop=None):
+                         seed=None, verify="token", keep_distributions=False, on_loop=None):
     """Algorithm 2: sample N tokens from `target` (q), with `draft` (p) proposing K per loop.
 
-    `draft` is a model, or a ChainDraft (picogpt/drafts.py). Sampling controls are applied to both
-    p and q before Steps 3-4. One numpy Generator, made from `seed` (an int, None, or a Generator
-    used as is), drives every random draw: same seed, same output. `verify` names the library's
-    Steps 3-4 (VERIFIERS: "token" is the paper's, token by token; "block" judges the K drafts
-    together, block_step, and keeps at least as many on average). `step` replaces them with your
-    own `step(drafted, p, q, rng) -> list[int]` (speculative_step's contract; notebook 03's
-    exercise plugs the learner's function in here): it gets copies of its inputs, and what it
-    returns is checked every loop (checked_step). `keep_distributions=True` keeps p and q of every
-    loop in the trace (for plots). `on_loop(trace)` is called after each loop (its time is not
-    counted).
+    `draft` is a model, or a draft that proposes a chain (loop.Draft; ChainDraft, picogpt/drafts.py).
+    Sampling controls are applied to both p and q before Steps 3-4. One numpy Generator, made from
+    `seed` (an int, None, or a Generator used as is), drives every random draw: same seed, same
+    output. `verify` is Steps 3-4: the name of one of the library's (VERIFIERS: "token" is the
+    paper's, token by token; "block" judges the K drafts together and keeps at least as many on
+    average), or a step of your own, `step(drafted, p, q, rng) -> list[int]` (speculative_step's
+    contract; notebook 03's exercise plugs the learner's function in here): it gets copies of its
+    inputs, and what it returns is checked every loop (checked_step). The draft's `propose` gets a
+    copy of the text. `keep_distributions=True` keeps p and q of every loop in the trace (for
+    plots). `on_loop(trace)` is called after each loop (its time is not counted).
 
     Near the end of the context the lookahead shrinks so that the K drafts fit (it never falls
     below 1, since the prompt + N must fit).
     """
     check_model(target, "target")
-    drafter = draft_for("speculative_sampling", ChainDraft, draft, ModelDraft)
+    drafter = draft_for("speculative_sampling", "chain", draft, ModelDraft)
     prompt = validate_sampling_args(ids, N, (*drafter.models, target), K=K, temperature=temperature,
                                     top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rng = random_generator(seed)
     n_vocab, n_ctx = target.config.n_vocab, min(model.config.n_ctx for model in (*drafter.models, target))
+    verifier = verifier_for(verify, VERIFIERS, partial(checked_step, n_vocab=n_vocab),
+                            "step(drafted, p, q, rng) -> list[int] (speculative_step's contract)")
     record = LoopRecorder(on_loop)  # traces and timings go here
-    step = verifier(verify, step, n_vocab, record.r)
     drafter.start()
     target_cache = target.new_cache()
     sequence = list(prompt)  # x_1 .. x_n: the prompt and every token emitted so far
@@ -391,7 +307,8 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
 
         # Step 1. Sample the draft autoregressively: x~_t ~ p(x | x_1..x_n, x~_1..x~_{t-1}).
         K_now = min(K, n_ctx - n)
-        drafted, p_rows = checked_proposal(drafter.propose(sequence, K_now, controls, rng), K_now, n_vocab, drafter.name)
+        drafted, p_rows = checked_proposal(drafter.propose(list(sequence), K_now, controls, rng), K_now, n_vocab,
+                                           drafter.name)
         record.lap("draft")
 
         # Step 2. In parallel (one call), the K + 1 target distributions
@@ -400,7 +317,7 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
         record.lap("score")
 
         # Steps 3 and 4 (the verifier: keep a prefix of the drafts, then resample or add the extra token).
-        emitted = step(drafted, p_rows, q_rows, rng)
+        emitted, r = verifier(drafted, p_rows, q_rows, rng)
         n_accepted = len(emitted) - 1
         sequence += emitted
 
@@ -408,7 +325,7 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
         # seen the new token yet: the next loop feeds each model exactly the tokens it is missing.
         target_cache.truncate(n + n_accepted)
         drafter.keep(n, range(n_accepted))
-        record.end_loop(partial(LoopTrace.of, drafted, p_rows, q_rows, emitted, keep_distributions, record.r))
+        record.end_loop(partial(LoopTrace.of, drafted, p_rows, q_rows, emitted, keep_distributions, r))
 
     return SpeculativeResult(tokens=sequence[len(prompt): len(prompt) + N], loops=record.loops,
                              seconds=record.seconds(), K=K)
@@ -416,10 +333,11 @@ def speculative_sampling(draft, target, ids, N, *, K=4, temperature=1.0, top_k=N
 
 @dataclass(frozen=True)
 class Chain:
-    """Algorithm 2 with K drafts a loop and a verifier, as one value: what a measurement runs
-    (measure/, the bench, the course, the command line), beside tree.TreeShape for a token tree."""
+    """Algorithm 2 with K drafts a loop and a verifier (a name in VERIFIERS, or a step of your own),
+    as one value: what a measurement runs (measure/, the bench, the course, the command line),
+    beside tree.TreeShape for a token tree."""
     K: int
-    verify: str = "token"
+    verify: object = "token"
 
     @property
     def shape(self):
@@ -428,10 +346,12 @@ class Chain:
 
     @property
     def name(self):
-        return f"chain K = {self.K}" + ("" if self.verify == "token" else f", {self.verify} verification")
+        verify = self.verify if isinstance(self.verify, str) else step_name(self.verify)
+        return f"chain K = {self.K}" + ("" if verify == "token" else f", {verify} verification")
 
     def sample(self, draft, target, ids, N, **options):
         """speculative_sampling with this K and verifier (`options`: seed, sampling controls, on_loop)."""
+        options = options_for(self, speculative_sampling, options, fixed=("K", "verify"))
         return speculative_sampling(draft, target, ids, N, K=self.K, verify=self.verify, **options)
 
 
@@ -445,7 +365,7 @@ class LoopTrace:
     drafted: tuple  # x~_1 .. x~_K, sampled from p
     p_drafted: tuple  # p_t(x~_t): the draft's probability of each drafted token
     q_drafted: tuple  # q_t(x~_t): the target's probability of each drafted token
-    r: tuple  # the uniform draws of the library's verifier (empty when a custom `step` ran)
+    r: tuple  # the uniform draws of the library's verifier (empty when a step of your own ran)
     n_accepted: int  # drafted tokens kept (the first n_accepted)
     new_token: int  # resampled from (q - p)+ after a rejection (block: (w q - p)+), or the extra token from q_{K+1}
     resampled: bool  # True: new_token came from a residual; False: all K accepted, it is the extra
@@ -515,47 +435,3 @@ class SpeculativeResult:
     @property
     def tokens_per_s(self):
         return len(self.tokens) / self.seconds if self.seconds else float("inf")
-
-
-class LoopRecorder:
-    """Everything a sampling loop measures and keeps, in one place, so that the loop shows only the
-    algorithm (speculative_sampling's, and tree.tree_sampling's): the wall clock from `start` (the
-    time of on_loop left out), the time of each step of each loop, the uniform draws r the library's
-    verifier hands over, and one trace per loop."""
-
-    def __init__(self, on_loop=None):
-        self.on_loop = on_loop
-        self.loops, self.r, self.laps_s = [], [], {}
-        self.callback_s = 0.0
-        self.start()
-
-    def start(self):
-        """The clock starts (again: after the run's set-up)."""
-        self.started = self.lap_started = time.perf_counter()
-
-    def start_loop(self):
-        self.r.clear()
-        self.laps_s = {}
-        self.lap_started = time.perf_counter()
-
-    def lap(self, name):
-        """The time since the last lap (or the loop's start) was spent on `name`."""
-        now = time.perf_counter()
-        self.laps_s[name] = now - self.lap_started
-        self.lap_started = now
-
-    def end_loop(self, trace_of):
-        """Steps 3-4 and the roll-back are over: time them, make the loop's trace with
-        `trace_of(t_draft_s=..., t_score_s=..., t_decide_s=...)`, call on_loop with it."""
-        self.lap("decide")
-        trace = trace_of(t_draft_s=self.laps_s["draft"], t_score_s=self.laps_s["score"],
-                         t_decide_s=self.laps_s["decide"])
-        self.loops.append(trace)
-        if self.on_loop is not None:
-            before = time.perf_counter()
-            self.on_loop(trace)
-            self.callback_s += time.perf_counter() - before
-
-    def seconds(self):
-        """Wall time since the recorder started, without the time spent in on_loop."""
-        return time.perf_counter() - self.started - self.callback_s

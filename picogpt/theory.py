@@ -11,9 +11,12 @@ drafts, then one resampled or extra token).
 Every function accepts numbers or numpy arrays (broadcast together) and returns the same.
 """
 
+import math
+
 import numpy as np
 
-from .errors import PicoGPTError
+from .errors import PicoGPTError, echo
+from .sampling import is_whole
 
 
 def as_result(x):
@@ -130,9 +133,29 @@ def expected_tokens_per_tree_loop(alphas):
 # The sum over i = 1 .. K of each is the expected drafts kept per loop; tokens per loop are 1 more.
 # These enumerate n_vocab^K sequences: for small vocabularies.
 
+MAX_ENUMERATED = 2**22  # sequences (times the leading rows) an enumeration below may hold: 32 MB per float64 array
+
+
+def checked_K(K, p, q, enumerates=True):
+    """K as the functions below take it: a whole number >= 0 whose work fits in MAX_ENUMERATED
+    entries (n_vocab^K sequences for each leading row when the function `enumerates` them, else
+    K per row); one readable error otherwise, before any array is made."""
+    if not is_whole(K) or K < 0:
+        raise PicoGPTError(f"K, the drafts per loop, must be a whole number >= 0, got {echo(K, 40)}")
+    shape = np.broadcast_shapes(np.shape(p), np.shape(q))
+    rows, n_vocab = math.prod(shape[:-1]), shape[-1] if shape else 1
+    per_row = math.log(n_vocab) * K if enumerates else math.log(max(K, 1))  # log of the entries per row
+    if per_row + math.log(max(rows, 1)) > math.log(MAX_ENUMERATED):
+        what = f"{n_vocab}^{K} sequences" if enumerates else f"{K} positions"
+        raise PicoGPTError(f"K = {K} would enumerate {what} for each of {rows} row(s), more than {MAX_ENUMERATED:,}: "
+                           "these formulas enumerate every drafted sequence, so give a smaller K or vocabulary")
+    return K
+
+
 def kept_probabilities_token_wise(p, q, K):
     """P(the first i drafts are all kept) by Theorem 1's step, i = 1 .. K: alpha^i.
     p, q [..., n_vocab] -> [..., K]."""
+    K = checked_K(K, p, q, enumerates=False)
     alpha = np.asarray(acceptance_rate(p, q), np.float64)[..., None]
     return alpha ** np.arange(1, K + 1)
 
@@ -141,6 +164,7 @@ def kept_probabilities_block(p, q, K):
     """P(block verification keeps at least i drafts) = E[w_i], i = 1 .. K, the running weight
     w_i = min(1, w_{i-1} q(x~_i) / p(x~_i)) averaged over x~_1 .. x~_i ~ p by enumeration.
     p, q [..., n_vocab] -> [..., K]."""
+    K = checked_K(K, p, q)
     p, q = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(q, np.float64))
     ratio = np.divide(q, p, out=np.zeros_like(q), where=p > 0)  # q(x) / p(x); 0 where p never drafts x
     weight, mass = np.ones(p.shape[:-1] + (1,)), np.ones(p.shape[:-1] + (1,))  # w_0 = 1 on the empty prefix
@@ -156,6 +180,7 @@ def kept_probabilities_bound(p, q, K):
     """No exact verifier keeps the first i drafts more often than sum over x_1 .. x_i of
     min(p(x_1)..p(x_i), q(x_1)..q(x_i)), the overlap of the i-fold products, i = 1 .. K.
     p, q [..., n_vocab] -> [..., K]."""
+    K = checked_K(K, p, q)
     p, q = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(q, np.float64))
     p_joint, q_joint = np.ones(p.shape[:-1] + (1,)), np.ones(p.shape[:-1] + (1,))  # of the empty prefix
     kept = []
@@ -175,6 +200,6 @@ def expected_accepted_drafts(p, q, K, verify="token"):
     1's step: (1 - alpha^(K+1)) / (1 - alpha) - 1), "block" (block verification) or "bound" (no exact
     verifier keeps more). Sun et al.'s example, p = (2/3, 1/3), q = (1/3, 2/3), K = 2:
     10/9, 11/9, 12/9. p, q [..., n_vocab] -> [...]."""
-    if verify not in KEPT_PROBABILITIES:
-        raise PicoGPTError(f"verify={verify!r}: expected one of {', '.join(map(repr, KEPT_PROBABILITIES))}")
+    if not isinstance(verify, str) or verify not in KEPT_PROBABILITIES:
+        raise PicoGPTError(f"verify={echo(verify, 40)}: expected one of {', '.join(map(repr, KEPT_PROBABILITIES))}")
     return as_result(np.sum(KEPT_PROBABILITIES[verify](p, q, K), axis=-1))

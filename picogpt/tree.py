@@ -17,7 +17,8 @@ candidate's subtree is never looked at. TreeDraft draws a node's candidates with
 
 Reading order: the tree and the two things a call needs (positions and mask), one scored call,
 the draft that builds a tree, the walk, the loop and the value that names it for a measurement.
-The draft's contract, the checks of a learner's step and the recorder are speculative.py's.
+The draft's contract, the checks of a proposal and of a learner's step, and the recorder are
+picogpt/loop.py's, shared with Algorithm 2's loop.
 """
 
 from dataclasses import dataclass
@@ -27,9 +28,9 @@ import numpy as np
 
 from .errors import PicoGPTError, echo, shown
 from .gpt2 import causal_mask
+from .loop import Draft, LoopRecorder, checked, distributions, draft_for, options_for, token_ids, verifier_for
 from .rejection import accept_among
-from .sampling import check_model, distribution, is_whole, random_generator, sample, validate_sampling_args
-from .speculative import Draft, LoopRecorder, checked, draft_for, rows_problem
+from .sampling import check_model, distribution, is_whole, logits_of, random_generator, sample, validate_sampling_args
 
 ROOT = -1  # the parent of the first level: the text's last token
 
@@ -96,7 +97,7 @@ def tree_call(model, cache, sequence, tree, nodes):
     this call must feed. [len(nodes), n_vocab]"""
     n, start = len(sequence), len(cache)
     ids = (list(sequence) + list(tree.tokens))[start:]
-    logits = model(ids, cache, positions(tree, n)[start:], attention_mask(tree, n, start))
+    logits = logits_of(model, ids, cache, positions(tree, n)[start:], attention_mask(tree, n, start))
     return logits[[n + node - start for node in nodes]]  # the row of a node: its place after the cache
 
 
@@ -123,9 +124,11 @@ def draw_without_replacement(p, m, rng):
 
 
 class TreeDraft(Draft):
-    """A draft for tree_sampling (speculative.Draft's contract): propose(sequence, shape, controls,
+    """A draft for tree_sampling, with loop.Draft's defaults: propose(sequence, shape, controls,
     rng) returns a Tree of at most that shape after x_1 .. x_n = sequence, each node's row of p
     the distribution its token was drawn from; keep(n, branch) after the walk."""
+
+    proposes = "tree"
 
 
 class ModelTreeDraft(TreeDraft):
@@ -166,26 +169,26 @@ class ModelTreeDraft(TreeDraft):
 
 
 def checked_tree(tree, shape, n_vocab, name):
-    """A tree draft's proposal as the loop uses it: a Tree of at most `shape`'s nodes, each
-    node's parent an earlier node (or ROOT), its token in the vocabulary, its row of p a
-    distribution under which the token is possible. One readable PicoGPTError otherwise."""
+    """A tree draft's proposal as the loop uses it: a Tree of at most `shape`'s nodes, its tokens
+    ids in the vocabulary, each node's parent an earlier node (or ROOT), whole numbers both, its
+    rows p [n_nodes, n_vocab] distributions under which each node's token is possible. Returns the
+    Tree with tuples of ints and p as float64; one readable PicoGPTError otherwise."""
     def refuse(problem):
         raise PicoGPTError(f"the tree draft {shown(name, 60)} proposed {problem}; propose(sequence, shape, controls, "
                            f"rng) returns a Tree of at most {n_nodes(shape)} nodes for shape {shape}")
 
     if not isinstance(tree, Tree):
-        refuse(echo(tree))
-    n = len(tree.tokens)
-    if n > n_nodes(shape) or len(tree.parents) != n or any(not ROOT <= parent < i for i, parent in enumerate(tree.parents)):
-        refuse(f"a tree of {n} nodes with parents {echo(tree.parents)}")
-    if any(not is_whole(x) or not 0 <= x < n_vocab for x in tree.tokens):
-        refuse(f"the tokens {echo(tree.tokens)}")
-    if np.shape(tree.p) != (n, n_vocab):
-        refuse(f"p of shape {np.shape(tree.p)} for {n} nodes")
-    problem = rows_problem(np.asarray(tree.p, np.float64), tree.tokens)
+        refuse(echo(tree, 80))
+    tokens, parents = token_ids(tree.tokens), token_ids(tree.parents)
+    if tokens is None or any(not 0 <= x < n_vocab for x in tokens):
+        refuse(f"the tokens {echo(tree.tokens, 80)}")
+    if (len(tokens) > n_nodes(shape) or parents is None or len(parents) != len(tokens)
+            or any(not ROOT <= parent < i for i, parent in enumerate(parents))):
+        refuse(f"a tree of {len(tokens)} nodes with parents {echo(tree.parents, 80)}")
+    p, problem = distributions(tree.p, (len(tokens), n_vocab), tokens)
     if problem:
         refuse(problem)
-    return tree
+    return Tree(tokens, parents, p)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +200,8 @@ def walk(tree, q_rows, rng, step=accept_among):
     node (q_rows[1 + node]; row 0 for the root): an accepted child becomes the current node; any
     other token ends the walk (from the residual, or from q after a leaf: the extra token).
     `step(candidates, p, q, rng) -> token` is rejection.accept_among or the learner's.
-    Returns (branch: the accepted nodes, root first, token: the one after them)."""
+    Returns (branch: the accepted nodes, root first, token: the one after them): the contract of
+    every verifier of a tree (VERIFIERS)."""
     node, branch = ROOT, []
     while True:
         children = tree.children(node)
@@ -285,32 +289,37 @@ def token_problem(output, n_vocab):
 
 def checked_node_step(step, n_vocab):
     """A learner's multi-candidate `step(candidates, p, q, rng)` as tree_sampling runs it
-    (speculative.checked: copies in, an exception named, the output checked on every node): one
-    token id in the vocabulary, handed back as a Python int."""
-    run = checked(step, lambda output, *_: token_problem(output, n_vocab), "tree_sampling", "candidates",
-                  "picogpt.course.tree_exercise.check_multi_candidate_step")
-    return lambda candidates, p, q, rng: int(run(candidates, p, q, rng))
+    (loop.checked: copies in, an exception named, the output checked on every node), inside the
+    walk: one token id in the vocabulary, handed back as a Python int."""
+    run = checked(step, lambda output, *_: token_problem(output, n_vocab), "tree_sampling", "candidates")
+    return partial(walk, step=lambda candidates, p, q, rng: int(run(candidates, p, q, rng)))
+
+
+VERIFIERS = {"token": walk}  # verify=...: Steps 3-4 on a tree, (tree, q_rows, rng) -> (branch, token)
 
 
 def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k=None, top_p=None, seed=None,
-                  step=None, on_loop=None):
+                  verify="token", on_loop=None):
     """Sample N tokens from `target` (q), with `draft` (p) proposing a tree of `shape` per loop:
     (m_1, .., m_D) candidates at each level below each node; (1,) * K is Algorithm 2's chain.
-    `draft` is a model (wrapped in ModelTreeDraft) or a TreeDraft. The sampling controls apply to
-    p and q; one numpy Generator from `seed` drives every draw. `step` replaces the multi-candidate
-    step with your own `step(candidates, p, q, rng) -> token` (notebook 07's exercise), checked on
-    every node as speculative_sampling checks its step. `on_loop(trace)` is called after each loop
-    (its time is not counted). Near the end of the context the tree gets shallower so that its
-    deepest node fits."""
+    `draft` is a model (wrapped in ModelTreeDraft) or a draft that proposes a tree (loop.Draft;
+    TreeDraft). The sampling controls apply to p and q; one numpy Generator from `seed` drives
+    every draw. `verify` is Steps 3-4: the name of one of the library's (VERIFIERS: "token", the
+    walk with the multi-candidate step at each node), or a multi-candidate step of your own,
+    `step(candidates, p, q, rng) -> token` (notebook 07's exercise), which the walk runs, checked on
+    every node as speculative_sampling checks its step. The draft's `propose` gets a copy of the
+    text. `on_loop(trace)` is called after each loop (its time is not counted). Near the end of the
+    context the tree gets shallower so that its deepest node fits."""
     check_model(target, "target")
-    drafter = draft_for("tree_sampling", TreeDraft, draft, ModelTreeDraft)
+    drafter = draft_for("tree_sampling", "tree", draft, ModelTreeDraft)
     models = (*drafter.models, target)
     n_vocab, n_ctx = target.config.n_vocab, min(model.config.n_ctx for model in models)
     shape = validate_shape(shape, n_ctx)
     prompt = validate_sampling_args(ids, N, models, temperature=temperature, top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rng = random_generator(seed)
-    step = accept_among if step is None else checked_node_step(step, n_vocab)
+    verifier = verifier_for(verify, VERIFIERS, partial(checked_node_step, n_vocab=n_vocab),
+                            "step(candidates, p, q, rng) -> token (rejection.accept_among's contract)")
     record = LoopRecorder(on_loop)
     drafter.start()
     target_cache = target.new_cache()
@@ -321,13 +330,14 @@ def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k
         n = len(sequence)
         record.start_loop()
         # Step 1. Draft a tree: m_1 candidates after x_1..x_n, m_2 after each of them, ...
-        tree = checked_tree(drafter.propose(sequence, shape[: n_ctx - n], controls, rng), shape, n_vocab, drafter.name)
+        tree = checked_tree(drafter.propose(list(sequence), shape[: n_ctx - n], controls, rng), shape, n_vocab,
+                            drafter.name)
         record.lap("draft")
         # Step 2. One target call: q after the text and after every node.
         q_rows = score_tree(target, target_cache, sequence, tree, controls)
         record.lap("score")
         # Steps 3-4. Walk from the root with the multi-candidate step; the accepted branch, then one token.
-        branch, token = walk(tree, q_rows, rng, step)
+        branch, token = verifier(tree, q_rows, rng)
         sequence += [tree.tokens[node] for node in branch] + [token]
         # Both caches keep x_1..x_n and the accepted branch; neither has seen the new token yet.
         target_cache.keep(n, branch)
@@ -349,5 +359,6 @@ class TreeShape:
         return f"tree {tuple(self.shape)}"
 
     def sample(self, draft, target, ids, N, **options):
-        """tree_sampling with this shape (`options`: seed, sampling controls, on_loop)."""
+        """tree_sampling with this shape (`options`: seed, sampling controls, verify, on_loop)."""
+        options = options_for(self, tree_sampling, options, fixed=("shape",))
         return tree_sampling(draft, target, ids, N, shape=self.shape, **options)

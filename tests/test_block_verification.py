@@ -14,7 +14,14 @@ from picogpt.course import block_exercise, block_panels, model_runs
 from picogpt.course.step_exercise import ALGORITHM_2
 from picogpt.course.toy_models import BigramModel, joint_distribution, toy_pair
 from picogpt.sampling import distribution
-from picogpt.speculative import Chain, block_keep_probabilities, block_output_distribution, block_step, speculative_step
+from picogpt.speculative import (
+    Chain,
+    block_keep_probabilities,
+    block_output_distribution,
+    block_step,
+    block_verification,
+    speculative_step,
+)
 
 # ---------------------------------------------------------------------------------------------
 # The paper's Algorithm 2, written again here from the paper (not from picogpt)
@@ -360,11 +367,11 @@ def test_for_some_drafts_the_block_keeps_fewer_than_token_by_token():
     assert fewer
 
 
-def test_block_step_draws_one_uniform_per_position_for_the_trace():
+def test_block_verification_returns_one_uniform_per_position_for_the_trace():
     drafted, p, q = LAW_CASES[51]
-    r_drawn = []
-    block_step(drafted, p, q, np.random.default_rng(0), r_drawn=r_drawn)
-    assert r_drawn == list(np.random.default_rng(0).random(len(drafted)))
+    emitted, eta = block_verification(drafted, p, q, np.random.default_rng(0))
+    assert eta == list(np.random.default_rng(0).random(len(drafted)))
+    assert emitted == block_step(drafted, p, q, np.random.default_rng(0))  # the same draws, the tokens alone
 
 
 def test_enumerated_block_expectation_equals_theory_and_lies_between_token_wise_and_the_bound():
@@ -433,16 +440,16 @@ def test_an_unknown_verifier_is_one_readable_error():
 
 def test_block_step_runs_as_the_loops_step_and_greedy_is_the_targets_greedy_text():
     draft, target = toy_pair(n_vocab=6, seed=8)
-    result = speculative_sampling(draft, target, PROMPT, 30, K=3, seed=0, step=block_step)
+    result = speculative_sampling(draft, target, PROMPT, 30, K=3, seed=0, verify=block_step)
     assert len(result.tokens) == 30
-    greedy = speculative_sampling(draft, target, PROMPT, 30, K=3, temperature=0, step=block_step)
+    greedy = speculative_sampling(draft, target, PROMPT, 30, K=3, temperature=0, verify=block_step)
     assert greedy.tokens == autoregressive_sampling(target, PROMPT, 30, temperature=0).tokens
 
 
 def test_a_bigram_pair_where_the_draft_is_the_target_keeps_every_block():
     _, target = toy_pair(n_vocab=4, seed=9)
     same = BigramModel(target.table, "copy")
-    result = speculative_sampling(same, target, PROMPT, 20, K=4, seed=1, step=block_step)
+    result = speculative_sampling(same, target, PROMPT, 20, K=4, seed=1, verify=block_step)
     assert all(loop.n_accepted == loop.K for loop in result.loops[:-1])
 
 
@@ -455,7 +462,7 @@ def test_verify_block_is_block_step_draw_for_draw_and_traces_its_uniforms():
     draft, target = toy_pair(n_vocab=5, seed=11)
     for seed in range(5):
         by_name = speculative_sampling(draft, target, PROMPT, 25, K=3, seed=seed, verify="block")
-        as_step = speculative_sampling(draft, target, PROMPT, 25, K=3, seed=seed, step=block_step)
+        as_step = speculative_sampling(draft, target, PROMPT, 25, K=3, seed=seed, verify=block_step)
         assert by_name.tokens == as_step.tokens
         assert all(len(loop.r) == loop.K for loop in by_name.loops)  # one eta per position
         assert by_name.tokens != speculative_sampling(draft, target, PROMPT, 25, K=3, seed=seed).tokens or seed

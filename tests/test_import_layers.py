@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "picogpt"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
-CORE = ("gpt2", "kv_cache", "sampling", "rejection", "speculative", "theory", "tree")
+CORE = ("gpt2", "kv_cache", "sampling", "rejection", "loop", "speculative", "theory", "tree")
 FORBIDDEN = ("fast", "measure", "bench", "course", "io", "cli", "model")  # picogpt.<these> and below
 ALLOWED_OUTSIDE = {"numpy"}  # besides Python's standard library
 

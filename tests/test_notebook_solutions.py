@@ -83,7 +83,7 @@ def test_notebook_07_solution_passes_and_runs_in_the_tree_loop():
     step = run(solutions("07-token-trees.ipynb"), {"np": np})["my_accept_among"]
     check = check_multi_candidate_step(step)
     assert check, check
-    assert len(tree_sampling(random_gpt2(1), random_gpt2(2), [3, 1], 10, shape=(2, 2), seed=0, step=step).tokens) == 10
+    assert len(tree_sampling(random_gpt2(1), random_gpt2(2), [3, 1], 10, shape=(2, 2), seed=0, verify=step).tokens) == 10
 
 
 def test_notebook_08_solution_passes_with_no_drafts_too():

@@ -184,7 +184,7 @@ def test_a_right_step_is_sent_into_the_loop_under_its_own_name():
         return learner_step(drafted, p, q, rng)
 
     ok, message = graded(my_speculative_step)
-    assert ok and "speculative_sampling(..., step=my_speculative_step)" in message, message
+    assert ok and "speculative_sampling(..., verify=my_speculative_step)" in message, message
 
 
 def test_every_two_mistakes_are_told_apart_on_some_case():
@@ -288,24 +288,24 @@ def test_exact_distributions_sum_to_one_and_algorithm_2_emits_q_first():
 
 def test_the_learners_step_runs_inside_the_real_loop():
     draft, target = random_gpt2(1), random_gpt2(2)
-    mine = speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, step=learner_step)
+    mine = speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, verify=learner_step)
     assert len(mine.tokens) == 12 and all(loop.r == () for loop in mine.loops)
     assert mine.alpha_hat == sum(mine.accepted) / sum(loop.decisions for loop in mine.loops)
-    same = speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, step=speculative_step)
+    same = speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, verify=speculative_step)
     assert same.tokens == speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0).tokens
     mistake = step_exercise.MISTAKES["no bonus token"].step
-    assert len(speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, step=mistake).tokens) == 12
+    assert len(speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, verify=mistake).tokens) == 12
 
 
 def test_the_loop_runs_right_steps_that_change_their_inputs_or_return_arrays():
     """The loop hands a step copies and extends the text with Python ints: a right step that uses
     its arguments as scratch space, or returns an array, writes what the plain right step writes."""
     draft, target = random_gpt2(1), random_gpt2(2)
-    plain = speculative_sampling(draft, target, [3, 1], 16, K=3, seed=0, step=learner_step, keep_distributions=True)
+    plain = speculative_sampling(draft, target, [3, 1], 16, K=3, seed=0, verify=learner_step, keep_distributions=True)
     for kwargs in (dict(in_place="q"), dict(in_place="drafted"), dict(returns=np.array),
                    dict(returns=lambda out: [np.int64(x) for x in out])):
         run = speculative_sampling(draft, target, [3, 1], 16, K=3, seed=0, keep_distributions=True,
-                                   step=lambda d, p, q, rng: learner_step(d, p, q, rng, **kwargs))
+                                   verify=lambda d, p, q, rng: learner_step(d, p, q, rng, **kwargs))
         assert run.tokens == plain.tokens and all(type(t) is int for t in run.tokens), kwargs
         assert [loop.n_accepted for loop in run.loops] == [loop.n_accepted for loop in plain.loops]
         for mine, theirs in zip(run.loops, plain.loops):  # the trace keeps the q the target computed
@@ -324,7 +324,7 @@ def test_the_loop_runs_right_steps_that_change_their_inputs_or_return_arrays():
 def test_the_loop_refuses_a_step_that_returns_anything_but_accepted_drafts_then_one_token(wrong, says):
     draft, target = random_gpt2(1), random_gpt2(2)
     with pytest.raises(PicoGPTError, match="returned") as error:
-        speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, step=wrong)
+        speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, verify=wrong)
     assert says in str(error.value) and "\n" not in str(error.value), str(error.value)
 
 
@@ -338,7 +338,7 @@ def test_a_step_that_emits_after_a_rejection_is_stopped_before_it_inflates_alpha
         return out + [int(rng.choice(q.shape[1], p=q[len(out)]))] if rejected else out
 
     with pytest.raises(PicoGPTError, match="keeps_going returned"):
-        speculative_sampling(draft, target, [3, 1], 24, K=3, seed=0, step=keeps_going)
+        speculative_sampling(draft, target, [3, 1], 24, K=3, seed=0, verify=keeps_going)
 
 
 # ---- mistakes the catalogue may not know: located, with the frequencies of the part that differs ----

@@ -265,8 +265,8 @@ def test_the_rules_runnable_steps_sample_their_exact_distributions():
 def test_the_learners_step_runs_in_the_tree_loop():
     from helpers import random_gpt2
     draft, target = random_gpt2(1), random_gpt2(2)
-    assert (tree_sampling(draft, target, [1, 2], 12, shape=(2, 2), seed=4, step=right_loop).tokens
-            == tree_sampling(draft, target, [1, 2], 12, shape=(2, 2), seed=4, step=right_loop).tokens)
+    assert (tree_sampling(draft, target, [1, 2], 12, shape=(2, 2), seed=4, verify=right_loop).tokens
+            == tree_sampling(draft, target, [1, 2], 12, shape=(2, 2), seed=4, verify=right_loop).tokens)
 
 
 def test_solution_prints_the_library_step(capsys):

@@ -2,7 +2,7 @@
 graded against.
 
 You write `block_step(drafted, p, q, rng) -> list[int]`, with the arguments and output of
-notebook 03's `speculative_step` (speculative_sampling's `step=` runs either):
+notebook 03's `speculative_step` (speculative_sampling's `verify=` runs either):
     drafted  the K drafted ids x̃_1 .. x̃_K
     p        [K, n_vocab]      the draft's distributions they were sampled from
     q        [K + 1, n_vocab]  the target's, one more row: q[K] is q_{K+1}
@@ -320,7 +320,7 @@ def check_block_step(fn, trials=TRIALS, seed=0):
 def solution():
     """The library's own block verification: print it when you are stuck."""
     print(inspect.getsource(speculative.block_keep_probabilities))
-    print(inspect.getsource(speculative.block_step))
+    print(inspect.getsource(speculative.block_verification))
 
 
 def check_both_kept(answer, p=(0.6, 0.4), q=(0.3, 0.7)):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import shown
-from ..speculative import copied
+from ..loop import copied
 from .chi_square import chi_square_sf, chi_square_test
 
 

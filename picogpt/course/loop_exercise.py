@@ -158,7 +158,7 @@ def count_problem(target_calls, loops, got, N, raised, ids=()):
 
 def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), seeds=(0, 1)):
     """Grade a learner's my_speculative_sampling(draft, target, ids, N, K, rng, step) -> list of N ids:
-    for each K and seed, the same tokens as speculative_sampling(..., seed=seed, step=step), one
+    for each K and seed, the same tokens as speculative_sampling(..., seed=seed, verify=step), one
     target call per loop, and both caches rolled back to the kept tokens. A `step` of the learner's
     runs checked (speculative.checked_step), in the library's loop and in theirs: a step that fails
     is reported with the loop it failed in. Returns a Check."""
@@ -175,7 +175,7 @@ def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), s
         for seed in seeds:
             where = f"K = {K}, seed {seed}"
             try:
-                expected = speculative.speculative_sampling(draft, target, ids, N, K=K, seed=seed, step=step)
+                expected = speculative.speculative_sampling(draft, target, ids, N, K=K, seed=seed, verify=step)
             except PicoGPTError as error:  # the learner's step, run by the library's loop
                 return Check(False, f"{where}: the step you passed fails in the library's own loop before yours is "
                                     f"compared with it: {error}")

@@ -68,9 +68,9 @@ def sequence_fit(draft, target, prompt, n_tokens, K, n_runs, step=None, seed=0, 
     rng = np.random.default_rng(seed)
     for _ in range(n_runs):
         if shape is None:
-            run = speculative_sampling(draft, target, prompt, n_tokens, K=K, seed=rng, step=step)
+            run = speculative_sampling(draft, target, prompt, n_tokens, K=K, seed=rng, verify=step or "token")
         else:
-            run = tree_sampling(draft, target, prompt, n_tokens, shape=shape, seed=rng, **({"step": step} if step else {}))
+            run = tree_sampling(draft, target, prompt, n_tokens, shape=shape, seed=rng, verify=step or "token")
         counts[tuple(run.tokens)] += 1
     statistic, dof, p_value = chi_square_test(counts, exact)
     return SequenceFit(counts, exact, statistic, dof, p_value)

@@ -1,7 +1,7 @@
 """Notebook 03's main exercise: write Steps 3-4 of Algorithm 2 yourself, and its grader.
 
 You write `speculative_step(drafted, p, q, rng) -> list[int]`, the function
-`picogpt.speculative.speculative_sampling` calls once per loop (its `step=` argument runs yours):
+`picogpt.speculative.speculative_sampling` calls once per loop (its `verify=` argument runs yours):
     drafted  the K drafted ids x̃_1 .. x̃_K (K may be 0: a draft that proposes nothing)
     p        [K, n_vocab]      the draft's distributions they were sampled from
     q        [K + 1, n_vocab]  the target's, one more row: q[K] is q_{K+1}
@@ -557,10 +557,10 @@ def check_speculative_step(fn, trials=TRIALS, seed=0, exercise=None):
                            f"outputs fit {exercise.name}'s exact distribution, as a whole (chi-square p = "
                            f"{verdict.p_value:.2g}) and part by part: how many drafts were kept, the token that "
                            f"follows them, the extra token. Run it inside the real loop: "
-                           f"speculative_sampling(..., step={function_name(fn)}).")
+                           f"speculative_sampling(..., verify={function_name(fn)}).")
     return Check(False, distribution_message(counts, cases, exercise))
 
 
 def solution():
     """The library's own Steps 3-4: print it when you are stuck (it is what speculative_sampling runs)."""
-    print(inspect.getsource(speculative.speculative_step))
+    print(inspect.getsource(speculative.token_by_token))

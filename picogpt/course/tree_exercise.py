@@ -1,7 +1,7 @@
 """Notebook 07's exercise: write the multi-candidate step yourself, and its grader.
 
 You write `accept_among(candidates, p, q, rng) -> token`, the step picogpt.tree.walk calls at
-every node of a token tree (tree_sampling's `step=` runs yours):
+every node of a token tree (tree_sampling's `verify=` runs yours):
     candidates  the node's children c_1 .. c_m, token ids (none at a leaf)
     p           [m, n_vocab]  row i: the distribution c_i was drawn from (the draft's p at the node
                 without the candidates before it: picogpt/tree.py draws without replacement)
@@ -299,7 +299,7 @@ def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
                            f"temperature 0.7 with top-p 0.9), your step's tokens fit the multi-candidate step's exact "
                            f"distribution, as a whole (chi-square p = {verdict.p_value:.2g}) and part by part: which "
                            f"candidate was kept, the token drawn when none was. Run it in the tree loop: "
-                           f"tree_sampling(..., step={function_name(fn)}).")
+                           f"tree_sampling(..., verify={function_name(fn)}).")
     name = "the multi-candidate step"
     best_p, best = best_fitting(observed, [(rule, [law(rule, c) for c in cases]) for rule in MISTAKES.values()])
     if best_p > SIGNIFICANCE:
