@@ -191,9 +191,11 @@ def options_for(value, loop, options, fixed):
     """The keyword arguments a value that samples (speculative.Chain, tree.TreeShape) hands its
     `loop`: the loop's own, except the `fixed` ones the value holds. Any other is one line, not
     Python's "got multiple values" or "unexpected keyword argument"."""
-    takes = [name for name, parameter in inspect.signature(loop).parameters.items()
-             if parameter.kind is parameter.KEYWORD_ONLY and name not in fixed]
-    wrong = [name for name in options if name not in takes]
+    parameters = inspect.signature(loop).parameters.values()
+    takes = [parameter.name for parameter in parameters if parameter.kind is parameter.KEYWORD_ONLY]
+    takes_any = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)  # a wrapper's **options
+    takes = [name for name in takes if name not in fixed]
+    wrong = [name for name in options if name in fixed or not (takes_any or name in takes)]
     if wrong:
         raise PicoGPTError(f"{echo(value, 80)}.sample(...) takes {', '.join(takes)}, not {', '.join(wrong)}: the "
                            f"value holds its {' and '.join(fixed)} (make another value to change them)")

@@ -67,7 +67,7 @@ def test_a_block_step_written_differently_is_accepted():
 
 def test_the_librarys_block_step_is_accepted():
     check = check_block_step(block_step)
-    assert check and "step=block_step" in str(check), check
+    assert check and "verify=block_step" in str(check), check
 
 
 @pytest.mark.parametrize("name", BLOCK_EXERCISE.mistakes)
@@ -176,7 +176,7 @@ def test_the_rule_values_are_the_librarys_law():
 def test_the_solution_prints_the_librarys_code(capsys):
     block_exercise.solution()
     out = capsys.readouterr().out
-    assert "def block_step" in out and "def block_keep_probabilities" in out
+    assert "def block_verification" in out and "def block_keep_probabilities" in out
 
 
 # ---- one loop laid out ------------------------------------------------------------------------

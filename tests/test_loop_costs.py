@@ -15,7 +15,7 @@ def test_the_parts_of_the_loops_are_timed_and_add_up_and_the_library_is_left_as_
     ticks = itertools.count()
     monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))  # every reader of the clock, one tick each
     originals = [(owner, name, vars(owner)[name]) for owner, name, _ in loop_costs.PARTS]
-    default_step = speculative.speculative_sampling.__kwdefaults__["step"]
+    default_step = speculative.VERIFIERS["token"]
     results = loop_costs.measure(repeats=1)
     run = results["runs"][0]
     timed = set(run["exclusive_s"])
@@ -29,5 +29,5 @@ def test_the_parts_of_the_loops_are_timed_and_add_up_and_the_library_is_left_as_
     assert run["calls"]["speculative/score/call"] == run["loops"]  # one scoring call per loop
     assert run["calls"]["speculative/draft/call"] == run["drafted"]  # one draft call per drafted token
     assert [(owner, name, vars(owner)[name]) for owner, name, _ in loop_costs.PARTS] == originals
-    assert speculative.speculative_sampling.__kwdefaults__["step"] is default_step
+    assert speculative.VERIFIERS["token"] is default_step
     assert [row["part"] for row in results["rows"]] == [label for label, _, _ in loop_costs.ROWS]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import NoDrafts, random_gpt2
 
-from picogpt import sampling, speculative, theory
+from picogpt import loop, sampling, speculative, theory
 from picogpt.errors import PicoGPTError
 from picogpt.measure import results, speedup
 from picogpt.model import ModelView
@@ -44,7 +44,7 @@ class Clocked(ModelView):
 def clocked_pair(monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(sampling, "time", clock)
-    monkeypatch.setattr(speculative, "time", clock)
+    monkeypatch.setattr(loop, "time", clock)  # the loops' clock: loop.LoopRecorder
     draft = Clocked(random_gpt2(0, n_ctx=64), clock, base=1.0, per_position=0.0)
     target = Clocked(random_gpt2(1, n_ctx=64), clock, base=10.0, per_position=1.0)
     return draft, target
