@@ -9,10 +9,11 @@ import pytest
 from helpers import random_gpt2
 from helpers_sampling import MemoModel, chi_square_test
 
-from picogpt import autoregressive_sampling, rejection, speculative_sampling, theory
+from picogpt import autoregressive_sampling, rejection, speculative, speculative_sampling, theory
 from picogpt.course import block_exercise, block_panels, model_runs
 from picogpt.course.step_exercise import ALGORITHM_2
 from picogpt.course.toy_models import BigramModel, joint_distribution, toy_pair
+from picogpt.errors import PicoGPTError
 from picogpt.sampling import distribution
 from picogpt.speculative import (
     Chain,
@@ -427,8 +428,6 @@ def test_the_theory_is_vectorised_over_leading_axes():
 
 
 def test_an_unknown_verifier_is_one_readable_error():
-    from picogpt.errors import PicoGPTError
-
     with pytest.raises(PicoGPTError, match="verify='tree'"):
         theory.expected_accepted_drafts([0.5, 0.5], [0.5, 0.5], 2, "tree")
 
@@ -549,3 +548,96 @@ def test_whole_generations_on_the_teaching_pair_are_the_targets(monkeypatch):
     statistic, dof, p_value = chi_square_test([counts.get(k, 0) for k in keys], [exact.get(k, 0.0) for k in keys])
     print(f"teaching pair, top-k 2: chi2 = {statistic:.1f} on {dof} dof, p = {p_value:.3g}")
     assert p_value > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# What a learner calls directly checks its inputs, as the loops do
+# ---------------------------------------------------------------------------------------------
+
+def a_block(K=3, V=4, seed=0):
+    """K drafts drawn from p, with rows p [K, V] and q [K + 1, V] that are distributions."""
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(V), K), rng.dirichlet(np.ones(V), K + 1)
+    return [int(rng.choice(V, p=row)) for row in p], p, q
+
+
+def with_nan(rows):
+    rows = np.array(rows)
+    rows[-1, 0] = np.nan
+    return rows
+
+
+@pytest.mark.parametrize("step", [block_step, speculative_step], ids=["block_step", "speculative_step"])
+@pytest.mark.parametrize("change, says", [
+    (lambda d, p, q: (d, with_nan(p), q), "not distributions"),  # block_step kept every draft
+    (lambda d, p, q: (d, p, with_nan(q)), "not distributions"),
+    (lambda d, p, q: ([-1] + d[1:], p, q), "outside q's vocabulary"),  # block_step emitted -1
+    (lambda d, p, q: (d[:-1] + [4], p, q), "outside q's vocabulary"),
+    (lambda d, p, q: ([True] + d[1:], p, q), "the drafts"),
+    (lambda d, p, q: (d, p[:-1], q), "shape"),
+    (lambda d, p, q: (d, p, q[:-1]), "shape"),
+    (lambda d, p, q: (d, p * 2, q), "not summing to 1"),
+    (lambda d, p, q: (d, p.tolist(), [["a"] * 4] * 4), "not numbers"),
+])
+def test_the_library_steps_refuse_inputs_no_loop_would_hand_them(step, change, says):
+    drafted, p, q = change(*a_block())
+    with pytest.raises(PicoGPTError, match=f"{step.__name__} was given .*{says}.*; it takes the K drafted ids") as error:
+        step(drafted, p, q, np.random.default_rng(0))
+    assert "\n" not in str(error.value)
+
+
+def test_the_library_steps_take_lists_as_arrays_and_emit_the_verifiers_tokens():
+    for seed in range(20):
+        drafted, p, q = a_block(seed=seed)
+        for step, verifier in ((block_step, block_verification), (speculative_step, speculative.token_by_token)):
+            expected, _ = verifier(drafted, p, q, np.random.default_rng(seed))
+            assert step(np.array(drafted), p.tolist(), q.tolist(), np.random.default_rng(seed)) == expected
+
+
+@pytest.mark.parametrize("weight", [-1, -0.5, 1.5, float("nan"), float("inf"), True, "1", None])
+def test_running_weight_takes_a_weight_in_0_1(weight):
+    _, p, q = a_block()
+    with pytest.raises(PicoGPTError, match="running_weight's weight must be a number in \\[0, 1\\]"):
+        rejection.running_weight(weight, p[0], q[0], 1)
+
+
+@pytest.mark.parametrize("x", [-1, 4, 1.0, True, None])
+def test_running_weight_takes_a_token_of_the_rows(x):
+    _, p, q = a_block()
+    with pytest.raises(PicoGPTError, match="running_weight's x must be a token id of p and q \\(0..3\\)"):
+        rejection.running_weight(1.0, p[0], q[0], x)
+
+
+def test_running_weight_refuses_a_nan_probability_it_reads():
+    _, p, q = a_block()
+    with pytest.raises(PicoGPTError, match="must be probabilities"):
+        rejection.running_weight(1.0, with_nan(p)[-1:][0], q[0], 0)
+
+
+@pytest.mark.parametrize("weight", [float("nan"), -1, float("inf"), True, None])
+def test_block_keep_probability_refuses_a_weight_that_is_no_number_at_least_0(weight):
+    _, p, q = a_block()
+    with pytest.raises(PicoGPTError, match="block_keep_probability's weight must be a number in \\[0, inf\\]"):
+        rejection.block_keep_probability(weight, p[1], q[1])
+
+
+def test_block_keep_probability_refuses_rows_whose_residual_mass_is_not_finite():
+    _, p, q = a_block()
+    with pytest.raises(PicoGPTError, match="block_keep_probability's rows give Z = nan"):
+        rejection.block_keep_probability(0.5, p[1], with_nan(q)[-1])
+
+
+@pytest.mark.parametrize("K, says", [(True, "whole number >= 0, got True"), (2.5, "got 2.5"), (-1, "got -1"),
+                                     ("2", "got '2'"), (40, "2\\^40 sequences")])
+@pytest.mark.parametrize("verify", ["token", "block", "bound"])
+def test_expected_accepted_drafts_takes_a_K_it_can_enumerate(K, says, verify):
+    if K == 40 and verify == "token":  # a closed form: nothing to enumerate
+        assert 0 < theory.expected_accepted_drafts([0.5, 0.5], [0.3, 0.7], K, verify) < 4
+        return
+    with pytest.raises(PicoGPTError, match=f"K.*{says}"):
+        theory.expected_accepted_drafts([0.5, 0.5], [0.3, 0.7], K, verify)
+
+
+def test_expected_accepted_drafts_names_a_verifier_that_is_no_name():
+    with pytest.raises(PicoGPTError, match="verify=\\['block'\\]: expected one of 'token', 'block', 'bound'"):
+        theory.expected_accepted_drafts([0.5, 0.5], [0.3, 0.7], 2, ["block"])

@@ -203,3 +203,22 @@ def test_the_same_test_catches_a_point_mass_draft_resampled_from_q(pair, monkeyp
     for _ in range(N_SAMPLES):
         counts[tuple(speculative_sampling(lookup_draft, memo_target, PROMPT, 2, K=3, seed=rng).tokens)] += 1
     assert chi_square_test(counts, exact)[2] < 1e-9
+
+
+@pytest.mark.parametrize("K_start", [0, -3, 2.5, "4", True, None])
+def test_adaptive_K_takes_a_whole_number_of_drafts_to_start_with(pair, K_start):
+    with pytest.raises(PicoGPTError, match=f"AdaptiveK's K_start must be a whole number >= 1, got {K_start!r}"):
+        AdaptiveK(pair[0], K_start=K_start)
+
+
+@pytest.mark.parametrize("step", ["up", "down"])
+@pytest.mark.parametrize("value", [-1, 0.5, False])
+def test_adaptive_K_takes_whole_steps(pair, step, value):
+    with pytest.raises(PicoGPTError, match=f"AdaptiveK's {step} must be a whole number >= 0"):
+        AdaptiveK(pair[0], **{step: value})
+
+
+@pytest.mark.parametrize("n_vocab", [0, -1, 8.0, True, "8", None])
+def test_prompt_lookup_takes_the_targets_vocabulary_size(n_vocab):
+    with pytest.raises(PicoGPTError, match="n_vocab must be the target's vocabulary size, a whole number >= 1"):
+        PromptLookup(n_vocab)
