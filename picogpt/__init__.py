@@ -46,7 +46,7 @@ except ModuleNotFoundError as missing:
 del _module
 
 try:
-    from . import rejection, sampling, speculative, theory, tree
+    from . import loop, rejection, sampling, speculative, theory, tree
     from .course import course_models, course_pair_names
     from .errors import CheckpointError, DownloadError, PicoGPTError
     from .gpt2 import GPT2Config
@@ -64,6 +64,6 @@ except KeyboardInterrupt:
 __all__ = [
     "GPT2", "GPT2Config", "course_models", "course_pair_names", "KVCache", "load", "model_names", "weights_dir", "tokenizer",
     "PicoGPTError", "CheckpointError", "DownloadError",
-    "autoregressive_sampling", "speculative_sampling", "tree_sampling", "sampling", "rejection", "speculative",
+    "autoregressive_sampling", "speculative_sampling", "tree_sampling", "sampling", "rejection", "loop", "speculative",
     "theory", "tree",
 ]

@@ -30,7 +30,7 @@ from .io.params import (
 )
 from .io.registry import model_names, pinned_config, resolve
 from .kv_cache import KVCache
-from .sampling import Model
+from .sampling import Model, check_model
 
 ANNOUNCE_BYTES = 256 * 2**20  # copies into memory bigger than this say so (they take seconds)
 
@@ -232,6 +232,7 @@ class ModelView:
     (sampling.Model, a Protocol), a wrapper written from scratch included."""
 
     def __init__(self, model):
+        check_model(model, "model a ModelView sees")
         self.model, self.config, self.name = model, model.config, model.name
 
     def new_cache(self):

@@ -6,14 +6,18 @@ stops the loop with one readable PicoGPTError."""
 
 from pathlib import Path
 
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 from helpers import NoDrafts, random_gpt2
+from hypothesis import given, settings
+from hypothesis.extra.numpy import arrays
 
 from picogpt import PicoGPTError, autoregressive_sampling, speculative_sampling, tree_sampling
 from picogpt.drafts import PromptLookup
-from picogpt.loop import Draft, checked_proposal
+from picogpt.loop import Draft, checked_proposal, distributions
 from picogpt.measure import trees as tree_measure
+from picogpt.model import ModelView
 from picogpt.rejection import accept_among
 from picogpt.sampling import Model
 from picogpt.speculative import Chain, ChainDraft, ModelDraft, speculative_step
@@ -529,3 +533,30 @@ def test_a_tree_draft_of_your_own_runs_through_the_same_contract(pair):
 
     expected = tree_sampling(*pair, [1, 2], 10, shape=(2, 2), seed=5).tokens
     assert tree_sampling(Chainlike(pair[0]), pair[1], [1, 2], 10, shape=(2, 2), seed=5).tokens == expected
+
+
+def test_a_model_view_of_an_object_that_is_no_model_is_one_line(pair):
+    with pytest.raises(PicoGPTError, match="the model a ModelView sees must be a model .* lacks config$"):
+        ModelView(Lacking(pair[1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The rows check, over its whole domain
+# ---------------------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(weights=arrays(np.float64, st.tuples(st.integers(0, 4), st.integers(1, 6)), elements=st.floats(0.01, 100)),
+       spoil=st.sampled_from([None, np.nan, np.inf, -0.5, 0.0]), data=st.data())
+def test_rows_are_accepted_exactly_when_each_is_a_distribution_that_makes_its_token_possible(weights, spoil, data):
+    """Any rows that are distributions pass with any token of positive probability; one entry made
+    NaN, inf, negative, or 0 at a row's own token, makes them fail, and the answer is a sentence."""
+    rows = weights / weights.sum(axis=1, keepdims=True)
+    tokens = [data.draw(st.integers(0, rows.shape[1] - 1)) for _ in rows]
+    if spoil is not None and len(rows):
+        t = data.draw(st.integers(0, len(rows) - 1))
+        rows[t, tokens[t]] = spoil
+    array, problem = distributions(rows, rows.shape, tokens)
+    if spoil is None or not len(rows):
+        assert problem is None and array.dtype == np.float64 and np.array_equal(array, rows)
+    else:
+        assert array is None and isinstance(problem, str) and "\n" not in problem
