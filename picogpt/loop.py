@@ -177,7 +177,7 @@ def verifier_for(verify, verifiers, checked_step, contract):
     judged on every call). Anything else: one line that says what `contract` a step has."""
     if isinstance(verify, str) and verify in verifiers:
         return verifiers[verify]
-    if callable(verify) and not isinstance(verify, str):
+    if callable(verify):
         return checked_step(verify)
     raise PicoGPTError(f"verify={echo(verify, 40)}: expected one of {', '.join(map(repr, verifiers))}, or a step "
                        f"function of your own, {contract}")

@@ -246,7 +246,7 @@ class ModelDraft(ChainDraft):
     """The paper's draft: a smaller model p, sampled with its own KV cache (Step 1)."""
 
     def __init__(self, model):
-        check_model(model, "draft", "or a ChainDraft of your own (picogpt/drafts.py)")
+        check_model(model, "draft", "or a draft of your own (loop.Draft, picogpt/drafts.py)")
         self.model, self.name, self.models = model, model.name, (model,)
         self.cache = None
 

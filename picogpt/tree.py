@@ -138,7 +138,7 @@ class ModelTreeDraft(TreeDraft):
     nodes under the tree's mask), as a chain of D drafts makes D calls."""
 
     def __init__(self, model):
-        check_model(model, "draft", "or a TreeDraft of your own")
+        check_model(model, "draft", "or a draft of your own that proposes a tree (loop.Draft)")
         self.model, self.name, self.models = model, f"{model.name}, tree", (model,)
         self.cache = None
 
@@ -287,10 +287,10 @@ def token_problem(output, n_vocab):
     return None
 
 
-def checked_node_step(step, n_vocab):
-    """A learner's multi-candidate `step(candidates, p, q, rng)` as tree_sampling runs it
-    (loop.checked: copies in, an exception named, the output checked on every node), inside the
-    walk: one token id in the vocabulary, handed back as a Python int."""
+def walk_with(step, n_vocab):
+    """The walk with a learner's multi-candidate `step(candidates, p, q, rng)` at every node, as
+    tree_sampling runs it (loop.checked: copies in, an exception named, the output checked on every
+    node): one token id in the vocabulary, handed on as a Python int."""
     run = checked(step, lambda output, *_: token_problem(output, n_vocab), "tree_sampling", "candidates")
     return partial(walk, step=lambda candidates, p, q, rng: int(run(candidates, p, q, rng)))
 
@@ -318,7 +318,7 @@ def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k
     prompt = validate_sampling_args(ids, N, models, temperature=temperature, top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rng = random_generator(seed)
-    verifier = verifier_for(verify, VERIFIERS, partial(checked_node_step, n_vocab=n_vocab),
+    verifier = verifier_for(verify, VERIFIERS, partial(walk_with, n_vocab=n_vocab),
                             "step(candidates, p, q, rng) -> token (rejection.accept_among's contract)")
     record = LoopRecorder(on_loop)
     drafter.start()
