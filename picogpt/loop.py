@@ -63,6 +63,9 @@ def draft_for(loop, proposes, draft, wrap_model):
             raise PicoGPTError(f"{shown(draft.name, 60)} is a draft that proposes a {echo(draft.proposes, 20)}, and "
                                f"{loop} runs one that proposes a {proposes}: pass it the draft model itself, or run "
                                "this draft with the other loop (speculative_sampling: chain, tree_sampling: tree)")
+        if not isinstance(draft.models, (tuple, list)):
+            raise PicoGPTError(f"the draft {shown(draft.name, 60)}'s models must be a tuple of the models it runs "
+                               f"(() if none), got {echo(draft.models, 60)}")
         for model in draft.models:
             check_model(model, f"draft {shown(draft.name, 60)}'s model")
         return draft

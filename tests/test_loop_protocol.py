@@ -210,6 +210,14 @@ def test_a_drafts_models_are_checked_as_models(pair):
         speculative_sampling(Runs(), pair[1], [1], 4)
 
 
+def test_a_drafts_models_must_be_a_tuple(pair):
+    class Runs(ChainDraft):
+        name, models = "runs one", pair[0]
+
+    with pytest.raises(PicoGPTError, match="the draft runs one's models must be a tuple of the models it runs"):
+        speculative_sampling(Runs(), pair[1], [1], 4)
+
+
 def test_the_target_must_be_a_model(pair):
     with pytest.raises(PicoGPTError, match="must be a model"):
         speculative_sampling(pair[0], "gpt2-xl", [1], 4)
