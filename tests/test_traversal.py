@@ -383,3 +383,43 @@ def test_whole_generations_on_the_teaching_pair_are_the_targets(monkeypatch):
     statistic, dof, p_value = chi_square_test([counts.get(k, 0) for k in keys], [exact.get(k, 0.0) for k in keys])
     print(f"teaching pair, traversal, top-k 3: chi2 = {statistic:.1f} on {dof} dof, p = {p_value:.3g}")
     assert p_value > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    from helpers import write_random_checkpoint
+    folder = tmp_path_factory.mktemp("traversal-cli")
+    sizes = dict(n_vocab=50257, n_ctx=48, n_embd=16)
+    return ["--draft", str(write_random_checkpoint(folder / "draft", 1, **sizes)),
+            "--target", str(write_random_checkpoint(folder / "target", 2, **sizes))]
+
+
+def test_speculate_runs_a_tree_by_traversal_and_reports_it(capsys, checkpoints):
+    import json
+
+    from picogpt import load
+    from picogpt.cli import encode_prompt, main
+    assert main(["speculate", *checkpoints, "--prompt", "Hi", "-n", "8", "--seed", "3", "--tree", "2,1",
+                 "--verify", "traversal", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    expected = tree_sampling(load(checkpoints[1]), load(checkpoints[3]), encode_prompt("Hi"), 8, shape=(2, 1), seed=3,
+                             verify="traversal")
+    assert report["tokens"] == expected.tokens and report["tree"] == [2, 1] and report["verify"] == "traversal"
+    assert main(["speculate", *checkpoints, "--prompt", "Hi", "-n", "8", "--seed", "3", "--tree", "2,1",
+                 "--verify", "traversal"]) == 0
+    assert "shape (2, 1), traversal verification" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, match", [(["--verify", "traversal"], "give its shape too"),
+                                          (["--tree", "2,2", "--verify", "block"], "a tree's verifiers are token, traversal"),
+                                          (["--tree", "2,x"], "a tree's shape is a tuple"),
+                                          (["--tree", "2,2", "--compare"], "--compare times chains")])
+def test_speculate_refuses_a_wrong_tree_request_in_one_line(capsys, checkpoints, flags, match):
+    from picogpt.cli import main
+    assert main(["speculate", *checkpoints, "--prompt", "Hi", "-n", "4", *flags]) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
