@@ -33,7 +33,7 @@ import numpy as np
 
 from .errors import PicoGPTError, echo, shown
 from .gpt2 import causal_mask
-from .rejection import accept_among, block_keep_probability, running_weight, weighted_residual
+from .rejection import accept_among, block_keep_probability, output_distribution_among, running_weight, weighted_residual
 from .sampling import check_model, distribution, is_whole, random_generator, sample, validate_sampling_args
 from .speculative import Draft, LoopRecorder, checked, draft_for, rows_problem
 
@@ -213,6 +213,26 @@ def walk(tree, q_rows, rng, step=accept_among):
             return branch, int(token)
         node = accepted[0]
         branch.append(node)
+
+
+def walk_output_distribution(tree, q_rows):
+    """The exact law of what walk emits (with accept_among) for this drafted tree: {emitted tuple:
+    probability}. At each node reached, the multi-candidate step's law (rejection.py) says which
+    child is kept, or which token ends the walk."""
+    law = {}
+
+    def down(node, chance, prefix):
+        children = tree.children(node)
+        emitted = output_distribution_among([tree.tokens[c] for c in children], tree.p[children], q_rows[1 + node])
+        for y in np.flatnonzero(emitted):
+            kept = [c for c in children if tree.tokens[c] == y]
+            if kept:
+                down(kept[0], chance * float(emitted[y]), prefix + (int(y),))
+            else:
+                law[prefix + (int(y),)] = law.get(prefix + (int(y),), 0.0) + chance * float(emitted[y])
+
+    down(ROOT, 1.0, ())
+    return law
 
 
 # ---------------------------------------------------------------------------------------------

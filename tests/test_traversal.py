@@ -23,6 +23,7 @@ from picogpt.tree import (
     traverse,
     tree_sampling,
     walk,
+    walk_output_distribution,
 )
 
 SHAPES = [(2,), (3,), (2, 1), (1, 2), (2, 2), (3, 1), (2, 1, 1), (2, 2, 1), (1, 1), (1, 1, 1), (1, 1, 1, 1)]
@@ -232,6 +233,16 @@ def test_each_mistake_fails_the_exactness_test(mistake):
     assert worst > 1e-3, f"{mistake}: off the target's joint by only {worst:.2g}"
 
 
+@pytest.mark.parametrize("V, shape", [(2, (2, 1)), (3, (1, 2)), (2, (2, 2)), (3, (3,))])
+def test_children_drafted_with_replacement_and_verified_with_the_row_they_were_drawn_from_are_exact(V, shape):
+    """The update needs the row each sibling was drawn from, not a drawing without replacement: with
+    independent draws that row is p itself, and the traversal stays exact (a tree then has rows p)."""
+    def with_rows_p(tree, q_rows):
+        rows = np.array([tree.p[tree.children(tree.parents[i])[0]] for i in range(len(tree))]).reshape(tree.p.shape)
+        return traversal_output_distribution(Tree(tree.tokens, tree.parents, rows), q_rows)
+    assert exactness_error(with_rows_p, V, shape, seed=0, replace=True) <= 1e-12
+
+
 def test_children_drafted_with_replacement_fail_the_exactness_test():
     """The paper's update takes the next sibling's draft row as p without the rejected token: true
     only when the siblings were drawn without replacement. Drawn with replacement and verified with
@@ -300,9 +311,12 @@ def mean_tokens(law_of, V, shape, seed):
                for tree, prob in drafted_trees(V, shape, seed))
 
 
-def test_the_walks_law_here_is_exact_too():
+def test_the_walks_law_here_is_exact_too_and_is_the_librarys():
     for V, shape in CASES[::3]:
         assert exactness_error(walk_law, V, shape, seed=0) <= 1e-12
+        for tree, _ in drafted_trees(V, shape, seed=0)[:100]:
+            q_rows = q_rows_of(tree, V, 0)
+            assert law_distance(walk_law(tree, q_rows), walk_output_distribution(tree, q_rows)) <= 1e-15
 
 
 def test_tokens_per_target_call_never_below_the_walks_on_the_enumerated_cases():
