@@ -438,3 +438,14 @@ def test_speculate_refuses_a_wrong_tree_request_in_one_line(capsys, checkpoints,
     assert main(["speculate", *checkpoints, "--prompt", "Hi", "-n", "4", *flags]) == 2
     err = capsys.readouterr().err
     assert match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_for_some_single_trees_the_traversal_emits_fewer_than_the_walk():
+    """"Never fewer" is about the mean over the drafting, not every tree (as for block verification)."""
+    def mean_length(law):
+        return sum(chance * len(out) for out, chance in law.items())
+
+    fewer = [tree for V, shape in CASES[:12] for tree, _ in drafted_trees(V, shape, seed=0)
+             if mean_length(traversal_output_distribution(tree, q_rows_of(tree, V, 0)))
+             < mean_length(walk_law(tree, q_rows_of(tree, V, 0))) - 0.01]
+    assert fewer

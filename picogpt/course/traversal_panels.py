@@ -154,3 +154,24 @@ def tree_kept_readout(panel):
             f"{panel.n_trees} drafted trees — the walk <b>{walked:.4f}</b>, the traversal <b>{traversed:.4f}</b> "
             f"(difference {traversed - walked:+.4f})")
 
+
+
+def exactness_gap(p_of, q_of, shape, law_of):
+    """One loop whose verifier emits by `law_of(tree, q_rows)` (the exact law: tree.traversal_output_distribution
+    or tree.walk_output_distribution), over every tree of `shape`, then the target continuing: the
+    largest |P(the first D + 1 tokens) - q's own joint of them| over every text of D + 1 tokens."""
+    L = len(shape) + 1
+    V = len(q_of(()))
+
+    def q_joint(context, n):  # q's probability of each continuation of n tokens after context: {tokens: prob}
+        if n == 0:
+            return {(): 1.0}
+        row = q_of(context)
+        return {(y,) + rest: float(row[y]) * prob for y in range(V) for rest, prob in q_joint(context + (y,), n - 1).items()}
+
+    joint = dict.fromkeys(q_joint((), L), 0.0)
+    for tree, q_rows, prob in every_tree(p_of, q_of, shape):
+        for emitted, chance in law_of(tree, q_rows).items():
+            for rest, q_rest in q_joint(emitted, L - len(emitted)).items():
+                joint[emitted + rest] += prob * chance * q_rest
+    return max(abs(joint[text] - q_prob) for text, q_prob in q_joint((), L).items())

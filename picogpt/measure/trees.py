@@ -145,10 +145,10 @@ def text_lines(m):
              f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}), "
              f"t_target {m.t_target.median * 1e3:.1f} ms; alpha_1..{len(m.alphas)} "
              + " ".join(f"{a:.2f}" for a in m.alphas) + f"; load average {m.load_average_before} -> {m.load_average_after}",
-             f"  {'':24} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms (IQR)':>18} "
+             f"  {'':26} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms (IQR)':>18} "
              f"{'measured':>26} {'predicted':>9}"]
     for v in m.variants.values():
-        lines.append(f"  {v.name:24} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
+        lines.append(f"  {v.name:26} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
                      f"{ms_text(v.t_score):>18} {ms_text(v.t_draft, v.t_draft_s):>18} {speedup.speedup_text(v):>26} "
                      f"{v.predicted:8.2f}x")
     return lines
