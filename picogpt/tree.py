@@ -239,7 +239,7 @@ def walk_output_distribution(tree, q_rows):
 # Steps 3 and 4 on a tree, another way: traverse from the leaves (traversal verification)
 # ---------------------------------------------------------------------------------------------
 #
-# Weng et al. 2025 (arXiv 2505.12398), their Algorithm 1. The paper calls the draft M_s and the
+# Weng et al. 2025 (arXiv 2505.12398). The paper calls the draft M_s and the
 # target M_b (our p and q), and a node's acceptance p_alpha (our running weight w, as in
 # speculative.block_step). Each node carries w and the row of q after it (q_rows[1 + node]; row 0
 # for the root, whose w is 1). A node's w is block verification's running weight down its
@@ -251,11 +251,13 @@ def walk_output_distribution(tree, q_rows):
 # - Rejected: it leaves the tree; its parent's row becomes (w q_parent - p)+ and its w becomes
 #   Z / (Z + 1 - w), Z = sum max(0, w q_parent - p), with p the row the rejected node was drawn
 #   from (rejection.weighted_residual, block_keep_probability: block verification's pieces). The
-#   next sibling was drawn from p without the rejected token (TreeDraft draws WITHOUT replacement):
-#   that is the paper's updated M_s, so its row in the tree is the one the update needs.
+#   next sibling must be judged with the row it was drawn from: TreeDraft draws WITHOUT
+#   replacement, so that row is p less the rejected tokens (the paper's updated M_s), and it is the
+#   sibling's own row in the tree (drawn independently, it would be p, and exact too).
 # When every node is rejected, the token comes from the root's current row.
-# Exact because each test removes from the parent exactly what the path through the node could
-# have supplied (the paper's Theorem 1, by induction on the number of nodes; notebook 09).
+# Exact: averaged over the drafting below it, a node's subtree keeps a branch through it and
+# continues with y with probability w r(y), and rejects it with 1 - w (Weng et al. prove the
+# output exact; notebook 09 gives this argument, by induction on the nodes below a node).
 
 def traversal(tree, q_rows):
     """The nodes traversal verification tests, in order, with what it knows when it tests each:
