@@ -380,8 +380,8 @@ def test_whole_generations_on_the_teaching_pair_are_the_targets(monkeypatch):
     """The teaching pair (GPT-2's vocabulary), top-k 3 at temperature 0.8, tree (2, 1): the first
     three tokens of 1,200 generations by traversal verification against the target's exact law of
     three tokens (tests/test_block_verification.py sizes its teaching-pair test the same way). Its
-    power, measured once: a traversal whose parent keeps q after a rejection (no residual) gave
-    p = 0.008 at 300 generations, a quarter of this count. Each run softmaxes rows of 50,257 tokens."""
+    power, measured once: a traversal whose parent keeps q after a rejection (no residual) fails it
+    with p = 9e-20 at this count (p = 0.008 at a quarter of it). Each run softmaxes rows of 50,257 tokens."""
     import picogpt
 
     monkeypatch.setenv("PICOGPT_COURSE_MODELS", "tiny")
