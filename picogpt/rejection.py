@@ -154,8 +154,8 @@ def running_weight(weight, p, q, x):
     """w_i = min(1, w_{i-1} q(x) / p(x)): the running weight after the draft x, from the weight
     before it (w_{i-1}) and the rows p, q [n_vocab] x was judged with. With weight 1 it is
     accept_probability(p, q, x). (A drafted token has p(x) > 0; p(x) = 0 gives 1 if q(x) > 0.)
-    What it reads is checked: a weight in [0, 1], x a token id of the rows, p(x) and q(x) in [0, 1]."""
-    check_weight("running_weight", weight, most=1.0)
+    What it reads is checked: a weight >= 0, x a token id of the rows, p(x) and q(x) in [0, 1]."""
+    check_weight("running_weight", weight)
     if not is_whole(x) or not 0 <= x < min(len(p), len(q)):
         raise PicoGPTError(f"running_weight's x must be a token id of p and q (0..{min(len(p), len(q)) - 1}), "
                            f"got {echo(x, 40)}")
@@ -167,11 +167,12 @@ def running_weight(weight, p, q, x):
     return min(1.0, weight * q_x / p_x)
 
 
-def check_weight(name, weight, most=math.inf):
-    """A running weight handed to `name`: a number in [0, most] (a probability: at most 1), else
-    one readable error (NaN would pass every comparison that rejects it, and keep every draft)."""
-    if not is_finite_number(weight) or not 0 <= weight <= most:
-        raise PicoGPTError(f"{name}'s weight must be a number in [0, {most:g}] (a running weight: w_0 = 1), "
+def check_weight(name, weight):
+    """A running weight handed to `name`: a finite number >= 0, else one readable error (NaN would
+    pass every comparison that rejects it, and keep every draft). Not capped at 1: a weight computed
+    as h_i may round to 1 + 2e-16, and min(1, .) caps what follows anyway."""
+    if not is_finite_number(weight) or weight < 0:
+        raise PicoGPTError(f"{name}'s weight must be a finite number >= 0 (a running weight: w_0 = 1), "
                            f"got {echo(weight, 40)}")
 
 

@@ -440,7 +440,7 @@ def test_steps_3_4_are_one_slot_a_name_or_a_step(pair, verify):
     with pytest.raises(PicoGPTError, match=r"verify=.*: expected one of 'token', 'block', or a step function of your "
                                            r"own, step\(drafted, p, q, rng\)"):
         speculative_sampling(*pair, [1], 4, verify=verify)
-    with pytest.raises(PicoGPTError, match=r"verify=.*: expected one of 'token', or a step function of your own, "
+    with pytest.raises(PicoGPTError, match=r"verify=.*: expected one of 'token', 'traversal', or a step function of your own, "
                                            r"step\(candidates, p, q, rng\) -> token"):
         tree_sampling(*pair, [1], 4, verify=verify)
 
@@ -450,7 +450,7 @@ def test_a_step_in_the_slot_runs_as_the_library_does_and_step_is_gone(pair):
         speculative_sampling(*pair, [1], 8, seed=2, verify=speculative_step).tokens
     assert tree_sampling(*pair, [1], 8, seed=2, verify="token").tokens == \
         tree_sampling(*pair, [1], 8, seed=2, verify=accept_among).tokens
-    assert VERIFIERS == {"token": walk}
+    assert VERIFIERS["token"] is walk  # and the traversal: tests/test_traversal.py
     for loop in (speculative_sampling, tree_sampling):
         with pytest.raises(TypeError, match="step"):
             loop(*pair, [1], 4, step=speculative_step)
