@@ -121,22 +121,27 @@ def total_variation(a, b):
 
 def verifier_lines(measurements, K):
     """{verify: SpeedupMeasurement} of one measure_chains call, at K, as text: each verifier's tokens
-    per loop and speedup over autoregressive sampling (the median of the repeat-by-repeat ratios,
-    with their interquartile range), and whether these repeats order the verifiers."""
-    from ..measure.speedup import speedup_text
-    from .speed_panels import resolution_line
+    per loop (all runs together) and speedup over autoregressive sampling (the median of the
+    repeat-by-repeat ratios, with their interquartile range), then the verifiers compared pair by
+    pair (measure/compare.py: the same seeds in the same repeats), on tokens per target call and on
+    time."""
+    from ..measure import compare
+    from ..measure.speedup import speedup_text, versus
     m = next(iter(measurements.values()))
     lines = [f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}, K = {K}, N = {m.N}, "
              f"{m.repeats} repeats interleaved, the same seeds: autoregressive {m.autoregressive_s.median:.2f} s "
-             f"(IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f})"]
+             f"(median; IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f})"]
     for verify, v in measurements.items():
         at = v.by_K[K]
-        lines.append(f"  {NAMES[verify]:<20} {at.tokens_per_loop:.2f} tokens per loop, speedup {speedup_text(at)}")
+        lines.append(f"  {NAMES[verify]:<20} {at.tokens_per_loop:.2f} tokens per loop (all {m.repeats} runs together), "
+                     f"speedup {speedup_text(at)}")
     if {"token", "block"} <= set(measurements):
-        token, block = (measurements[v].by_K[K].tokens_per_loop for v in ("token", "block"))
-        lines.append(f"  block verification emitted {block / token - 1:+.1%} tokens per target call")
-    runs = {NAMES[verify]: v.by_K[K].speedup_runs for verify, v in measurements.items()}
-    return lines + ["  " + resolution_line(runs, "verifier", m.repeats, m.N)]
+        token, block = (measurements[v].by_K[K] for v in ("token", "block"))
+        lines.append(f"  block verification emitted {block.tokens_per_loop / token.tokens_per_loop - 1:+.1%} tokens per "
+                     "target call (all runs together)")
+        for words in (compare.TOKENS_PER_CALL, compare.TIME):
+            lines.append("  " + compare.sentence(versus(NAMES["block"], block, NAMES["token"], token, words)))
+    return lines
 
 
 def bench_verifier_lines(path=None):

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from ..errors import PicoGPTError
-from ..measure import speedup
+from ..measure import compare, speedup
 from ..measure.results import BELOW_FLOOR, BENCH_JSON, bench_measurements
 
 # ---------------------------------------------------------------------------------------------
@@ -19,42 +19,38 @@ from ..measure.results import BELOW_FLOOR, BENCH_JSON, bench_measurements
 # ---------------------------------------------------------------------------------------------
 
 def indistinguishable_from_best(runs):
-    """(the best choice, [every choice the repeats cannot tell from it]) of runs {choice: Spread of
-    its repeat-by-repeat speedups}: the best has the highest median, and a choice is kept when the
-    upper quartile of its speedups reaches the best's lower quartile. A rough test, not a
-    significance test: with 3 to 5 repeats, overlapping interquartile ranges mean that these runs
-    do not order the two."""
-    best = max(runs, key=lambda choice: runs[choice].median)
-    return best, [choice for choice in runs if runs[choice].q3 >= runs[best].q1]
+    """(the best choice, [the best and every choice these pairs cannot tell from it]) of runs
+    {choice: each repeat's speedup over autoregressive sampling, in repeat order, the same repeats for
+    every choice (speedup.speedups_by_repeat)}: the best has the highest median speedup, and a choice
+    is kept unless measure/compare.best_of resolves the best as faster than it (a paired sign test,
+    95% overall; the ratio of two speedups of one repeat is the ratio of the two times)."""
+    best, comparisons = compare.best_of(runs, compare.SPEEDUP)
+    return best, [best] + [choice for choice, c in comparisons.items() if not c.a_better]
 
 
 def resolution_line(runs, what, repeats, N, name=str):
-    """Whether these repeats resolve the best of runs {choice: Spread of speedups}, as a sentence:
-    'resolved: ...', 'not resolved: ...', or 'nothing to resolve: ...' when one choice was measured.
-    `what` names a choice ('K', 'L'), name(choice) prints one."""
-    best, tied = indistinguishable_from_best(runs)
+    """Whether these repeats resolve the best of runs {choice: each repeat's speedup}, as
+    measure/compare.best_sentence says it: 'resolved: ...', 'not resolved: ...' (with about how many
+    pairs would resolve it), or 'nothing to resolve: ...' when one choice was measured. `what` names
+    a choice ('K', 'L'), name(choice) prints one; runs saved without their repeats are not judged."""
     size = f"{repeats} repeats of {N} tokens"
-    if len(runs) == 1:
-        return f"nothing to resolve: {what} = {name(best)} is the only one measured ({size})"
-    if tied == [best]:
-        return (f"resolved: the interquartile range of every other {what}'s repeat-by-repeat speedups lies below "
-                f"{what} = {name(best)}'s ({size})")
-    names = [name(choice) for choice in tied]
-    separator = "; " if any("," in n for n in names) else ", "  # names with commas of their own
-    return (f"not resolved: {what} in [{separator.join(names)}] cannot be told apart by "
-            f"{size} (their repeat-by-repeat interquartile ranges overlap the best's)")
+    if not all(len(values) == repeats for values in runs.values()):
+        return f"{compare.NOT_KEPT} ({size})"
+    def label(choice):
+        return f"{what} = {name(choice)}"
+    return f"{compare.best_sentence(*compare.best_of(runs, compare.SPEEDUP, label=label), label=label)} ({size})"
 
 
 def best_K_lines(m):
     """The best K measured and predicted, and whether these repeats can tell the best K apart."""
-    runs = {K: m.by_K[K].speedup_runs for K in m.Ks}
-    best, tied = indistinguishable_from_best(runs)
-    predicted = m.best_K[1]
+    runs = {K: speedup.speedups_by_repeat(m, K) for K in m.Ks}
+    best, predicted = m.best_K
     line = resolution_line(runs, "K", m.repeats, m.N)
-    if tied != [best]:
+    if line.startswith("not resolved"):
+        _, tied = indistinguishable_from_best(runs)
         line += "; the prediction " + ("falls among them" if predicted in tied else "falls outside them")
-    return [f"best K measured: {best} ({m.by_K[best].speedup:.2f}x); best K predicted (in-loop t_score(K)): "
-            f"{predicted} ({m.by_K[predicted].predicted:.2f}x)", line]
+    return [f"best K measured: {best} ({m.by_K[best].speedup:.2f}x, the highest median speedup); best K predicted "
+            f"(in-loop t_score(K)): {predicted} ({m.by_K[predicted].predicted:.2f}x)", line]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -140,6 +140,7 @@ class Words:
 
 
 TIME = Words()
+SPEEDUP = Words("speedup", lower_is_better=False)  # the same pairs as TIME: speedup_a / speedup_b = B's seconds / A's
 TOKENS_PER_CALL = Words("tokens per target call", "more tokens per target call", "fewer tokens per target call",
                         lower_is_better=False)
 
@@ -172,6 +173,11 @@ class Comparison:
     def resolved(self):
         """The interval excludes 1 (no difference)."""
         return self.low > 1 or self.high < 1
+
+    @property
+    def a_better(self):
+        """Resolved, with A the better."""
+        return self.low > 1
 
     @property
     def winner(self):
@@ -241,10 +247,17 @@ def ratio_words(c):
     return f"{c.b}'s {w.quantity} / {c.a}'s" if w.lower_is_better else f"{c.a}'s {w.quantity} / {c.b}'s"
 
 
+# results saved before each repeat's figures were kept: nothing to pair
+NOT_KEPT = ("not judged: these results were saved without each repeat's figures, so there are no pairs to "
+            "compare (saving them again keeps them)")
+
+
 def sentence(c):
-    """The verdict of a Comparison, with everything it rests on:
+    """The verdict of a Comparison (NOT_KEPT for None: results without their pairs), with everything it rests on:
     'K = 3 faster than K = 2: median ratio 1.08 (K = 2's seconds / K = 3's, pair by pair), 95%
     interval 1.03-1.12 over 10 pairs (sign test)', or 'not resolved: ...' with what would resolve it."""
+    if c is None:
+        return NOT_KEPT
     said = f"median ratio {number(c.median)} ({ratio_words(c)}, pair by pair)"
     stated = percent_text(c.confidence)
     if c.resolved:
@@ -282,11 +295,11 @@ def best_sentence(best, comparisons, label=str):
         return f"nothing to resolve: {label(best)} is the only one measured"
     first = next(iter(comparisons.values()))
     each, overall = percent_text(first.confidence), percent_text(CONFIDENCE)
-    if all(c.winner == label(best) for c in comparisons.values()):
+    if all(c.a_better for c in comparisons.values()):
         closest = min(comparisons.values(), key=lambda c: c.low)
         return (f"resolved: {label(best)} {first.words.better} than every other (each pair of choices at {each}, "
                 f"{overall} overall); the closest, {sentence(closest)}")
-    tied = [other for other, c in comparisons.items() if c.winner != label(best)]
+    tied = [other for other, c in comparisons.items() if not c.a_better]
     closest = min((comparisons[other] for other in tied), key=lambda c: abs(math.log(c.median)))
     return (f"not resolved: {'; '.join(label(choice) for choice in [best, *tied])} cannot be told apart by these "
             f"pairs (each against the best median, {label(best)}, at {each}, {overall} overall); the closest, "
