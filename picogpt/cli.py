@@ -181,7 +181,7 @@ def speculate_report(args, draft, target, result, ars, measurements):
     the speedup (the median of the repeat-by-repeat ratios; speedup_runs their quartiles), the
     verdict measure/compare.py draws from the pairs, and under "verifiers" each verifier measured
     (token by token always; block verification too with --verify block) with its tokens per loop
-    over all runs."""
+    over all runs and each repeat's seconds and tokens per loop (the pairs of the verdicts)."""
     from .io.tokenizer import tokenizer
     from .measure import compare
     from .measure.speedup import versus, versus_autoregressive
@@ -203,7 +203,9 @@ def speculate_report(args, draft, target, result, ars, measurements):
                       verifiers={verify: dict(tokens_per_loop_all_runs=v.by_K[args.K].tokens_per_loop,
                                               median_seconds=v.by_K[args.K].seconds.median,
                                               speedup=v.by_K[args.K].speedup,
-                                              speedup_runs=dataclasses.asdict(v.by_K[args.K].speedup_runs))
+                                              speedup_runs=dataclasses.asdict(v.by_K[args.K].speedup_runs),
+                                              runs_s=v.by_K[args.K].runs_s,
+                                              tokens_per_loop_runs=v.by_K[args.K].tokens_per_loop_runs)
                                  for verify, v in measurements.items()})
         if len(measurements) > 1:
             token, chosen = measurements["token"].by_K[args.K], at
