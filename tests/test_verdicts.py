@@ -10,6 +10,7 @@ import itertools
 import math
 import re
 
+import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from picogpt.course.exercises import (
 )
 from picogpt.course.grading import check_number
 from picogpt.errors import PicoGPTError
-from picogpt.measure import machine, speedup
+from picogpt.measure import compare, machine, speedup
 from picogpt.measure.timing import spread
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
@@ -154,23 +155,31 @@ def test_the_scoring_line_claims_a_difference_only_where_the_repeats_show_one(n,
 # Does a measurement resolve its best choice?
 # ---------------------------------------------------------------------------------------------
 
-@given(st.dictionaries(st.integers(1, 12), samples, min_size=1, max_size=6), st.integers(1, 9), st.integers(2, 512))
-def test_the_resolution_line_is_true_of_the_runs(speedups, repeats, N):
-    runs = {K: spread(values) for K, values in speedups.items()}
+@st.composite
+def paired_speedups(draw, min_size=1):
+    """{K: each repeat's speedup}, the same number of repeats for every K."""
+    repeats = draw(st.integers(1, 12))
+    Ks = draw(st.lists(st.integers(1, 12), min_size=min_size, max_size=6, unique=True))
+    return {K: draw(st.lists(st.floats(0.1, 10), min_size=repeats, max_size=repeats)) for K in Ks}
+
+
+@given(paired_speedups(), st.integers(2, 512))
+def test_the_resolution_line_is_true_of_the_runs(runs, N):
+    repeats = len(next(iter(runs.values())))
     line = speed_panels.resolution_line(runs, "K", repeats, N)
-    best = max(runs, key=lambda K: runs[K].median)
-    assert f"{repeats} repeats of {N} tokens" in line
+    best = max(runs, key=lambda K: float(np.median(runs[K])))
+    assert line.endswith(f"({repeats} repeats of {N} tokens)")
     if len(runs) == 1:
         assert line.startswith(f"nothing to resolve: K = {best} is the only one")
-    elif line.startswith("resolved:"):  # every other interquartile range lies below the best's
-        assert f"lies below K = {best}'s" in line
-        assert all(runs[K].q3 < runs[best].q1 for K in runs if K != best)
+        return
+    _, comparisons = compare.best_of(runs, compare.SPEEDUP)
+    if line.startswith("resolved:"):  # the best ahead of every other, each interval above 1
+        assert f"K = {best} faster than every other" in line and all(c.low > 1 for c in comparisons.values())
+        assert all(sum(a > b for a, b in zip(runs[best], runs[K])) > repeats / 2 for K in runs if K != best)
     else:
-        listed = [int(K) for K in line.split("[", 1)[1].split("]", 1)[0].split(", ")]
-        assert line.startswith("not resolved:") and best in listed and len(listed) >= 2
-        assert set(listed) == {K for K in runs if runs[K].q3 >= runs[best].q1}
-        for K in listed:  # "their interquartile ranges overlap the best's"
-            assert runs[K].q1 <= runs[best].q3 and runs[K].q3 >= runs[best].q1
+        listed = [int(K.removeprefix("K = ")) for K in line.split("not resolved: ", 1)[1].split(" cannot", 1)[0].split("; ")]
+        assert listed[0] == best and len(listed) >= 2
+        assert set(listed[1:]) == {K for K, c in comparisons.items() if not c.low > 1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,32 +212,33 @@ def test_the_speedup_busy_warning_agrees_with_the_load_it_prints(load, cores):
     assert speedup.busy_warning(m, cores) == machine.busy_warning([[load, 0, 0]], cores)
 
 
-def measurement(speedups, predicted, repeats=5, N=64):
+def measurement(speedups, predicted, N=64):
     """A SpeedupMeasurement holding only what the best-K lines read: each K's repeat-by-repeat
-    speedups and its predicted speedup."""
+    speedups (over autoregressive runs of 1 s) and its predicted speedup."""
+    repeats = len(next(iter(speedups.values())))
+
     def at(K):
         return speedup.AtK(K=K, seconds=spread([1.0]), speedup_runs=spread(speedups[K]), predicted=predicted[K],
                            t_score_s=1.0, t_decide_s=0.0, tokens_per_loop=1.0, n_accepted=0, n_decisions=0, n_loops=1,
-                           breakdown_s={})
+                           breakdown_s={}, runs_s=tuple(1 / np.array(speedups[K])))
     return speedup.SpeedupMeasurement(draft="p", target="q", N=N, repeats=repeats, controls={},
                                       autoregressive_s=spread([1.0]), autoregressive_breakdown_s={}, t_target_s=1.0,
                                       t_draft_s=1.0, alpha_hat=0.5, n_accepted=0, n_decisions=0,
                                       by_K={K: at(K) for K in speedups}, load_average_before=None,
-                                      load_average_after=None)
+                                      load_average_after=None, autoregressive_runs_s=(1.0,) * repeats)
 
 
-@given(st.dictionaries(st.integers(1, 12), st.tuples(samples, st.floats(min_value=0.1, max_value=10)), min_size=1,
-                       max_size=6))
-def test_the_best_K_lines_name_the_best_measured_and_predicted_and_where_the_prediction_falls(by_K):
-    m = measurement({K: values for K, (values, _) in by_K.items()}, {K: p for K, (_, p) in by_K.items()})
+@given(paired_speedups(), st.data())
+def test_the_best_K_lines_name_the_best_measured_and_predicted_and_where_the_prediction_falls(runs, data):
+    predicted_by_K = {K: data.draw(st.floats(min_value=0.1, max_value=10)) for K in runs}
+    m = measurement(runs, predicted_by_K)
     first, second = speed_panels.best_K_lines(m)
-    runs = {K: m.by_K[K].speedup_runs for K in m.Ks}
-    best = max(runs, key=lambda K: runs[K].median)
+    medians = {K: m.by_K[K].speedup for K in m.Ks}
+    best = max(medians, key=medians.get)
     predicted = max(m.Ks, key=lambda K: m.by_K[K].predicted)
-    assert first.startswith(f"best K measured: {best} ({runs[best].median:.2f}x)")
+    assert first.startswith(f"best K measured: {best} ({medians[best]:.2f}x")
     assert f"best K predicted (in-loop t_score(K)): {predicted} ({m.by_K[predicted].predicted:.2f}x)" in first
-    assert all(runs[K].median <= runs[best].median for K in runs)  # no K printed lower was measured higher
-    tied = [K for K in runs if runs[K].q3 >= runs[best].q1]
+    _, tied = speed_panels.indistinguishable_from_best({K: speedup.speedups_by_repeat(m, K) for K in m.Ks})
     if second.startswith("not resolved"):
         assert second.endswith("falls among them" if predicted in tied else "falls outside them")
     else:
