@@ -33,12 +33,7 @@ def resolution_line(runs, what, repeats, N, name=str):
     measure/compare.best_sentence says it: 'resolved: ...', 'not resolved: ...' (with about how many
     pairs would resolve it), or 'nothing to resolve: ...' when one choice was measured. `what` names
     a choice ('K', 'L'), name(choice) prints one; runs saved without their repeats are not judged."""
-    size = f"{repeats} repeats of {N} tokens"
-    if not all(len(values) == repeats for values in runs.values()):
-        return f"{compare.NOT_KEPT} ({size})"
-    def label(choice):
-        return f"{what} = {name(choice)}"
-    return f"{compare.best_sentence(*compare.best_of(runs, compare.SPEEDUP, label=label), label=label)} ({size})"
+    return f"{compare.best_line(runs, label=lambda choice: f'{what} = {name(choice)}')} ({repeats} repeats of {N} tokens)"
 
 
 def best_K_lines(m):

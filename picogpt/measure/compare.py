@@ -304,3 +304,12 @@ def best_sentence(best, comparisons, label=str):
     return (f"not resolved: {'; '.join(label(choice) for choice in [best, *tied])} cannot be told apart by these "
             f"pairs (each against the best median, {label(best)}, at {each}, {overall} overall); the closest, "
             f"{sentence(closest)}")
+
+
+def best_line(runs, words=SPEEDUP, label=str):
+    """best_of and best_sentence in one, for runs {choice: one value per repeat, the same repeats for
+    every choice}; NOT_KEPT when some choice was saved without its repeats."""
+    lengths = {len(values) for values in runs.values()}
+    if not runs or 0 in lengths or len(lengths) > 1:
+        return NOT_KEPT
+    return best_sentence(*best_of(runs, words, label=label), label=label)

@@ -407,7 +407,8 @@ def text_lines(m, label=None):
         lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
                      f"{speedup_text(at):>39}  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
                      f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
-    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
+    best = compare.best_line({K: speedups_by_repeat(m, K) for K in m.Ks}, label=lambda K: f"K = {K}")
+    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m), f"  the best K: {best}"]
 
 
 def gap_lines(m):

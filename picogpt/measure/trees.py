@@ -24,7 +24,7 @@ from ..errors import PicoGPTError
 from ..sampling import distribution
 from ..speculative import Chain
 from ..tree import TreeShape, n_nodes
-from . import speedup
+from . import compare, speedup
 from .timing import Spread, spread
 
 
@@ -156,7 +156,8 @@ def text_lines(m):
         lines.append(f"  {v.name:16} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
                      f"{ms_text(v.t_score):>18} {ms_text(v.t_draft, v.t_draft_s):>18} {speedup.speedup_text(v):>26} "
                      f"{v.predicted:8.2f}x")
-    return lines
+    best = compare.best_line({name: m.speedups_by_repeat(name) for name in m.variants})
+    return lines + [f"  the fastest: {best}"]
 
 
 def ms_text(s, median_s=None):
