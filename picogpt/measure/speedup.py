@@ -1,6 +1,6 @@
 """Speculative against autoregressive sampling on this machine: the one measurement of the
-costs and the speedup (used by `python -m picogpt bench`, `speculate --compare`, notebooks 05 and 06
-and the model card's tool).
+costs and the speedup (used by the bench, notebooks 05-08, `speculate --compare` and the model
+card's tool; notebook 07 through measure/trees.py).
 
 Every cost is timed where a user pays it, inside the sampling loops:
 - t_target_s: one token of autoregressive sampling (Algorithm 1): a cached target call on one
@@ -443,8 +443,8 @@ def versus_autoregressive(m, K, name=None):
 
 
 def versus(a, a_at, b, b_at, words=compare.TIME):
-    """measure/compare.py's comparison of two runs measured in the same repeats (AtK, or a tree's
-    Variant), named a and b: their times (words TIME) or tokens per loop (TOKENS_PER_CALL); None
+    """measure/compare.py's comparison of two variants measured in the same repeats (AtK, or a
+    tree's Variant), named a and b: their times (words TIME) or tokens per loop (TOKENS_PER_CALL); None
     for results saved without their repeats."""
     key = "runs_s" if words.lower_is_better else "tokens_per_loop_runs"
     a_runs, b_runs = getattr(a_at, key), getattr(b_at, key)
