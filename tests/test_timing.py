@@ -123,10 +123,11 @@ def test_scoring_seconds_times_one_call_of_n_against_n_calls_of_one(small_model,
     one_call, calls_of_one = timing.scoring_seconds(model, cache, np.arange(10, 13), [1, 3], repeats=2)
     # the clock advances by cache + new positions per call: one call of 3 on a cache of 4 takes 7,
     # three calls of one take 5 + 6 + 7 = 18; each timing starts from the same cache of 4
-    assert [one_call[n].median for n in (1, 3)] == [5.0, 7.0]
-    assert [calls_of_one[n].median for n in (1, 3)] == [5.0, 18.0]
+    assert one_call == {1: (5.0, 5.0), 3: (7.0, 7.0)}  # each repeat's seconds, in repeat order
+    assert calls_of_one == {1: (5.0, 5.0), 3: (18.0, 18.0)}
     per_pass = [(1, 4), (1, 4), (3, 4), (1, 4), (1, 5), (1, 6)]  # n = 1 both ways, then n = 3 both ways
-    assert model.calls == per_pass * 3  # one warm-up pass, then 2 repeats interleaved
+    reversed_pass = [(1, 4), (1, 4), (1, 4), (1, 5), (1, 6), (3, 4)]  # each n: n calls of one first
+    assert model.calls == per_pass * 2 + reversed_pass  # one warm-up pass, then 2 repeats, the order alternated
     assert len(cache) == 4
     for bad in (dict(n_new=[0]), dict(n_new=[4]), dict(n_new=[1], repeats=0)):
         with pytest.raises(PicoGPTError, match="scoring_seconds"):

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import PicoGPTError
 from ..measure import compare, speedup
 from ..measure.results import BELOW_FLOOR, BENCH_JSON, bench_measurements
+from ..measure.timing import spread
 
 # ---------------------------------------------------------------------------------------------
 # Does a measurement resolve its best choice?
@@ -87,20 +88,18 @@ def pace_line(name, nbytes, seconds_per_token, bandwidth_gbs, busy=False):
 
 
 def scoring_line(n, one_call, calls_of_one):
-    """n new positions scored in one call against n calls of one position, each a Spread of
-    seconds over the repeats, as a sentence: both medians with their interquartile ranges, how many
-    times cheaper the cheaper way was, and whether the repeats tell the two apart (the ranges do
-    not overlap)."""
-    def ms(run):
+    """n new positions scored in one call against n calls of one position, each way's seconds in
+    every repeat (timing.scoring_seconds: paired, the order alternated), as a sentence: both medians
+    with their interquartile ranges, then measure/compare.py's verdict on the pairs (which way is
+    cheaper, by how much, with its 95% interval, or what would resolve it)."""
+    def ms(values):
+        run = spread(values)
         return f"{run.median * 1e3:.1f} ms ({run.q1 * 1e3:.1f}-{run.q3 * 1e3:.1f})"
 
-    said = f"{n} new positions: {ms(one_call)} in one call, {ms(calls_of_one)} as {n} calls of one"
-    if one_call.q3 < calls_of_one.q1 or calls_of_one.q3 < one_call.q1:
-        cheaper, dearer, how = ((one_call, calls_of_one, "one call") if one_call.median < calls_of_one.median
-                                else (calls_of_one, one_call, f"{n} calls of one"))
-        return (f"{said}: {how} is {dearer.median / cheaper.median:.2f}x cheaper "
-                "(medians; the interquartile ranges do not overlap)")
-    return f"{said}: the interquartile ranges overlap, so these repeats do not tell the two apart"
+    said = f"{n} new positions: {ms(one_call)} in one call, {ms(calls_of_one)} as {n} calls of one (medians, IQR)"
+    verdict = compare.compare("one call", one_call, f"{n} calls of one", calls_of_one,
+                              compare.Words(better="cheaper", worse="dearer"))
+    return f"{said}: {compare.sentence(verdict)}"
 
 
 # ---------------------------------------------------------------------------------------------
