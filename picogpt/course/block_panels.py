@@ -139,9 +139,26 @@ def verifier_lines(measurements, K):
         token, block = (measurements[v].by_K[K] for v in ("token", "block"))
         lines.append(f"  block verification emitted {block.tokens_per_loop / token.tokens_per_loop - 1:+.1%} tokens per "
                      "target call (all runs together)")
+        lines.append("  " + split_line(token, block, m.repeats))
         for words in (compare.TOKENS_PER_CALL, compare.TIME):
             lines.append("  " + compare.sentence(versus(NAMES["block"], block, NAMES["token"], token, words)))
     return lines
+
+
+def loop_seconds(at, repeats):
+    """A run's mean seconds over its mean number of loops: what one loop took, its share of the
+    run's fixed costs (the prompt's reading, the bookkeeping) included."""
+    return sum(at.breakdown_s.values()) / (at.n_loops / repeats)
+
+
+def split_line(token, block, repeats):
+    """block / token by token (AtK of one measure_chains call), all runs together: the gain in speed
+    split into the gain in tokens per target call and the change in time per loop, which multiply
+    (a run of N tokens takes N / tokens per loop loops)."""
+    tokens = block.tokens_per_loop / token.tokens_per_loop
+    loop = loop_seconds(block, repeats) / loop_seconds(token, repeats)
+    return (f"block / token by token, all runs together: {tokens:.3f}x tokens per target call, {loop:.3f}x the time "
+            f"per loop, so {tokens / loop:.3f}x the speed (from the runs' means; the speedups above are medians of ratios)")
 
 
 def bench_verifier_lines(path=None):
