@@ -132,3 +132,18 @@ def test_scoring_seconds_times_one_call_of_n_against_n_calls_of_one(small_model,
     for bad in (dict(n_new=[0]), dict(n_new=[4]), dict(n_new=[1], repeats=0)):
         with pytest.raises(PicoGPTError, match="scoring_seconds"):
             timing.scoring_seconds(model, cache, np.arange(10, 13), **{"repeats": 1, **bad})
+
+
+def test_the_floor_is_measured_beside_each_decode_in_alternating_order(monkeypatch, small_model):
+    """machine.floor_beside_decode: per repeat one bandwidth measurement and one decode, the order
+    reversed every other repeat, so that each pair met the same moment of the machine."""
+    order = []
+
+    def fake_median(fn, repeats=5):
+        order.append("decode" if fn.__name__ == "step" else "floor")
+        return 0.5
+
+    monkeypatch.setattr(machine, "median_seconds", fake_median)
+    gb_per_s, seconds = machine.floor_beside_decode(small_model, np.arange(6), repeats=3, n_bytes=4 * 1600 * 8)
+    assert order == ["floor", "decode", "decode", "floor", "floor", "decode"]
+    assert seconds == (0.5, 0.5, 0.5) and len(gb_per_s) == 3 and all(g > 0 for g in gb_per_s)

@@ -7,8 +7,9 @@ the measurements handed in (and of the committed bench file); the measuring is m
 """
 
 import json
-import math
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import PicoGPTError
 from ..measure import compare, speedup
@@ -53,38 +54,49 @@ def best_K_lines(m):
 # Notebook 02: what sets the pace of decoding, and what one call of several positions saves
 # ---------------------------------------------------------------------------------------------
 
-def percent(fraction):
-    """A fraction as the whole percent printed beside it (0.654 -> 65): verdicts read this number,
-    so the words and the figure printed beside them cannot disagree."""
-    return round(100 * fraction)
-
-
 def pace_line(name, nbytes, seconds_per_token, bandwidth_gbs, busy=False):
-    """What sets the pace of one model's decoding, as a sentence: the rate at which it read its
-    weights (nbytes per token, one token every seconds_per_token) as a share of the measured memory
-    bandwidth. Reading them once at that bandwidth takes that share of its time per token; above
-    100% it read them faster than memory delivers, so they came, at least in part, from the CPU's
-    caches. `busy`: the machine was busy while measuring (machine.busy_warning), which slows the
-    bandwidth measurement (all cores) and decoding differently, so the sentence says the share may be off."""
-    if not (nbytes > 0 and seconds_per_token > 0 and bandwidth_gbs > 0
-            and math.isfinite(seconds_per_token) and math.isfinite(bandwidth_gbs)):
-        raise PicoGPTError(f"pace_line needs positive finite numbers, got nbytes={nbytes}, "
-                           f"seconds_per_token={seconds_per_token}, bandwidth_gbs={bandwidth_gbs}")
-    achieved_gbs = nbytes / seconds_per_token / 1e9
-    share = percent(achieved_gbs / bandwidth_gbs)
-    said = (f"{name:12} reads its {nbytes / 1e6:,.1f} MB of weights at {achieved_gbs:,.1f} GB/s ({share:,}% of the "
-            f"measured {bandwidth_gbs:,.1f} GB/s)")
-    caveat = ("; but the machine was busy, which slows the bandwidth measurement and decoding differently, "
-              "so this share may be off" if busy else "")
-    if share > 100:
+    """What sets the pace of one model's decoding, as a sentence, from pairs measured side by side
+    (machine.floor_beside_decode): seconds_per_token[i] a decode and bandwidth_gbs[i] the memory
+    bandwidth of the same repeat. Per pair, the share of the decode that reading the weights once
+    (nbytes) at that bandwidth takes; their median with its 95% interval (measure/compare.py's
+    sign-test interval). A verdict only where the interval allows one: above half, reading the
+    weights sets the pace; below half, per-call overhead does; a share above 100% is a decode faster
+    than memory delivers (the weights came, at least in part, from the CPU's caches), from which no
+    pace is read. `busy`: the machine was busy while measuring (machine.busy_warning)."""
+    seconds_per_token, bandwidth_gbs = np.asarray(seconds_per_token, float), np.asarray(bandwidth_gbs, float)
+    if not (nbytes > 0 and seconds_per_token.shape == bandwidth_gbs.shape and seconds_per_token.ndim == 1
+            and len(seconds_per_token) and np.all(np.isfinite(seconds_per_token)) and np.all(seconds_per_token > 0)
+            and np.all(np.isfinite(bandwidth_gbs)) and np.all(bandwidth_gbs > 0)):
+        raise PicoGPTError(f"pace_line needs nbytes > 0 and pairs of positive finite seconds per token and GB/s, "
+                           f"got nbytes={nbytes}, seconds_per_token={seconds_per_token}, bandwidth_gbs={bandwidth_gbs}")
+    shares = 100 * nbytes / (bandwidth_gbs * 1e9) / seconds_per_token  # the floor / the decode, pair by pair, in %
+    median, low, high, _ = compare.median_interval(shares)
+    said = (f"{name:12} reads its {nbytes / 1e6:,.1f} MB of weights once a token: at the bandwidth measured beside "
+            f"each decode, that takes {median:,.0f}% of its time per token (median of {len(shares)} pairs")
+    caveat = ("; the machine was busy, which slows the bandwidth measurement (all cores) and decoding differently"
+              if busy else "")
+    if np.isnan(low):
+        return (f"{said}; {len(shares)} pairs give no 95% interval, the sign test needs "
+                f"{compare.fewest_pairs()}): no verdict{caveat}")
+    boundary = 100 if low > 100 else 50  # the bound a verdict rests on is printed on its side of it
+    said += f", 95% interval {share_text(low, boundary)}-{share_text(high, 50)}%)"
+    if low > 100:
         return (f"{said}: faster than memory delivers them, so they come, at least in part, from the CPU's caches "
-                f"(its time per token is below the memory floor){caveat}")
-    reading = f"{said}: reading them once at that bandwidth takes {share}% of its time per token"
-    if share > 50:
-        return f"{reading}, so reading the weights sets its pace{caveat}"
-    if share == 50:
-        return f"{reading}, and per-call overhead the other 50%{caveat}"
-    return f"{reading}, so the other {100 - share}%, per-call overhead, sets its pace{caveat}"
+                f"(its time per token is below the memory floor), and no pace is read from it{caveat}")
+    if low > 50:
+        return f"{said}: more than half, so reading the weights sets its pace{caveat}"
+    if high < 50:
+        return f"{said}: less than half, so per-call overhead sets its pace{caveat}"
+    return f"{said}: the interval holds half, so these pairs do not say which sets its pace{caveat}"
+
+
+def share_text(percent, boundary):
+    """A share in whole percent, or with the decimals that keep it off `boundary` (50.2 is not '50')."""
+    for digits in (0, 1, 2, 4):
+        text = f"{percent:,.{digits}f}"
+        if float(text.replace(",", "")) != boundary:
+            return text
+    return repr(float(percent))
 
 
 def scoring_line(n, one_call, calls_of_one):

@@ -187,6 +187,16 @@ class Comparison:
         return self.a if self.low > 1 else self.b
 
 
+def median_interval(values, confidence=CONFIDENCE):
+    """(median, low, high) of values: the sign test's interval [v_(k), v_(n+1-k)] for their median
+    at `confidence` (nan bounds when the values are too few for one), and its exact coverage."""
+    ordered, n = np.sort(np.asarray(values, np.float64)), len(values)
+    k = interval_rank(n, confidence)
+    if not k:
+        return float(np.median(ordered)), float("nan"), float("nan"), float("nan")
+    return float(np.median(ordered)), float(ordered[k - 1]), float(ordered[n - k]), coverage(n, k)
+
+
 def compare(a, a_values, b, b_values, words=TIME, confidence=CONFIDENCE):
     """Compare method `a` with method `b` from their values pair by pair (a_values[i] and
     b_values[i] ran in the same repeat, with the same seed). Returns a Comparison."""
@@ -200,12 +210,9 @@ def compare(a, a_values, b, b_values, words=TIME, confidence=CONFIDENCE):
     if not 0.5 < confidence < 1:
         raise PicoGPTError(f"a confidence lies between 0.5 and 1, got {confidence}")
     ratios = b_values / a_values if words.lower_is_better else a_values / b_values
-    ordered, n = np.sort(ratios), len(ratios)
-    k = interval_rank(n, confidence)
-    low, high = (float(ordered[k - 1]), float(ordered[n - k])) if k else (float("nan"), float("nan"))
-    return Comparison(a=a, b=b, ratios=tuple(float(r) for r in ratios), median=float(np.median(ratios)),
-                      low=low, high=high, confidence=confidence, achieved=coverage(n, k) if k else float("nan"),
-                      words=words)
+    median, low, high, achieved = median_interval(ratios, confidence)
+    return Comparison(a=a, b=b, ratios=tuple(float(r) for r in ratios), median=median, low=low, high=high,
+                      confidence=confidence, achieved=achieved, words=words)
 
 
 def best_of(values, words=TIME, confidence=CONFIDENCE, label=str):
@@ -235,7 +242,7 @@ def number(x, away_from=None):
         text = f"{x:.{digits}f}"
         if away_from is None or float(text) != away_from:
             return text
-    return f"{x:.10g}"
+    return repr(float(x))
 
 
 def percent_text(confidence):
