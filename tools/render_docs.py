@@ -634,7 +634,18 @@ def quick_start(results, source):
             f"{steps['lab_first_s']:.0f} s after it started the first time (making `.venv`: installing, and compiling "
             f"picogpt's kernels), and {steps['lab_start_s']:.0f} s after it started once `.venv` existed.{make_test} "
             f"The command took {runs[0]['seconds']:.0f} s the first time ({first}){later} "
-            "(`tools/first_hour.py`, `benchmarks/first-hour.json`)."]
+            f"(`tools/first_hour.py`, `benchmarks/first-hour.json`).{verdicts_text(runs)}"]
+
+
+def verdicts_text(runs):
+    """How many of the last save's runs the command's own verdict (measure/compare.py's, 95%) called
+    faster, slower or not resolved; nothing for saves that did not record it."""
+    said = [run["verdict"] for run in runs if run.get("verdict")]
+    if not said:
+        return ""
+    counts = {verdict: said.count(verdict) for verdict in ("faster", "slower", "not resolved") if verdict in said}
+    return (f" Its own verdict (the pairs of each run, 95%) said {', '.join(f'{n} {v}' for v, n in counts.items())} "
+            f"in {len(said)} runs.")
 
 
 def busy_machine(results, source):
