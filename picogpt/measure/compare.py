@@ -9,20 +9,20 @@ interval allows one.
 - The statistic of a pair is a ratio, oriented so that above 1 means A did better: B's seconds /
   A's seconds when less is better (a time), A's / B's when more is better (tokens per call).
 - The interval is the distribution-free interval for the median ratio from order statistics, the
-  one a sign test inverts (Hollander, Wolfe & Chicken, *Nonparametric Statistical Methods*, sec.
-  3.6): with n pairs sorted, [r_(k), r_(n+1-k)] covers the median with probability
+  one a sign test inverts (Hollander, Wolfe & Chicken, *Nonparametric Statistical Methods*, chapter
+  3, the one-sample location problem): with n pairs sorted, [r_(k), r_(n+1-k)] covers the median with probability
   1 - 2 P(Binomial(n, 1/2) <= k - 1), and k is the largest rank that keeps this at or above the
   stated confidence. It assumes nothing about the shape of the noise (heavy tails, a burst of
-  another job), only that the pairs are independent; it is computed with math.comb, so the
-  command line needs NumPy alone.
+  another job), only that the pairs are independent; its binomial sums are computed here (math's
+  lgamma), so the command line needs NumPy alone. tests/test_compare.py checks them against scipy.
 - A verdict ("A faster than B") only when the interval excludes 1. At 95% the sign test needs 6
   pairs: with 5, even five of five agreeing happens by chance once in 16 comparisons of two equal
   methods, so 5 pairs resolve nothing at 95% and the sentence says so.
 - "Not resolved" says about how many pairs would resolve a difference of the size seen: the log
   ratios' spread (1.4826 x their median absolute deviation, the normal scale) and median give the
-  chance p that one pair favours the same method; the number of pairs is the smallest n at which
-  the sign test resolves with probability 0.8 when each pair favours it with chance p (exact
-  binomial sums).
+  chance p that one pair favours the same method; the number of pairs is about the smallest n at
+  which the sign test resolves with probability 0.8 when each pair favours it with chance p (exact
+  binomial sums, searched from Noether's normal approximation, JASA 1987).
 
 tests/test_compare.py shows how often the rule is wrong: on 2,000 simulated comparisons of a
 method against itself (this machine's spread, heavy tails, a drift across repeats) it resolves at
