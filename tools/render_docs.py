@@ -187,7 +187,7 @@ def end_to_end_table(results, source):
               "predicted, same K", "one K: speedup (IQR)", "t_score / t_target at that K"]
     first = found[0][1]
     return [f"N = {first.N} tokens after a prompt of {results['settings']['prompt_tokens']} tokens, {first.repeats} "
-            "repeats interleaved (each K, then autoregressive, the same seed per repeat); a speedup is the median "
+            f"repeats interleaved ({run_order(first)}); a speedup is the median "
             "of the repeat-by-repeat ratios autoregressive / speculative seconds, its interquartile range in "
             "brackets:", "",
             *table_lines(header, rows)]
@@ -799,6 +799,13 @@ def speed_verifiers(results, source):
             "repeat by repeat (the same seed), its median and 95% sign-test interval:", "",
             *table_lines(["draft -> target", "temperature", "K", "tokens per target call, token / block",
                           "speedup, token by token", "speedup, block", "block against token by token, paired"], rows)]
+
+
+def run_order(m):
+    """How a measurement's repeats ran: results that keep each repeat's times ran in alternating order."""
+    if m.autoregressive_runs_s:
+        return "each K and autoregressive, the same seed per repeat, the order reversed every other repeat"
+    return "each K, then autoregressive, the same seed per repeat"
 
 
 def best_K_cell(m):
