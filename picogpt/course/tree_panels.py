@@ -197,16 +197,14 @@ def running_residuals(rows, q):
 
 
 def verdict_lines(m):
-    """Which variant emitted the most per target call, which was fastest (the highest median
-    speedup), and whether the repeats resolve the fastest (course/speed_panels.py, measure/compare.py's
-    paired test on the repeat-by-repeat speedups)."""
-    from .speed_panels import resolution_line
-    runs = {name: m.speedups_by_repeat(name) for name in m.variants}
+    """Which variant emitted the most per target call and which was fastest (the highest median
+    speedup); whether the repeats resolve the fastest is the last line of measure/trees.text_lines
+    (measure/compare.py's paired test), printed with the table."""
     most = max(m.variants.values(), key=lambda v: v.tokens_per_call)
     best = max(m.variants, key=lambda name: m.variants[name].speedup)
     return [f"most tokens per target call: {most.name} ({most.tokens_per_call:.2f}, all runs together); fastest: "
-            f"{best} ({m.variants[best].speedup:.2f}x autoregressive, the median over the repeats)",
-            resolution_line(runs, "variant", m.repeats, m.N)]
+            f"{best} ({m.variants[best].speedup:.2f}x autoregressive, the median over the repeats; whether the repeats "
+            "resolve it: the table's last line)"]
 
 
 def draft_time_line(tree, chain):
