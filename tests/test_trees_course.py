@@ -115,7 +115,7 @@ def test_the_measurement_has_every_variant_with_its_spread(measurement):
     lines = tree_measure.text_lines(m)  # a header, one line per variant, the paired verdict on the fastest
     assert len(lines) == 2 + 3 + 1 and lines[-1].startswith("  the fastest: ")
     assert tree_measure.from_dict(json.loads(json.dumps(tree_measure.as_dict(m)))) == m
-    assert "the fastest" in tree_panels.verdict_lines(m)[0] and tree_measure.text_lines(m)[-1].startswith("  the fastest: ")
+    assert "fastest: " in tree_panels.verdict_lines(m)[0]
 
 
 def test_every_figure_is_drawn_with_its_labels(measurement):
