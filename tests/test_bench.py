@@ -205,6 +205,8 @@ def test_results_are_saved_with_a_figure_and_tables(results, saved):
     text = report.table(results)
     assert "draft (file)" in text and "target (file)" in text and "K+1 positions: time / decode" in text
     assert "speculative vs autoregressive sampling, draft -> target, T=3" in text
+    # every verdict the bench prints is measure/compare.py's: the best K and the verifiers, pair by pair
+    assert "  the best K: " in text and "block verification against token by token, draft -> target" in text
 
 
 def test_unknown_setting_is_refused():
