@@ -293,6 +293,8 @@ def test_every_published_file_has_a_size_to_refuse_others_by(name):
     low, high = published_size_bounds(name)
     rounded_gb = {"gpt2-large": 3.25, "gpt2-xl": 6.43}[name]  # what the hub's file page shows
     assert low < rounded_gb * 1e9 + 5e6 and high >= rounded_gb * 1e9 - 5e6
+    guarantees = (Path(__file__).parents[1] / "docs" / "guarantees.md").read_text()
+    assert f"| `{name}`" in guarantees and f"{low:,} to {high:,} bytes" in guarantees
 
 
 @pytest.mark.parametrize("kind", ["300 GB sparse file", "/proc/self/pagemap"])
