@@ -471,3 +471,33 @@ def test_the_quick_start_states_the_range_of_every_kept_save_and_first_hour_keep
     text = docs.render_text(block("quick-start", "benchmarks/first-hour.json"), blocks, tmp_path)
     assert "it printed 1.20x to 2.10x in 4 runs alone and 1.10x to 1.40x in 2 runs beside 2 busy processes" in text
     assert "at load averages 0.5 to 6.5" in text and "served the course in 30 s" in text
+
+
+def test_first_hour_times_every_step_of_the_quick_start_alone_and_beside_busy_processes(monkeypatch, tmp_path):
+    """make lab the first time and once .venv exists, make test and make quick, the command; then
+    beside the busy processes the command, make lab again, and make lab on the clone without its
+    .venv (a first install and compile again): the README's durations include a busy machine."""
+    from types import SimpleNamespace
+
+    import first_hour
+
+    labs = []
+
+    def lab(clone, env, limit_s=120):
+        labs.append((clone / ".venv").exists())
+        (clone / ".venv").mkdir(parents=True, exist_ok=True)  # make lab makes .venv
+        return 10.0 * len(labs)
+
+    made = []
+    monkeypatch.setattr(first_hour, "lab_start_s", lab)
+    monkeypatch.setattr(first_hour, "timed", lambda command, cwd, env: made.append(command[-1]) or (60.0, None))
+    monkeypatch.setattr(first_hour, "command_runs", lambda clone, env, n_runs, label: {"runs": [], "label": label})
+    monkeypatch.setattr(first_hour, "busy_processes", lambda n, seconds: [])
+    monkeypatch.setattr(first_hour, "in_process", lambda clone, env: {"speedup": 1.5})
+    monkeypatch.setattr(first_hour.time, "sleep", lambda s: None)
+    monkeypatch.setattr(first_hour.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout="commit\n"))
+    results = first_hour.measure(skip_make_test=False, n_runs=2, n_busy=2, settle_s=60)
+    assert made == ["test", "quick"]
+    assert results["steps"] == {"lab_first_s": 10.0, "lab_start_s": 20.0, "make_test_s": 60.0, "make_quick_s": 60.0}
+    assert results["busy"]["steps"] == {"lab_start_s": 30.0, "lab_first_s": 40.0}
+    assert labs == [False, True, True, False]  # the last make lab found no .venv: a first time, beside busy processes
