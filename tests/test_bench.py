@@ -501,3 +501,29 @@ def test_first_hour_times_every_step_of_the_quick_start_alone_and_beside_busy_pr
     assert results["steps"] == {"lab_first_s": 10.0, "lab_start_s": 20.0, "make_test_s": 60.0, "make_quick_s": 60.0}
     assert results["busy"]["steps"] == {"lab_start_s": 30.0, "lab_first_s": 40.0}
     assert labs == [False, True, True, False]  # the last make lab found no .venv: a first time, beside busy processes
+
+
+RUN = st.tuples(st.floats(0.1, 10), st.floats(0, 20), st.floats(0.5, 600))  # [speedup, load after, seconds]
+SAVE = st.fixed_dictionaries({"cores": st.just(2), "alone": st.lists(RUN, min_size=1, max_size=6),
+                              "busy": st.lists(RUN, max_size=6), "busy_processes": st.just(2),
+                              "steps": st.fixed_dictionaries({"lab_first_s": st.floats(1, 600)}),
+                              "busy_steps": st.just({})})
+
+
+@given(saves=st.lists(SAVE, min_size=1, max_size=4))
+def test_the_quick_start_sentences_state_every_kept_run_s_range(saves):
+    """The speedup sentence gives the lowest and highest speedup of every run kept, alone and
+    beside busy processes, and how many; the durations sentence the first make lab's range."""
+    saves = [{**save, "alone": [list(run) for run in save["alone"]], "busy": [list(run) for run in save["busy"]]}
+             for save in saves]
+    alone = [run[0] for save in saves for run in save["alone"]]
+    busy = [run[0] for save in saves for run in save["busy"]]
+    sentence = docs.speedup_sentence(saves)
+    assert f"it printed {min(alone):.2f}x to {max(alone):.2f}x in {len(alone)} runs alone" in sentence
+    if busy:
+        assert f"and {min(busy):.2f}x to {max(busy):.2f}x in {len(busy)} runs beside 2 busy processes" in sentence
+    else:
+        assert "beside" not in sentence
+    firsts = [save["steps"]["lab_first_s"] for save in saves]
+    assert f"served the course in {docs.value_range(firsts, lambda v: f'{v:.0f}')} s (installing" in \
+        docs.durations_sentence(saves)

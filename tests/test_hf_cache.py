@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import random_gpt2, random_tensors
+from hypothesis import given
+from hypothesis import strategies as st
 
 import picogpt.io.download as dl
 import picogpt.io.hf_cache as hf_cache
@@ -348,3 +350,17 @@ def test_download_says_why_a_file_in_the_cache_was_not_used_and_what_works_offli
     assert f"{snapshot} in the Hugging Face cache does not match the pinned file, so it was not used: its sha256 is" in out
     line = err.strip().splitlines()[-1]
     assert "without a network" in line and "Hugging Face cache" in line and str(tmp_path / "weights" / "gpt2") in line
+
+
+@given(n_bytes=st.integers(min_value=0, max_value=10**15), exact=st.sampled_from([None, 548_105_171]))
+def test_a_size_is_refused_exactly_when_the_checkpoint_cannot_have_it(n_bytes, exact):
+    """size_problem's verdict, over every size: None inside the pinned size (or bounds), and
+    outside it a sentence that gives the size and what the file has."""
+    spec = WeightSpec(name="gpt2-xl", repo="openai-community/gpt2-xl", revision=REVISION, sha256="0" * 64,
+                      n_bytes=exact, n_layer=48, n_head=25, n_embd=1600,
+                      n_bytes_bounds=None if exact else PINNED["gpt2-xl"].n_bytes_bounds)
+    low, high = (exact, exact) if exact else spec.n_bytes_bounds
+    problem = spec.size_problem(n_bytes)
+    assert (problem is None) == (low <= n_bytes <= high)
+    if problem:
+        assert problem.startswith(f"{n_bytes:,} bytes, where gpt2-xl's file has ") and f"{high:,}" in problem
