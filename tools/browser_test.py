@@ -425,7 +425,10 @@ def check_all_ran(page, name, prompts):
 
 # every cell's outputs in the notebook model, as nbformat writes them (None for a cell without outputs)
 CELL_OUTPUTS_JS = """() => {
-  const model = window.jupyterapp.shell.currentWidget.content.model.cells;
+  const app = window.jupyterapp;
+  const panel = app && app.shell.currentWidget;
+  if (!(panel && panel.content && panel.content.model)) return null;
+  const model = panel.content.model.cells;
   const outputs = [];
   for (let i = 0; i < model.length; i++) {
     const cell = model.get(i);
@@ -478,7 +481,10 @@ def joined(output):
 
 def check_marked_outputs(page, name, committed):
     """The cells nbval compares print what they printed when the notebook was committed."""
-    n_compared, differences = marked_differences(committed, page.evaluate(CELL_OUTPUTS_JS))
+    outputs = page.evaluate(CELL_OUTPUTS_JS)
+    if outputs is None:
+        raise CheckFailed(f"{name}: the page holds no notebook model to read the cells' outputs from")
+    n_compared, differences = marked_differences(committed, outputs)
     if differences:
         number, how = differences[0]
         raise CheckFailed(f"{name}: {len(differences)} of the {n_compared} cells marked NBVAL_CHECK_OUTPUT print "
