@@ -11,8 +11,11 @@ $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub. Its layout is hu
 
 picogpt uses such a file instead of downloading one only if its size and sha256 are the pinned
 ones (io/pins.py), as a download is checked; the pinned revision's snapshot is looked at first,
-then the others (the same bytes under another commit are the same file). Only model.safetensors
-is verified, so the hyperparameters are the pinned ones, not the snapshot's config.json.
+then the others (the same bytes under another commit are the same file). A file of a size the
+checkpoint cannot have is refused from its size, never read. Only model.safetensors is verified,
+so the hyperparameters are the pinned ones, not the snapshot's config.json; and as the cache may
+be written while picogpt reads it, the loader compares the file it maps with the one verified
+(model.load).
 
 Hashing GPT-2 XL's checkpoint takes a while, so a verdict is remembered: `<name>/hf-cache.json` in
 picogpt's weights folder (registry.record_file), written atomically, holds for each file hashed
