@@ -350,10 +350,10 @@ def test_the_quick_start_block_shows_what_the_command_printed_and_each_step(tmp_
     # one sentence for the speedup's range, alone and beside busy processes, with the load; one for the durations
     assert ("it printed 1.10x to 1.70x in 3 runs alone and 1.10x to 1.40x in 2 runs beside 2 busy processes (the load "
             "of a browser and a second notebook kernel), at load averages 0.4 to 4.4.") in text
-    assert "served the course in 95 s alone and 140 s beside busy processes (installing" in text
-    assert "a later one in 6 s alone and 9 s beside busy processes" in text
-    assert "the command above ran in 4-11 s alone and 21 s beside busy processes" in text
-    assert "`make test` took 4.8 minutes; `make quick` took 2.5 minutes" in text
+    assert "compiles picogpt's kernels, served the course in 95 s (140 s beside busy processes)," in text
+    assert "a later one in 6 s (9 s beside busy processes)" in text
+    assert "the command above ran in 4-11 s (21 s beside busy processes)" in text
+    assert "; `make test` took 4.8 minutes and `make quick` took 2.5 minutes, as" in text
     with pytest.raises(PicoGPTError, match="missing: \\['quick-start'\\]"):  # committed results need their block
         docs.render_text("no markers", blocks, tmp_path)
 
@@ -470,7 +470,7 @@ def test_the_quick_start_states_the_range_of_every_kept_save_and_first_hour_keep
     blocks = {"quick-start": docs.BLOCKS["README.md"]["quick-start"]}
     text = docs.render_text(block("quick-start", "benchmarks/first-hour.json"), blocks, tmp_path)
     assert "it printed 1.20x to 2.10x in 4 runs alone and 1.10x to 1.40x in 2 runs beside 2 busy processes" in text
-    assert "at load averages 0.5 to 6.5" in text and "served the course in 30 s" in text
+    assert "at load averages 0.5 to 6.5" in text and "served the course in 30 s, a later one" in text
 
 
 def test_first_hour_times_every_step_of_the_quick_start_alone_and_beside_busy_processes(monkeypatch, tmp_path):
@@ -525,5 +525,5 @@ def test_the_quick_start_sentences_state_every_kept_run_s_range(saves):
     else:
         assert "beside" not in sentence
     firsts = [save["steps"]["lab_first_s"] for save in saves]
-    assert f"served the course in {docs.value_range(firsts, lambda v: f'{v:.0f}')} s (installing" in \
+    assert f"served the course in {docs.value_range(firsts, lambda v: f'{v:.0f}')} s, a later" in \
         docs.durations_sentence(saves)

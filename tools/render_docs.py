@@ -605,10 +605,11 @@ def across(saves, key, field):
 
 
 def duration(alone, busy, unit="s", fmt=lambda v: f"{v:.0f}"):
-    """'26-58 s', '26-58 s alone and 75 s beside busy processes', or '' with no value."""
-    parts = [f"{value_range(values, fmt)} {unit}{label}" for values, label in
-             ((alone, " alone" if busy else ""), (busy, " beside busy processes")) if values]
-    return " and ".join(parts)
+    """'26-58 s', '26-58 s (75 s beside busy processes)', or '' with no value."""
+    beside = f"{value_range(busy, fmt)} {unit} beside busy processes" if busy else ""
+    if not alone:
+        return beside
+    return f"{value_range(alone, fmt)} {unit}" + (f" ({beside})" if beside else "")
 
 
 def speedup_sentence(saves):
@@ -633,11 +634,12 @@ def durations_sentence(saves):
 
     minutes = {name: duration(across(saves, "steps", name), [], "minutes", lambda v: f"{v / 60:.1f}")
                for name in ("make_test_s", "make_quick_s")}
-    tests = "".join(f"; `make {name[5:-2]}` took {minutes[name]}" for name in minutes if minutes[name])
-    return (f"A first `make lab` on a fresh clone served the course in {step('lab_first_s')} (installing, then "
-            f"compiling picogpt's kernels), a later one in {step('lab_start_s')}, and "
-            f"the command above ran in {duration(across(saves, 'alone', 2), across(saves, 'busy', 2))}{tests} "
-            "(`tools/first_hour.py`, `benchmarks/first-hour.json`).")
+    tests = " and".join(f" `make {name[5:-2]}` took {minutes[name]}" for name in minutes if minutes[name])
+    tests = f";{tests}" if tests else ""
+    return (f"A first `make lab` on a fresh clone, which installs and then compiles picogpt's kernels, served the "
+            f"course in {step('lab_first_s')}, a later one in {step('lab_start_s')}, and the command above ran in "
+            f"{duration(across(saves, 'alone', 2), across(saves, 'busy', 2))}{tests}, as `tools/first_hour.py` "
+            "measured them (`benchmarks/first-hour.json`).")
 
 
 def quick_start(results, source):
