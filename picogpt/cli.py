@@ -186,13 +186,14 @@ def speculate_report(args, draft, target, result, ars, measurements):
     from .measure import compare
     from .measure.speedup import versus, versus_autoregressive
 
-    report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K,
-                  K_drafted=K_drafted(result), verify=args.verify,
+    report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K, verify=args.verify,
                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                   seed=None if greedy(args) else args.seed,
                   tokens=result.tokens, text=tokenizer().decode(result.tokens), loops=len(result.loops),
-                  accepted=result.accepted, alpha_hat=result.alpha_hat,
                   tokens_per_loop=result.tokens_per_loop, seconds=result.seconds)
+    if args.tree:
+        return report | dict(K=None, tree=list(result.shape))
+    report.update(K_drafted=K_drafted(result), accepted=result.accepted, alpha_hat=result.alpha_hat)
     if measurements is not None:
         m, at = measurements[args.verify], measurements[args.verify].by_K[args.K]
         report.update(repeats=m.repeats, median_seconds=at.seconds.median,
@@ -247,12 +248,37 @@ def K_text(args, result):
     return f"K capped at {drafted} by the context left (asked -K {args.K})"
 
 
+def speculate_method(args):
+    """What `speculate` runs: Algorithm 2's chain of K drafts (speculative.Chain), or with --tree a
+    token tree of that shape (tree.TreeShape), each with --verify's verifier. One line otherwise."""
+    from .speculative import VERIFIERS, Chain
+    from .tree import VERIFIERS as TREE_VERIFIERS
+    from .tree import TreeShape, validate_shape
+
+    if args.tree is None:
+        if args.verify not in VERIFIERS:
+            raise PicoGPTError(f"--verify {args.verify} verifies a token tree: give its shape too, e.g. --tree 2,2 "
+                               f"(a chain's verifiers: {', '.join(VERIFIERS)})")
+        return Chain(args.K, args.verify)
+    try:
+        shape = tuple(int(m) for m in args.tree.split(","))
+    except ValueError:
+        shape = args.tree
+    shape = validate_shape(shape, max_nodes=10**6)
+    if args.verify not in TREE_VERIFIERS:
+        raise PicoGPTError(f"--verify {args.verify} with --tree: a tree's verifiers are {', '.join(TREE_VERIFIERS)} "
+                           "(traversal on a chain-shaped tree such as --tree 1,1,1 is block verification)")
+    if args.compare:
+        raise PicoGPTError("--compare times chains: drop --tree, or see `python -m picogpt bench` for trees "
+                           "measured against a chain and autoregressive sampling")
+    return TreeShape(shape, args.verify)
+
+
 def cmd_speculate(args):
     from .course import course_pair_names
     from .io.tokenizer import tokenizer
     from .measure.compare import fewest_pairs
     from .measure.speedup import warm_up
-    from .speculative import Chain
 
     if args.repeats is not None and not args.compare:
         raise PicoGPTError(f"--repeats {args.repeats} times the runs of --compare, and --compare is not given: "
@@ -263,6 +289,7 @@ def cmd_speculate(args):
     ids = parse_request(args, args.target or default_target)
     if args.repeats < 1:
         raise PicoGPTError(f"--repeats {args.repeats}: the number of timed runs of each algorithm must be at least 1")
+    method = speculate_method(args)
     draft = load_gpt2_vocab_model(args.draft or default_draft, args.in_memory)
     target = load_gpt2_vocab_model(args.target or default_target, args.in_memory)
     validate_request(args, ids, (draft, target))
@@ -270,7 +297,6 @@ def cmd_speculate(args):
     on_loop = StreamedText(tokenizer(), args.N) if stream else None
     if stream:
         print(args.prompt, end="", flush=True)
-    method = Chain(args.K, args.verify)
     if args.compare:
         result, ars, measurements = compare(args, draft, target, ids, on_loop)
     else:
@@ -281,6 +307,11 @@ def cmd_speculate(args):
         print(json.dumps(speculate_report(args, draft, target, result, ars, measurements)))
         return
     verification = "" if args.verify == "token" else f", {args.verify} verification"
+    if args.tree:
+        print(f"\n[token tree: draft {draft.name}, target {target.name}, shape {result.shape}{verification}, "
+              f"{seed_text(args)}]")
+        print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s; {loops_line(result)}")
+        return
     print(f"\n[speculative: draft {draft.name}, target {target.name}, {K_text(args, result)}{verification}, "
           f"{seed_text(args)}]")
     first = "  the run above: " if measurements is not None else "  "
@@ -428,6 +459,7 @@ examples:
 examples:
   python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --compare
   python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --verify block --compare   (both verifiers)
+  python -m picogpt speculate --prompt "And God said" -n 64 --tree 2,2 --verify traversal   (a token tree)
   python -m picogpt speculate --draft gpt2 --target gpt2-xl --temperature 0   (greedy: XL's own greedy text)
   python -m picogpt speculate --prompt "In the beginning" --json""",
     "bench": """\
@@ -505,6 +537,7 @@ def bench_help_cost():
 def build_parser():
     from . import __version__
     from .speculative import VERIFIERS
+    from .tree import VERIFIERS as TREE_VERIFIERS
 
     parser = Parser(prog="python -m picogpt", description=DESCRIPTION, epilog=EXAMPLES[None], formatter_class=formatter)
     parser.add_argument("--version", action="version", version=f"picogpt {__version__}")
@@ -527,9 +560,12 @@ def build_parser():
     speculate.add_argument("--target", default=None, help="target model q (default: the course target)")
     speculate.add_argument("-K", type=int, default=4, help="draft tokens per loop, K (default 4)")
     add_sampling_flags(speculate)
-    speculate.add_argument("--verify", choices=sorted(VERIFIERS), default="token",
+    speculate.add_argument("--verify", choices=sorted(set(VERIFIERS) | set(TREE_VERIFIERS)), default="token",
                            help="how the drafts are judged: token (Algorithm 2, token by token; the default) or block "
-                                "(block verification, Sun et al. 2025: the block judged together)")
+                                "(block verification, Sun et al. 2025: the block judged together); with --tree, token "
+                                "(from the root) or traversal (from the leaves, Weng et al. 2025)")
+    speculate.add_argument("--tree", default=None, metavar="SHAPE",
+                           help="draft a token tree instead of a chain: candidates per level, e.g. 2,2 or 3,1,1")
     speculate.add_argument("--compare", action="store_true",
                            help="also sample the target autoregressively and report the speedup: a warm-up, "
                                 "then --repeats interleaved timed runs of each algorithm")
@@ -574,18 +610,21 @@ RUN_A_MODEL = ("generate", "speculate", "bench")
 def check_environment(command):
     """Parse the environment variables `command` reads now, so that a bad value is one line
     before the command prints anything, not an error in the middle of its output: every
-    command's PICOGPT_THREADS, PICOGPT_COURSE_MODELS and PICOGPT_WEIGHTS_DIR, download's
+    command's PICOGPT_THREADS, PICOGPT_COURSE_MODELS, PICOGPT_WEIGHTS_DIR and the Hugging Face
+    cache's folder (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME), download's
     HF_ENDPOINT, and PICOGPT_KERNEL for the commands that run a model (which load the compiled
     kernels anyway; info and download never do)."""
     from .course.pair import forced_pair
     from .fast import compiled
     from .fast.kernels import n_threads
+    from .io.hf_cache import check_cache_variables
     from .io.pins import endpoint
     from .io.registry import weights_dir
 
     n_threads()
     forced_pair()
     weights_dir()
+    check_cache_variables()
     if command == "download":
         endpoint()
     if command in RUN_A_MODEL:

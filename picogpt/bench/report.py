@@ -161,6 +161,8 @@ def verifier_verdicts(token, block):
     """Block verification against token by token at the bench's block K, pair by pair
     (measure/compare.py): on tokens per target call, then on time."""
     K = block.Ks[0]
+    if K not in token.by_K:
+        return [f"block verification at K = {K}: token by token not measured at that K, nothing to pair it with"]
     return [f"block verification against token by token, {block.draft} -> {block.target}, "
             f"T={block.controls['temperature']:g}, K = {K}, the same repeats:",
             *("  " + compare.sentence(speedup.versus("block verification", block.by_K[K], "token by token",
