@@ -1,6 +1,6 @@
 """Speculative against autoregressive sampling on this machine: the one measurement of the
-costs and the speedup (used by the bench, notebooks 05-08, `speculate --compare` and the model
-card's tool; notebook 07 through measure/trees.py).
+costs and the speedup (used by the bench, notebooks 05-09, `speculate --compare` and the model
+card's tool; notebooks 07 and 09 through measure/trees.py).
 
 Every cost is timed where a user pays it, inside the sampling loops:
 - t_target_s: one token of autoregressive sampling (Algorithm 1): a cached target call on one
