@@ -14,10 +14,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from picogpt import theory
+from picogpt import rejection, speculative, theory
 from picogpt.course import block_exercise, block_figures, block_panels, model_runs, widgets
 from picogpt.course.block_exercise import BLOCK, BLOCK_EXERCISE, MISTAKES, TOKEN_BY_TOKEN, check_block_step
-from picogpt.course.step_exercise import exact_joint
+from picogpt.course.chain_step import exact_joint
 from picogpt.course.toy_models import toy_pair
 from picogpt.errors import PicoGPTError
 from picogpt.speculative import block_output_distribution, block_step, speculative_step
@@ -288,3 +288,29 @@ def test_the_running_weight_gap_is_zero_for_the_paper_and_not_for_a_mistake():
 def test_the_placeholder_is_told_how_to_call_this_grader():
     check = check_block_step(None)
     assert not check and "check_block_step(my_block_step)" in str(check)
+
+
+def test_a_keep_probability_rounded_above_1_is_told_to_clip_where_it_sampled_not_blamed_on_the_residual():
+    """A right step that samples how many drafts are kept from its exact law, with a last keep
+    probability h_K = w_K = 1 that came out as 1 + 2e-16 in floating point: 1 − h_K < 0, and
+    rng.choice refuses that law. The grader names that law and the clip, not the residual."""
+    def from_the_law(drafted, p, q, rng):
+        K = len(drafted)
+        weights, h = speculative.block_keep_probabilities(drafted, p, q)
+        h = [x + 2e-16 if x == 1.0 else x for x in h]
+        law, none_later = np.zeros(K + 1), 1.0  # P(n_kept = i) = h_i Π_{j > i} (1 − h_j), h_0 = 1
+        for i in range(K, -1, -1):
+            h_i = 1.0 if i == 0 else h[i - 1]
+            law[i], none_later = h_i * none_later, none_later * (1.0 - h_i)
+        kept = int(rng.choice(K + 1, p=law))
+        last = q[K] if kept == K else rejection.weighted_residual(weights[kept], p[kept], q[kept])
+        return [int(x) for x in drafted[:kept]] + [int(rng.choice(len(last), p=last))]
+
+    message = str(check_block_step(from_the_law))
+    assert "np.clip" in message and "1 + 2e-16" in message and "max(0, q − p)" not in message, message
+    assert "residual is not where it failed" in message, message
+
+
+def test_a_too_long_block_output_is_judged_by_its_length_first():
+    message = str(check_block_step(lambda d, p, q, rng: [0] * (len(d) + 1) + [99]))
+    assert "tokens for K = " in message and "not normalised" not in message, message

@@ -79,7 +79,7 @@ def test_the_capstone_check_accepts_its_own_method_and_names_a_loops_draft_time(
     run = SimpleNamespace(loops=[SimpleNamespace(t_draft_s=t * K, K=K, n_accepted=1) for t in draft_s], alpha_hat=alpha)
     autoregressive = SimpleNamespace(token_times_s=target_s)
     c = exercises.in_loop_c(run, autoregressive)
-    if c >= 1 / K:  # a draft token as slow as a target step, or a K-fold slip that lands there: refused for that
+    if c >= 1:  # a draft token as slow as a target step: refused for that
         return
     best_K = int(theory.best_K(alpha, c, 16))
     speedup = float(theory.predicted_speedup_leviathan(alpha, best_K, c))
@@ -133,3 +133,15 @@ def test_outcomes_that_repeat_themselves_are_called_so_exactly_when_the_law_make
         assert always_the_same([law], [counts], lambda outcome: outcome[0], significance) == (chance < significance)
     counts[(CONDITIONS[0], VALUES[0])], counts[(CONDITIONS[0], VALUES[1])] = 1, 1
     assert not always_the_same([law], [counts], lambda outcome: outcome[0], significance)
+
+
+def test_the_capstone_names_a_loops_draft_time_even_where_it_reaches_1():
+    """c from a loop's whole draft time, K c = 1.10: the slip is named, not taken for c's inverse
+    (the c >= 1 branch used to answer first)."""
+    K, c = 4, 0.275
+    run = SimpleNamespace(loops=[SimpleNamespace(t_draft_s=c * K * 0.01, K=K, n_accepted=1)] * 6, alpha_hat=0.6)
+    autoregressive = SimpleNamespace(token_times_s=[0.01] * 6)
+    per_loop = exercises.in_loop_c(run, autoregressive, per_token=False)
+    assert math.isclose(per_loop, 1.10)
+    wrong = exercises.check_capstone_prediction(0.6, per_loop, 2, 1.5, run, autoregressive)
+    assert not wrong and "loop.t_draft_s / loop.K" in str(wrong) and "inverse" not in str(wrong), wrong

@@ -8,7 +8,9 @@ themselves, speed_panels.resolution_line and best_K_lines, are tests/test_verdic
 Each test draws inputs from the whole domain (distributions with zeros, point masses, equal and
 disjoint pairs; spreads that overlap or not) and asserts that each claim the text makes holds."""
 
+import json
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -315,3 +317,27 @@ def test_rounding_that_is_said_unable_to_flip_a_greedy_choice_never_does(n_posit
     if not found.could_flip_greedy:
         assert (np.argmax(scored, axis=-1) == np.argmax(one_row, axis=-1)).all()
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=2, max_value=6), st.integers(min_value=0, max_value=2**32 - 1),
+       st.one_of(st.just(0.0), st.floats(min_value=0.01, max_value=0.95)))
+def test_resampling_from_q_is_exact_when_p_is_the_same_fraction_of_q_with_extra_mass_elsewhere(n_support, seed, c):
+    """(q − p)+ = q exactly when p = c q on q's support (c < 1), its other 1 − c off it: the readout
+    says resampling from q is right for every such pair, and notebook 04's section 5 lists that case
+    beside the point mass and the disjoint pair (its special cases)."""
+    rng = np.random.default_rng(seed)
+    n_vocab = n_support + 2
+    q = np.zeros(n_vocab)
+    q[:n_support] = rng.dirichlet(np.ones(n_support))
+    elsewhere = np.zeros(n_vocab)
+    elsewhere[n_support:] = rng.dirichlet(np.ones(2))
+    p = c * q + (1 - c) * elsewhere
+    panel = panels.theorem1_panel(p, q, choice="q")
+    assert panels.residual_is_q(panel) and panels.why_exact(panel), (p, q)
+
+
+def test_notebook_04_lists_every_pair_where_resampling_from_q_is_exact():
+    cells = json.loads((Path(__file__).parents[1] / "notebooks/04-theorem-1.ipynb").read_text())["cells"]
+    text = " ".join("".join(cell["source"]).replace("\n", " ") for cell in cells if cell.get("id") == "56ab5afc")
+    assert "same fraction $c < 1$ of $q$" in text and "point mass" in text and "share no token" in text, text

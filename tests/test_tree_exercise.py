@@ -236,7 +236,7 @@ def test_a_mistake_without_a_name_is_located_with_the_frequencies_of_the_part_th
     (residual_never_normalised, "Normalise each residual as you form it"),
     (lambda c, p, q, rng: right_loop(c, p, q, np.random.default_rng(0)), "the same random numbers in every call"),
     (fails_at_a_leaf, "fails_at_a_leaf raised IndexError inside check_multi_candidate_step, for the candidates []"),
-    (unseeded, "Generators of the same seed gave different tokens"),
+    (unseeded, "Generators of the same seed gave different outputs"),
     (lambda c, p, q, rng: [0], "return one token id"),
     (lambda c, p, q, rng: 9, "return one token id"),
     (None, "pass the function itself"),

@@ -15,8 +15,8 @@ A `BlockRule` is one way to write it, as values: the running weight, the keep pr
 the kept prefix is chosen from the uniforms, and what the last token is drawn from. `BLOCK` is the
 paper's; `MISTAKES` are the realistic ways to get it wrong, each with its exact law for given
 drafts (`output_distribution`) and a runnable `step`; `NAMED_IN_03` the slips of writing the code
-that notebook 03's grader names too, by the same names. The grader is notebook 03's
-(step_exercise.check_speculative_step), given these rules.
+that notebook 03's grader names too, by the same names. The grader is the course's one
+(grading.check_sampler), given these rules and the chain step's contract (chain_step.py).
 """
 
 import inspect
@@ -26,18 +26,8 @@ import numpy as np
 
 from .. import rejection, speculative
 from ..sampling import sample
-from .grading import check_number
-from .step_exercise import (
-    NO_BONUS,
-    NO_DRAFTS,
-    TRIALS,
-    WRONG_ROW,
-    StepCase,
-    StepExercise,
-    check_speculative_step,
-    most_likely,
-    shaped,
-)
+from .chain_step import NO_BONUS, NO_DRAFTS, WRONG_ROW, StepCase, chain_exercise, shaped
+from .grading import TRIALS, check_number, check_sampler, most_likely
 
 # ---------------------------------------------------------------------------------------------
 # How the kept prefix is chosen from the keep probabilities h_1 .. h_K
@@ -294,8 +284,9 @@ def grading_cases():
 
 AFTER_THE_LAST_TOKEN = ("for drafts {drafts} it returned {output}: after the kept drafts x̃_1 .. x̃_i the loop emits "
                         "exactly one more token (from the weighted residual, or from q[K] when all K are kept) and stops")
-BLOCK_EXERCISE = StepExercise(
+BLOCK_EXERCISE = chain_exercise(
     "block verification", BLOCK, {**MISTAKES, TOKEN_BY_TOKEN.name: TOKEN_BY_TOKEN, **NAMED_IN_03}, grading_cases(),
+    call="check_block_step(my_block_step)", next_token="the token drawn after keeping {i} draft(s), x̃_{t} not kept",
     walk_through="Walk through it: w_0 = 1, w_i = min(1, w_{i-1} q_i(x̃_i) / p_i(x̃_i)); h_i = Z_i / (Z_i + 1 − w_i) "
                  "with Z_i = Σ max(0, w_i q_{i+1} − p_{i+1}) for i < K, h_K = w_K; one uniform eta_i per position; keep "
                  "x̃_1 .. x̃_i for the largest i with eta_i < h_i; then one token from (w_i q_{i+1} − p_{i+1})+, or from "
@@ -306,15 +297,13 @@ BLOCK_EXERCISE = StepExercise(
               "every draft), so the block never stops there. Either your residual is another (a weight from another "
               "position, w_{i+1} say, can leave nothing positive) or your block stopped where it cannot: check your "
               "h_i and how you choose the kept prefix (the largest i with eta_i < h_i)."),
-    nan_guess="",
-    after_a_non_draft={"extra": AFTER_THE_LAST_TOKEN, "judged on": AFTER_THE_LAST_TOKEN},
-    call="check_block_step(my_block_step)", next_token="the token drawn after keeping {i} draft(s), x̃_{t} not kept")
+    after_a_non_draft={"extra": AFTER_THE_LAST_TOKEN, "judged on": AFTER_THE_LAST_TOKEN})
 
 
 def check_block_step(fn, trials=TRIALS, seed=0):
-    """Grade a learner's block_step(drafted, p, q, rng) -> list[int] by its output distribution, with
-    notebook 03's grader (step_exercise.check_speculative_step) and BLOCK_EXERCISE; returns a Check."""
-    return check_speculative_step(fn, trials, seed, exercise=BLOCK_EXERCISE)
+    """Grade a learner's block_step(drafted, p, q, rng) -> list[int] by its output distribution
+    (grading.check_sampler, given BLOCK_EXERCISE); returns a Check."""
+    return check_sampler(fn, BLOCK_EXERCISE, trials, seed)
 
 
 def solution():

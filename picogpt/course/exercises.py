@@ -378,17 +378,24 @@ def capstone_runs_problem(run, autoregressive):
     return None
 
 
-def capstone_c_problem(c, run, autoregressive):
-    """What is wrong with the learner's c, given the runs it was measured from (a sentence), or None."""
+def capstone_c_slip(c, run, autoregressive):
+    """A slip the answer key names in the learner's c, given the runs it was measured from (a
+    sentence), or None: c is a slip's own value, or about K times the runs' (a loop's draft time)."""
     right = in_loop_c(run, autoregressive)
     for wrong, why in capstone_slips(run, autoregressive):
         if math.isclose(c, wrong, rel_tol=1e-6) and not math.isclose(wrong, right, rel_tol=0.01):
             return f"c = {c:.3g}: {why}."
+    K = float(np.median([loop.K for loop in run.loops]))
+    if abs(c / right - 1) > CAPSTONE_C_SPREAD and abs(c / (right * K) - 1) <= CAPSTONE_C_SPREAD:
+        return f"c = {c:.3g}, about K = {K:g} times what your runs give: {PER_LOOP}."
+    return None
+
+
+def capstone_c_problem(c, run, autoregressive):
+    """What is wrong with the learner's c, given the runs it was measured from (a sentence), or None."""
+    right = in_loop_c(run, autoregressive)
     if abs(c / right - 1) <= CAPSTONE_C_SPREAD:
         return None
-    K = float(np.median([loop.K for loop in run.loops]))
-    if abs(c / (right * K) - 1) <= CAPSTONE_C_SPREAD:
-        return f"c = {c:.3g}, about K = {K:g} times what your runs give: {PER_LOOP}."
     return (f"c = {c:.3g} is not what the runs you passed give: timed inside their loops, c = {right:.3g} (the median "
             "of loop.t_draft_s / loop.K over the loops after the first, over the median of token_times_s after the "
             "first). Time the calls where the loops make them: the runs' own t_draft_s and token_times_s.")
@@ -420,6 +427,9 @@ def check_capstone_prediction(alpha, c, best_K, predicted_speedup, run=None, aut
         return Check(False, f"alpha = {alpha:.4g}, your run's alpha_hat is {run.alpha_hat:.4g}: {why}.")
     if c is None or not c > 0:
         return Check(False, f"c = {c!r}: the cost coefficient is a positive ratio, t_draft / t_target.")
+    slip = capstone_c_slip(c, run, autoregressive)  # before c >= 1: a loop's draft time can be that large
+    if slip:
+        return Check(False, slip)
     if c >= 1:
         return Check(False, f"c = {c:.3g}: a draft step would cost as much as a target step or more. c is t_draft / "
                             "t_target (a drafted token's time over an autoregressive token's), not its inverse; a "

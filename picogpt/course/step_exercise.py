@@ -1,42 +1,39 @@
-"""Notebook 03's main exercise: write Steps 3-4 of Algorithm 2 yourself, and its grader.
+"""Notebook 03's main exercise: write Steps 3-4 of Algorithm 2 yourself; the rule and its classic
+mistakes as values.
 
 You write `speculative_step(drafted, p, q, rng) -> list[int]`, the function
-`picogpt.speculative.speculative_sampling` calls once per loop (its `step=` argument runs yours):
-    drafted  the K drafted ids x̃_1 .. x̃_K (K may be 0: a draft that proposes nothing)
-    p        [K, n_vocab]      the draft's distributions they were sampled from
-    q        [K + 1, n_vocab]  the target's, one more row: q[K] is q_{K+1}
-    rng      a numpy Generator: every random draw comes from it
-and it returns what the loop emits: the accepted drafts, then one token resampled from
-(q - p)+ at the first rejection, or the extra ("bonus") token from q[K] when all K pass.
+`picogpt.speculative.speculative_sampling` calls once per loop (its `step=` argument runs yours;
+the contract is chain_step.py's) and it returns what the loop emits: the accepted drafts, then one
+token resampled from (q - p)+ at the first rejection, or the extra ("bonus") token from q[K] when
+all K pass.
 
-`check_speculative_step(fn)` grades it by its output *distribution* and returns a `Check`
-(grading.py): over small p/q cases (K = 0 to 4, rows shaped by a temperature, top-p and a
-greedy target among them) it draws the drafts from p, calls fn on copies of them as the loop
-does (grading.on_copies), and tests the histogram of (drafts, output) against the exact
-probabilities of Algorithm 2, as a whole and part by part:
-how many drafts were kept, the token after a rejection at each position, the extra token. A
-wrong step is told which part differs, with the expected and observed frequencies, and the
-classic mistake (`VARIANTS`) whose exact distribution its outputs fit, if one does, or, when the
-same drafts always give the same output, the random numbers that restart at every call; mistakes
-that show in a single output or exception (a token after the resampled one, an id outside the
-vocabulary, rng.choice refusing an unnormalised residual or the NaN of rejecting where p = q, an
-index past q's last row, p[0] read when there are no drafts) are named as soon as they happen,
-with the step and the drafts it was called with. The grader never raises. `VARIANTS[i].step`
-runs a mistake, for notebook 04's demo.
-Notebook 03's second exercise, the loop around the step, is loop_exercise.py.
+A `StepVariant` is one way to write it: its test, what a rejection resamples from, where the extra
+token comes from, each with its exact law (`output_distribution`) and a runnable `step` (notebook
+04's demo runs them). `ALGORITHM_2` is the paper's, `MISTAKES` the classic ways to get it wrong.
+`check_speculative_step(fn)` is the course's one grader (grading.check_sampler) given them and the
+cases (`grading_cases`: K = 0 to 4, rows shaped by a temperature, top-p and a greedy target among
+them). Notebook 03's second exercise, the loop around the step, is loop_exercise.py.
 """
 
 import inspect
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 
 from .. import rejection, speculative
-from ..errors import shown
-from ..sampling import distribution, sample, softmax64
-from ..speculative import token_ids
-from .grading import Check, Part, always_the_same, best_fitting, function_name, judge, located, not_answered, on_copies, raised
+from ..sampling import sample, softmax64
+from .chain_step import (
+    EXTRA_ROW,
+    NO_BONUS,
+    NO_DRAFTS,
+    NORMALISE,
+    WRONG_ROW,
+    StepCase,
+    chain_exercise,
+    rows,
+    shaped,
+)
+from .grading import TRIALS, check_sampler, most_likely
 
 # ---------------------------------------------------------------------------------------------
 # Algorithm 2's Steps 3-4, and the classic ways to get them wrong, as rules
@@ -67,11 +64,6 @@ def unnormalised_residual(leftover_to):
         positive[leftover_to] += 1.0 - positive.sum()
         return positive
     return resample_from
-
-
-def most_likely(row):
-    """The point mass on the row's most likely token: what argmax in place of a sample draws."""
-    return np.eye(len(row))[int(np.argmax(row))]
 
 
 def normalised(f):
@@ -136,15 +128,6 @@ class StepVariant:
         return out
 
 
-NORMALISE = ("divide max(0, q − p) by its sum before sampling from it: (q − p)+ is a distribution, "
-             "and the mass it lacks must not fall on one token")
-EXTRA_ROW = ("the extra token comes from q[K], the last row of q (the paper's q_{K+1}): the target's distribution "
-             "after the last draft, which only the scoring call computed")
-WRONG_ROW = f"when all K drafts pass, {EXTRA_ROW}, not q[K − 1] (that row already judged the last draft)"
-NO_BONUS = ("when all K drafts are accepted, the loop emits one more token, from q[K] (the target's distribution "
-            "after the last draft): K + 1 tokens, not the K drafts alone. Without it the text is still distributed "
-            "as q (the next loop drafts that position again), but every clean sweep throws away a distribution "
-            "the target already computed")
 ARGMAX_BONUS = ("when all K drafts pass, sample the extra token from q[K] with rng (rng.choice(V, p=q[K])); its most "
                 "likely token, argmax, is greedy decoding, not a sample of q")
 ARGMAX_RESIDUAL = ("after a rejection, sample the new token from the residual with rng (rng.choice(V, p=residual)); "
@@ -224,12 +207,6 @@ VARIANTS = (
 )
 MISTAKES = {variant.name: variant for variant in VARIANTS[1:]}
 
-SAME_EVERY_CALL = ("the same random numbers in every call: your step gave the same output every time it was handed "
-                   "the same {inputs}, as one that makes its own Generator with a fixed seed does "
-                   "(np.random.default_rng(0) inside the step starts the same numbers at every call). Draw every "
-                   "random number from the rng argument (rng.random(), rng.choice); argmax in place of a sample, or "
-                   "a test without a uniform, draws none at all.")
-
 # Mistakes that show in one output or one exception, named the moment they happen
 EXTRA_AFTER_REJECTION = ("the loop emitted a token after the one resampled at a rejection (for drafts {drafts} "
                          "it returned {output}): after a rejection the loop emits the resampled token and stops; "
@@ -245,42 +222,8 @@ NAN_GUESS = ("Check the comparison: keep x̃_t when r < min(1, q/p); a classic m
              "r > min(1, q/p), rejects the drafts the target likes.")
 
 # ---------------------------------------------------------------------------------------------
-# The grader
+# The cases and the grader
 # ---------------------------------------------------------------------------------------------
-
-TRIALS = 2000  # calls of the learner's step per case
-SEED_CHECKS = 20  # trials per case whose step is called twice more with same-seed Generators
-SIGNIFICANCE = 1e-4  # a correct step is refused with at most about this probability (all the tests together)
-
-
-@dataclass(frozen=True)
-class StepCase:
-    """Rows of p [K, V] and q [K + 1, V]; the drafts are sampled from p's rows. `label` says how
-    the rows were made when that matters to a learner (a temperature, top-p, no drafts)."""
-    p: np.ndarray
-    q: np.ndarray
-    label: str = ""
-
-    @property
-    def K(self):
-        return len(self.p)
-
-    @property
-    def n_vocab(self):
-        return self.q.shape[1]
-
-
-def rows(*values):
-    return np.array(values, np.float64).reshape(len(values), -1)
-
-
-def shaped(logits, **controls):
-    """Rows of probabilities as the loop hands them to a step under sampling controls."""
-    return distribution(np.array(logits, np.float64), **controls)
-
-
-NO_DRAFTS = "no drafts at all, K = 0, as notebook 06's prompt lookup proposes where the text has no match"
-
 
 def grading_cases():
     """Small cases where every classic mistake changes the output distribution: K = 1, 2, 3, a
@@ -307,258 +250,20 @@ def grading_cases():
     )
 
 
-@dataclass(frozen=True)
-class StepExercise:
-    """What check_speculative_step grades a step(drafted, p, q, rng) against: the right rule and the
-    named mistakes (each with output_distribution(drafted, p, q) -> {output: probability} and a hint),
-    the cases, and what the grader says where the rule matters."""
-    name: str  # the rule, as the learner knows it
-    rule: object
-    mistakes: dict  # name -> rule
-    cases: tuple  # StepCase
-    walk_through: str  # said when the outputs fit neither the rule nor a mistake
-    nan_hint: str  # what a NaN from normalising an empty residual means here
-    nan_guess: str  # the mistake that likely made it, said only when no other is named or located first
-    after_a_non_draft: dict  # "extra" / "judged on" -> a message template ({drafts}, {output})
-    call: str = "check_speculative_step(my_speculative_step)"  # how the learner calls the grader
-    next_token: str = "the token resampled after rejecting x̃_{t}"  # {t}: the first draft not kept, from 1; {i}: kept
-
-    @property
-    def grader(self):
-        return self.call.split("(")[0]
-
-
-def all_drafts(case):
-    """Every possible draft sequence and its probability under p: [(drafted tuple, probability)]."""
-    V = case.n_vocab
-    return [(d, float(np.prod([case.p[t, x] for t, x in enumerate(d)]))) for d in product(range(V), repeat=case.K)]
-
-
-def exact_joint(variant, case):
-    """{(drafted, output): probability} when drafts come from p and the step is `variant`."""
-    joint = {}
-    for drafted, prob in all_drafts(case):
-        if prob > 0:
-            for output, q_out in variant.output_distribution(list(drafted), case.p, case.q).items():
-                joint[(drafted, output)] = prob * q_out
-    return joint
-
-
-ALGORITHM_2_EXERCISE = StepExercise(
-    "Algorithm 2", ALGORITHM_2, MISTAKES, grading_cases(),
+ALGORITHM_2_EXERCISE = chain_exercise(
+    "Algorithm 2", ALGORITHM_2, MISTAKES, grading_cases(), call="check_speculative_step(my_speculative_step)",
     walk_through="Walk through Steps 3-4: r ~ U[0, 1) per draft, accept if r < min(1, q/p), else one token from "
                  "(q − p)+ and stop; all accepted: one more from q[K].",
-    nan_hint=NAN_AFTER_NO_REJECTION, nan_guess=NAN_GUESS,
-    after_a_non_draft={"extra": EXTRA_AFTER_REJECTION, "judged on": JUDGED_ON})
+    after_a_non_draft={"extra": EXTRA_AFTER_REJECTION, "judged on": JUDGED_ON},
+    nan_hint=NAN_AFTER_NO_REJECTION, nan_guess=NAN_GUESS)
 
 
-def rows_text(name, rows_):
-    return f"{name} = {np.round(rows_, 3).tolist()}"
-
-
-def drafts_text(drafted):
-    return f"the drafts {list(drafted)}"
-
-
-def parts(case, number, exercise):
-    """The factors of the law of (drafts, output) in one case, each with where it is: (Part, text).
-    How many drafts were kept, given the drafts; the token after the kept ones when a draft was
-    not kept at position t, given the drafts up to it; the extra token when all K were kept."""
-    K, tokens = case.K, tuple(range(case.n_vocab))
-    where = f" (case {number}, K = {K}{', ' + case.label if case.label else ''}"
-    found = []
-    if K:
-        found.append((Part("how many drafts were kept", lambda key: (key[0], len(key[1]) - 1), tuple(range(K + 1)),
-                           "drafts kept", lambda n: f"{n} kept", drafts_text),
-                      f"{where}; {rows_text('p', case.p)}, {rows_text('q', case.q)})"))
-    for t in range(K):
-        found.append((Part(exercise.next_token.format(t=t + 1, i=t),
-                           lambda key, t=t: (key[0][: t + 1], key[1][-1]) if len(key[1]) == t + 1 else None, tokens,
-                           "tokens", lambda y: f"token {y}", drafts_text),
-                      f"{where}; {rows_text(f'p[{t}]', case.p[t])}, {rows_text(f'q[{t}]', case.q[t])})"))
-    found.append((Part("the extra token after all K drafts were kept" if K else "the one token a loop with no drafts emits",
-                       lambda key: (key[0], key[1][-1]) if len(key[1]) == K + 1 else None, tokens, "tokens",
-                       lambda y: f"token {y}", drafts_text if K else None),
-                  f"{where}; {rows_text(f'q[{K}]', case.q[K])})"))
-    return found
-
-
-def judged(counts, cases, exercise):
-    """The outputs tested against the rule, as a whole and part by part (grading.judge)."""
-    laws = [exact_joint(exercise.rule, case) for case in cases]
-    parts_ = [parts(case, number, exercise) for number, case in enumerate(cases, 1)]
-    return judge(laws, counts, parts_, SIGNIFICANCE)
-
-
-def distribution_message(counts, cases, exercise):
-    """What to say about outputs that are not the rule's: where they differ, and the classic
-    mistake they fit if there is one (or, when the same drafts always gave the same output, the
-    random numbers that restart at every call)."""
-    verdict = judged(counts, cases, exercise)
-    best_p, best = best_fitting(counts, [(rule, [exact_joint(rule, case) for case in cases])
-                                         for rule in exercise.mistakes.values()])
-    if best_p > SIGNIFICANCE:
-        return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: "
-                f"{located(verdict, exercise.name, 1)}. That is a classic mistake, {best.name} (its exact distribution "
-                f"fits yours: p = {best_p:.2g}): {best.hint}.")
-    if always_the_same([exact_joint(exercise.rule, case) for case in cases], counts, lambda key: key[0], SIGNIFICANCE):
-        return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: "
-                f"{located(verdict, exercise.name, 1)}. That is a classic mistake, {SAME_EVERY_CALL.format(inputs='drafts')}")
-    return (f"your outputs are not distributed as {exercise.name}'s. Where they differ: {located(verdict, exercise.name, 2)}. "
-            f"That is none of the classic mistakes I know by name. {exercise.walk_through}")
-
-
-def shape_problem(output, drafted, n_vocab, exercise=None):
-    """Why `output` cannot be what a loop emits for these drafts: (kind, message), or None.
-    kind is "fatal", or "extra" / "judged on" for a prefix that goes wrong after a rejection:
-    one output of K = 1 cannot tell those two apart, so the grader decides after every trial."""
-    K, tokens = len(drafted), token_ids(output)
-    if tokens is None:
-        return "fatal", (f"it returned {shown(repr(output), 120)}; return a list of token ids (Python ints), e.g. "
-                         "emitted.append(int(token)).")
-    outside = [x for x in tokens if not 0 <= x < n_vocab]
-    if outside:
-        return "fatal", (f"it returned token id {outside[0]}, outside the vocabulary (ids 0..{n_vocab - 1}). From a "
-                         "hand-written inverse CDF this means the probabilities you searched add up to less than 1: "
-                         f"a classic mistake, the residual not normalised ({NORMALISE}).")
-    if not tokens:
-        return "fatal", ("it returned no token; a loop always emits at least one: after a rejection of the very first "
-                         "draft, the token resampled from (q − p)+; with no drafts at all (K = 0), one token from q[0].")
-    if len(tokens) > K + 1:
-        return "fatal", (f"it returned {len(tokens)} tokens for K = {K} drafts; a loop emits between 1 and K + 1 "
-                         "(the accepted drafts, then one more).")
-    if list(tokens[:-1]) != list(drafted[: len(tokens) - 1]):
-        j = next(i for i, (a, b) in enumerate(zip(tokens, drafted)) if a != b)  # the first token that is not a draft
-        kind = "extra" if len(tokens) == j + 2 else "judged on"
-        return kind, (exercise or ALGORITHM_2_EXERCISE).after_a_non_draft[kind].format(drafts=list(drafted), output=list(tokens))
-    return None
-
-
-def error_message(fn, error, drafted, case, exercise=None):
-    """What to say about an exception the learner's step raised inside the grader: (the step, the
-    drafts, the exception and what it means; the mistake that likely made it, or ""). The classic
-    mistakes that end in one (rng.choice refusing a residual that is not a distribution) are named."""
-    exercise = exercise or ALGORITHM_2_EXERCISE
-    text = str(error)
-    said = raised(fn, error, f"inside {exercise.grader}, for the drafts {list(drafted)} (K = {case.K})")
-    if case.K == 0:
-        return (f"{said}. With no drafts (K = 0: notebook 06's prompt lookup proposes none where the text has no "
-                "match, and speculative_sampling still calls the step) p has no rows and q has one, q[0]: the loop "
-                "emits one token from q[0]. Read the vocabulary's size from q (q.shape[1]), not from p[0]."), ""
-    if isinstance(error, ValueError) and "do not sum to 1" in text:
-        return f"{said}. That is a classic mistake, the residual not normalised: {NORMALISE}.", ""
-    if isinstance(error, ValueError) and "non-negative" in text:
-        return (f"{said}. q − p is negative where the draft over-rates a token: the residual is max(0, q − p), "
-                "then divided by its sum."), ""
-    if isinstance(error, ValueError) and "same size" in text:
-        return (f"{said}. rng.choice(n, p=row) draws from 0 .. n − 1, one id per entry of row: n is the vocabulary's "
-                f"size, q.shape[1] = {case.n_vocab} here; len(q) is q's number of rows, K + 1."), ""
-    if isinstance(error, ValueError) and "NaN" in text:
-        return f"{said}. {exercise.nan_hint}", exercise.nan_guess
-    if isinstance(error, IndexError):
-        return (f"{said}. drafted and p have K rows (0 .. K − 1), q has K + 1 (0 .. K). The paper counts from 1: its "
-                "x̃_t, p_t and q_t are drafted[t − 1], p[t − 1] and q[t − 1] here, and its extra row q_{K+1} is q[K]."), ""
-    return f"{said} (p = {case.p.tolist()}, q = {case.q.tolist()}).", ""
-
-
-def attempt(fn, drafted, case, rng, exercise=None):
-    """Call the learner's step on copies of drafted, p and q, as the loop does (grading.on_copies):
-    (output, None), or (None, (what to say, the mistake that likely made it)) if it raised."""
-    try:
-        return on_copies(fn, list(drafted), case.p, case.q, rng), None
-    except Exception as e:  # the learner's code: report it, don't crash the notebook
-        return None, error_message(fn, e, drafted, case, exercise)
-
-
-def drafts_for(case, trials, rng):
-    """`trials` draft sequences sampled from p's rows: [trials, K] token ids."""
-    columns = [rng.choice(case.n_vocab, size=trials, p=row) for row in case.p]
-    return np.stack(columns, axis=1) if columns else np.zeros((trials, 0), np.int64)
-
-
-def run_case(fn, case, trials, draft_rng, step_rng, seed_checks, exercise):
-    """Call the learner's step `trials` times on drafts sampled from p: ({(drafts, output): count},
-    {kind: the first message of a mistake shown after a rejection}, what stopped it or None: (what
-    to say, the mistake that likely made it or ""))."""
-    counts, after_rejection = {}, {}
-    for trial, row in enumerate(drafts_for(case, trials, draft_rng)):
-        drafted = tuple(int(x) for x in row)
-        output, error = attempt(fn, drafted, case, step_rng, exercise)
-        if error:
-            return counts, after_rejection, error
-        problem = shape_problem(output, drafted, case.n_vocab, exercise)
-        if problem and problem[0] == "fatal":
-            return counts, after_rejection, (problem[1], "")
-        if problem:
-            after_rejection.setdefault(problem[0], problem[1])
-            continue
-        if trial < SEED_CHECKS:  # several: a step with its own unseeded rng may agree once by chance
-            same_seed = seed_checks.spawn(1)[0]
-            (first, error), (again, error_again) = (attempt(fn, drafted, case, np.random.default_rng(same_seed), exercise)
-                                                    for _ in range(2))
-            if error or error_again:
-                return counts, after_rejection, error or error_again
-            if token_ids(first) != token_ids(again):
-                return counts, after_rejection, ("two calls with Generators of the same seed gave different outputs: "
-                                                 "draw every random number from the rng argument (rng.random(), "
-                                                 "rng.choice).", "")
-        key = (drafted, token_ids(output))
-        counts[key] = counts.get(key, 0) + 1
-    return counts, after_rejection, None
-
-
-def cases_text(cases):
-    Ks = ", ".join(str(K) for K in sorted({case.K for case in cases}))
-    labels = [case.label for case in cases if case.label and case.label != NO_DRAFTS]
-    return f"K = {Ks}" + (f"; rows at {' and at '.join(labels)}" if labels else "")
-
-
-def check_speculative_step(fn, trials=TRIALS, seed=0, exercise=None):
-    """Grade a learner's speculative_step(drafted, p, q, rng) -> list[int]; returns a Check.
-
-    First the shape of each output (a prefix of the drafts, then one token), and that the same
-    Generator seed gives the same output; then the distribution: `trials` calls per case, the
-    drafts sampled from p, the (drafts, output) histogram tested against Algorithm 2's exact
-    probabilities as a whole and part by part (how many drafts were kept; the token after a draft
-    that was not; the extra token after all K). The drafts, the learner's step in each case and the
-    same-seed checks draw from independent streams (one SeedSequence, spawned). A correct step is
-    refused with probability about SIGNIFICANCE = 1e-4 at most; each classic mistake moves the
-    distribution of some case by a total-variation distance of 0.08 or more
-    (tests/test_step_exercise.py checks it), far beyond the noise of 2,000 trials. A wrong step
-    is told which part of its output differs, with the frequencies, and the classic mistake it
-    fits when there is one. `exercise` (a StepExercise) grades another rule with the same
-    machinery (notebook 08's block verification)."""
-    exercise = exercise or ALGORITHM_2_EXERCISE
-    if not_answered(fn) or not callable(fn):
-        return Check(False, f"write your step function, then pass the function itself: {exercise.call}.")
-    cases = exercise.cases
-    draft_stream, seed_checks, *step_streams = np.random.SeedSequence(seed).spawn(2 + len(cases))
-    draft_rng = np.random.default_rng(draft_stream)
-    counts, after_rejection, stopped = [], {}, None
-    for case, step_stream in zip(cases, step_streams):
-        case_counts, problems, stopped = run_case(fn, case, trials, draft_rng, np.random.default_rng(step_stream),
-                                                  seed_checks, exercise)
-        if stopped:
-            break
-        counts.append(case_counts)
-        for kind, message in problems.items():
-            after_rejection.setdefault(kind, message)
-    if after_rejection:  # judging on shows, with K >= 2, a second token after the first non-draft
-        return Check(False, after_rejection.get("judged on") or after_rejection["extra"])
-    done = cases[: len(counts)]  # the cases the step ran through
-    if stopped:  # what the step did before it stopped, if that was wrong already, comes first (and no guess after it)
-        said, guess = stopped
-        if done and not judged(counts, done, exercise).ok:
-            return Check(False, f"{distribution_message(counts, done, exercise)} Then, in case {len(done) + 1}: {said}")
-        return Check(False, f"{said} {guess}".rstrip())
-    verdict = judged(counts, cases, exercise)
-    if verdict.ok:
-        return Check(True, f"over {len(cases)} cases ({cases_text(cases)}), {len(cases) * trials:,} calls, your step's "
-                           f"outputs fit {exercise.name}'s exact distribution, as a whole (chi-square p = "
-                           f"{verdict.p_value:.2g}) and part by part: how many drafts were kept, the token that "
-                           f"follows them, the extra token. Run it inside the real loop: "
-                           f"speculative_sampling(..., step={function_name(fn)}).")
-    return Check(False, distribution_message(counts, cases, exercise))
+def check_speculative_step(fn, trials=TRIALS, seed=0):
+    """Grade a learner's speculative_step(drafted, p, q, rng) -> list[int] by its output distribution
+    (grading.check_sampler); returns a Check. Each classic mistake moves the law of some case by a
+    total-variation distance of 0.08 or more (tests/test_step_exercise.py checks it), far beyond the
+    noise of 2,000 trials."""
+    return check_sampler(fn, ALGORITHM_2_EXERCISE, trials, seed)
 
 
 def solution():

@@ -11,16 +11,11 @@ and it returns one token: the first candidate accepted, judged against what is s
 (q_1 = q, after rejecting c_i: q_{i+1} = (q_i - p_i)+), or, when all are rejected (or there are
 none), a sample from the last residual.
 
-`check_multi_candidate_step(fn)` grades it by its output distribution and returns a `Check`
-(grading.py): in several small cases with fixed candidates (a leaf among them, and distributions
-shaped by a temperature and top-p) it calls fn many times, on copies of its inputs as the walk
-does (grading.on_copies), and tests the histogram of tokens against the exact probabilities
-(rejection.output_distribution_among), as a whole and part by part: which candidate was kept,
-and the token drawn when none was. A wrong step is told which part differs, with the expected
-and observed frequencies, and the classic mistake (`MISTAKES`) whose exact distribution its
-tokens fit, if one does. An exception (named with the step and the candidates it was called
-with, and what a NaN or an unnormalised residual means), an output that is not one token id or
-a result that ignores the rng is named at once. The grader never raises.
+`check_multi_candidate_step(fn)` is the course's one grader (grading.check_sampler) given
+`MULTI_CANDIDATE_EXERCISE`: small cases with fixed candidates (a leaf among them, and distributions
+shaped by a temperature and top-p), the right rule (`MULTI_STEP`, whose law is
+rejection.output_distribution_among) and the classic mistakes (`MISTAKES`) as `CandidateRule`
+values; the parts of a token's law are which candidate was kept, and the token drawn when none was.
 """
 
 import inspect
@@ -31,20 +26,7 @@ import numpy as np
 from .. import rejection
 from ..errors import shown
 from ..sampling import distribution, sample
-from .grading import (
-    Check,
-    Part,
-    always_the_same,
-    best_fitting,
-    check_number,
-    function_name,
-    judge,
-    located,
-    not_answered,
-    on_copies,
-    raised,
-)
-from .step_exercise import SAME_EVERY_CALL, most_likely
+from .grading import TRIALS, Exercise, Part, Problem, check_number, check_sampler, most_likely
 
 # ---------------------------------------------------------------------------------------------
 # The step and the classic ways to get it wrong, each with its exact distribution
@@ -167,12 +149,8 @@ MISTAKES = {rule.name: rule for rule in (
 
 
 # ---------------------------------------------------------------------------------------------
-# The grader
+# The cases and the grader
 # ---------------------------------------------------------------------------------------------
-
-TRIALS = 2000  # calls of the learner's step per case
-SIGNIFICANCE = 1e-4  # a correct step is refused with at most about this probability (all the tests together)
-
 
 @dataclass(frozen=True)
 class CandidateCase:
@@ -217,37 +195,35 @@ NAN = ("A NaN comes from normalising a residual whose sum is 0. The multi-candid
        "r < min(1, q_i(c_i) / p_i(c_i)), not the other way round.")
 
 
-def error_hint(error, c):
-    """What an exception the learner's step raised means, when it has a usual cause ("" otherwise)."""
-    text = str(error)
+def explain(error, refused, inputs, c):
+    """What an exception the learner's step raised means, from the case and from what rng.choice was
+    handed (grading.Refusal): (what, "")."""
     if not c.candidates and isinstance(error, IndexError):
-        return " At a leaf there are no candidates: p has no rows, and the token comes from q."
-    if isinstance(error, ValueError) and "NaN" in text:
-        return f" {NAN}"
-    if isinstance(error, ValueError) and "do not sum to 1" in text:
-        return (" A classic mistake, the residual not normalised: divide max(0, q_i − p_i) by its sum, each time you "
-                "form it; rng.choice needs a distribution.")
-    return ""
+        return "At a leaf there are no candidates: p has no rows, and the token comes from q.", ""
+    if refused and refused.kind == "nan":
+        return NAN, ""
+    if refused and refused.kind == "sum":
+        return ("A classic mistake, the residual not normalised: divide max(0, q_i − p_i) by its sum, each time you "
+                "form it; rng.choice needs a distribution."), ""
+    return "", ""
 
 
-def attempt(fn, c, rng):
-    """(token, None), or (None, what to say) when the learner's step raised or returned something
-    that is not one token id of the vocabulary. It runs on copies of its inputs, as the tree's walk
-    runs it (grading.on_copies)."""
-    try:
-        token = on_copies(fn, list(c.candidates), c.p, c.q, rng)
-    except Exception as e:  # the learner's code: report it, don't crash the notebook
-        where = f"inside check_multi_candidate_step, for the candidates {list(c.candidates)}"
-        return None, f"{raised(fn, e, where)}.{error_hint(e, c)}"
+def fixed(c, trials, rng):
+    """The inputs of every trial of case c: its candidates, fixed, with their rows and q."""
+    return [(list(c.candidates), c.p, c.q)] * trials
+
+
+def outcome(token, inputs, c):
+    """((), token), or the Problem of an output that is not one token id of the vocabulary."""
     if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)) or not 0 <= token < len(c.q):
-        return None, (f"{function_name(fn)} returned {shown(repr(token), 80)}; return one token id, an int from 0 to "
-                      f"{len(c.q) - 1}: an accepted candidate, or a sample from the last residual.")
-    return int(token), None
+        return None, Problem(f"it returned {shown(repr(token), 80)}; return one token id, an int from 0 to "
+                             f"{len(c.q) - 1}: an accepted candidate, or a sample from the last residual.")
+    return ((), int(token)), None
 
 
 def law(rule, c):
-    """The rule's exact distribution of the emitted token in case c, as {token: probability}."""
-    return {token: float(prob) for token, prob in enumerate(rule.output_distribution(c.candidates, c.p, c.q))}
+    """The rule's exact distribution of the emitted token in case c, as {((), token): probability}."""
+    return {((), token): float(prob) for token, prob in enumerate(rule.output_distribution(c.candidates, c.p, c.q))}
 
 
 def parts(c, number):
@@ -256,64 +232,30 @@ def parts(c, number):
     where = (f" (case {number}, candidates {list(c.candidates)}{', ' + c.label if c.label else ''}; "
              f"p = {np.round(c.p, 3).tolist()}, q = {np.round(c.q, 3).tolist()})")
     if not c.candidates:
-        return [(Part("the token at a leaf, where there are no candidates", lambda y: ((), y), tuple(range(len(c.q))),
+        return [(Part("the token at a leaf, where there are no candidates", lambda key: key, tuple(range(len(c.q))),
                       "tokens", lambda y: f"token {y}"), where)]
     kept = {x: f"c_{i + 1} kept" for i, x in enumerate(c.candidates)}
     others = tuple(y for y in range(len(c.q)) if y not in kept)
-    return [(Part("which candidate was kept", lambda y: ((), kept.get(y, "none kept")), (*kept.values(), "none kept"),
+    return [(Part("which candidate was kept", lambda key: ((), kept.get(key[1], "none kept")), (*kept.values(), "none kept"),
                   "outcomes", str), where),
-            (Part("the token drawn after every candidate was rejected", lambda y: ((), y) if y not in kept else None,
+            (Part("the token drawn after every candidate was rejected", lambda key: key if key[1] not in kept else None,
                   others, "tokens", lambda y: f"token {y}"), where)]
 
 
+MULTI_CANDIDATE_EXERCISE = Exercise(
+    "the multi-candidate step", MULTI_STEP, MISTAKES, grading_cases(), call="check_multi_candidate_step(my_accept_among)",
+    run_in="tree_sampling(..., step={name})", inputs=fixed, outcome=outcome, law=law, parts=parts, explain=explain,
+    walk_through="For each candidate in turn: r ~ U[0, 1); keep it if r < min(1, q_i(c_i) / p_i(c_i)); else "
+                 "q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.",
+    judged_on="which candidate was kept, the token drawn when none was", noun="candidates",
+    cases_text="0 to 3 candidates, one at temperature 0.7 with top-p 0.9")
+
+
 def check_multi_candidate_step(fn, trials=TRIALS, seed=0):
-    """Grade a learner's accept_among(candidates, p, q, rng) -> token; returns a Check. The tokens
-    are tested against the multi-candidate step's exact distribution as a whole and part by part
-    (which candidate was kept; the token drawn when none was): a correct step is refused with
-    probability about SIGNIFICANCE at most, a wrong one is told which part differs, with the
-    frequencies, and the classic mistake it fits if one does. Each classic mistake moves some
-    case's output by a total-variation distance of 0.05 or more, far beyond the noise of 2,000
-    trials."""
-    if not_answered(fn) or not callable(fn):
-        return Check(False, "write your step, then pass the function itself: check_multi_candidate_step(my_accept_among).")
-    cases = grading_cases()
-    same_seed, *streams = np.random.SeedSequence(seed).spawn(1 + len(cases))
-    counts = []
-    for c, stream in zip(cases, streams):
-        rng, case_counts = np.random.default_rng(stream), np.zeros(len(c.q))
-        for _ in range(trials):
-            token, error = attempt(fn, c, rng)
-            if error:
-                return Check(False, error)
-            case_counts[token] += 1
-        counts.append(case_counts)
-    for c, seq in ((c, seq) for c in cases for seq in same_seed.spawn(10)):  # several: two may agree by chance
-        if len({attempt(fn, c, np.random.default_rng(seq))[0] for _ in range(2)}) > 1:
-            return Check(False, "two calls with Generators of the same seed gave different tokens: draw every "
-                                "random number from the rng argument (rng.random(), rng.choice).")
-    observed = [dict(enumerate(case_counts)) for case_counts in counts]
-    verdict = judge([law(MULTI_STEP, c) for c in cases], observed, [parts(c, n) for n, c in enumerate(cases, 1)],
-                    SIGNIFICANCE)
-    if verdict.ok:
-        return Check(True, f"over {len(cases)} cases ({len(cases) * trials:,} calls, 0 to 3 candidates, one at "
-                           f"temperature 0.7 with top-p 0.9), your step's tokens fit the multi-candidate step's exact "
-                           f"distribution, as a whole (chi-square p = {verdict.p_value:.2g}) and part by part: which "
-                           f"candidate was kept, the token drawn when none was. Run it in the tree loop: "
-                           f"tree_sampling(..., step={function_name(fn)}).")
-    name = "the multi-candidate step"
-    best_p, best = best_fitting(observed, [(rule, [law(rule, c) for c in cases]) for rule in MISTAKES.values()])
-    if best_p > SIGNIFICANCE:
-        return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: "
-                            f"{located(verdict, name, 1)}. That is a classic mistake, {best.name} (its exact "
-                            f"distribution fits yours: p = {best_p:.2g}): {best.hint}.")
-    if always_the_same([law(MULTI_STEP, c) for c in cases], observed, lambda token: (), SIGNIFICANCE):
-        return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: "
-                            f"{located(verdict, name, 1)}. That is a classic mistake, "
-                            f"{SAME_EVERY_CALL.format(inputs='candidates')}")
-    return Check(False, f"your tokens are not distributed as the multi-candidate step's. Where they differ: "
-                        f"{located(verdict, name, 2)}. That is none of the classic mistakes I know by name. For each "
-                        "candidate in turn: r ~ U[0, 1); keep it if r < min(1, q_i(c_i) / p_i(c_i)); else "
-                        "q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.")
+    """Grade a learner's accept_among(candidates, p, q, rng) -> token by its output distribution
+    (grading.check_sampler); returns a Check. Each classic mistake moves some case's output by a
+    total-variation distance of 0.05 or more, far beyond the noise of 2,000 trials."""
+    return check_sampler(fn, MULTI_CANDIDATE_EXERCISE, trials, seed)
 
 
 def solution():
