@@ -57,6 +57,12 @@ def test_a_difference_prints_the_counts_frequencies_and_the_rules_given_the_same
     impossible = [(c, v) for c in reachable for v in VALUES if seen[(c, v)] > 0 and law.get((c, v), 0) == 0]
     assert ("never does" in text) == bool(impossible) and (d.p_value == 0) == bool(impossible)
     assert 0 <= d.p_value <= 1 and not re.search(r"\binf\b|\bnan\b", text)
+    gaps = np.subtract(observed, expected)
+    words = re.search(r"in words, yours gives value (\d) more often .* and value (\d) less often", text)
+    if words:  # the values it names are the ones given most too often and most too rarely
+        assert gaps[int(words.group(1))] > max(gaps) - 1e-9 and gaps[int(words.group(2))] < min(gaps) + 1e-9, text
+    else:
+        assert d.never or max(gaps) <= 1e-9 or min(gaps) >= -1e-9, text
 
 
 @settings(max_examples=100)

@@ -198,7 +198,19 @@ def difference_text(d, rule, where=""):
         value, condition = d.never[0]
         given = f" for {d.part.given(condition)}" if d.part.given else ""
         return text + f"; yours gave {d.part.label(value)}{given}, which {rule} never does"
-    return text + f" (chi-square test of this part: {p_is(d.p_value)})"
+    return text + f" (chi-square test of this part: {p_is(d.p_value)}){in_words(d, rule)}"
+
+
+def in_words(d, rule):
+    """What the outputs do differently in this part, said in words: the value they give most too
+    often and the one they give most too rarely, each with both frequencies ("" when none moved)."""
+    gaps = np.subtract(d.observed, d.expected)
+    more, less = int(np.argmax(gaps)), int(np.argmin(gaps))
+    if gaps[more] <= 0 or gaps[less] >= 0:
+        return ""
+    said = [f"{d.part.label(d.part.values[i])} {how} often ({d.observed[i]:.3f} against {d.expected[i]:.3f})"
+            for i, how in ((more, "more"), (less, "less"))]
+    return f"; in words, yours gives {said[0]} and {said[1]} than {rule} does"
 
 
 def fit(laws, counts):
