@@ -262,7 +262,7 @@ def print_comparison(args, result, ars, measurements):
     """--compare's lines: both algorithms' median times, and the speedup as measure/speedup.py
     reports it everywhere (the median of the run-by-run ratios, with their interquartile range);
     with two verifiers, each one's tokens per loop and speedup, and whether the repeats order them."""
-    from .course.block_panels import verifier_lines
+    from .course.speed_panels import verifier_lines
     from .io.tokenizer import tokenizer
     from .measure.speedup import speedup_text
 

@@ -6,11 +6,12 @@ import pytest
 
 from picogpt import rejection
 from picogpt.course import exercises as ex
+from picogpt.course import nb03_speculative_sampling as nb03
 
 NUMBER_CHECKS = [  # (checker, right answer, a known mistake and a word of its hint)
-    (ex.check_tokens_emitted, 3, (2, "resampled")),
-    (ex.check_accept_probability, 0.4, (2.5, "p/q")),
-    (ex.check_expected_tokens_per_loop, 3.3616, (3.2, "one more token")),
+    (nb03.check_tokens_emitted, 3, (2, "resampled")),
+    (nb03.check_accept_probability, 0.4, (2.5, "p/q")),
+    (nb03.check_expected_tokens_per_loop, 3.3616, (3.2, "one more token")),
     (ex.check_p_accept, 0.6, (0.4, "P(reject)")),
     (ex.check_output_probability, 0.3, (0.1, "only accepted")),
     (ex.check_predicted_speedup, 1.8357, (2.3169, "not the share β")),
@@ -34,8 +35,8 @@ def test_right_answers_pass_and_known_mistakes_get_their_hint(check, right, mist
 
 def test_numbers_in_the_questions_are_the_defaults():
     assert ex.check_output_probability(0.5, token=1)  # = q(1): Theorem 1 for any token
-    assert ex.check_accept_probability(1.0, p_x=0.2, q_x=0.5)
-    assert ex.check_expected_tokens_per_loop(5, alpha=1.0, K=4)
+    assert nb03.check_accept_probability(1.0, p_x=0.2, q_x=0.5)
+    assert nb03.check_expected_tokens_per_loop(5, alpha=1.0, K=4)
 
 
 def good_residual(p, q):
@@ -78,10 +79,10 @@ def test_tokens_per_loop_simulation_checker():
     def counts_every_acceptance(alpha, K, n, rng):
         return (rng.random((n, K)) < alpha).sum(axis=1) + 1
 
-    assert ex.check_tokens_per_loop_simulation(right)
-    assert not ex.check_tokens_per_loop_simulation(no_extra_token)
-    assert not ex.check_tokens_per_loop_simulation(counts_every_acceptance)
-    assert "pass the function" in str(ex.check_tokens_per_loop_simulation(None))
+    assert nb03.check_tokens_per_loop_simulation(right)
+    assert not nb03.check_tokens_per_loop_simulation(no_extra_token)
+    assert not nb03.check_tokens_per_loop_simulation(counts_every_acceptance)
+    assert "pass the function" in str(nb03.check_tokens_per_loop_simulation(None))
 
 
 def test_residual_at_temperature_checker():

@@ -10,8 +10,8 @@ import pytest
 from helpers import random_gpt2
 
 from picogpt.course import exercises as ex
-from picogpt.course.loop_exercise import check_speculative_loop
-from picogpt.course.step_exercise import check_speculative_step
+from picogpt.course import nb03_speculative_sampling as nb03
+from picogpt.course.nb03_speculative_sampling import check_speculative_loop, check_speculative_step
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -42,7 +42,7 @@ def test_notebook_03_solutions_pass():
     namespace = run(blocks, {"np": np})
     check = check_speculative_step(namespace["speculative_step"])
     assert check, check
-    assert ex.check_tokens_per_loop_simulation(namespace["simulate"])
+    assert nb03.check_tokens_per_loop_simulation(namespace["simulate"])
 
     # the loop: the notebook's scaffold with the solution's lines in place of `...` and `break`
     scaffold = next("".join(c["source"]) for c in cells("03-speculative-sampling.ipynb")
@@ -79,7 +79,7 @@ def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
 
 def test_notebook_07_solution_passes_and_runs_in_the_tree_loop():
     from picogpt import tree_sampling
-    from picogpt.course.tree_exercise import check_multi_candidate_step
+    from picogpt.course.nb07_token_trees import check_multi_candidate_step
     step = run(solutions("07-token-trees.ipynb"), {"np": np})["my_accept_among"]
     check = check_multi_candidate_step(step)
     assert check, check
@@ -87,7 +87,7 @@ def test_notebook_07_solution_passes_and_runs_in_the_tree_loop():
 
 
 def test_notebook_08_solution_passes_with_no_drafts_too():
-    from picogpt.course.block_exercise import check_block_step
+    from picogpt.course.nb08_verify_the_block import check_block_step
     step = run(solutions("08-verify-the-block.ipynb"), {"np": np})["my_block_step"]
     check = check_block_step(step)
     assert check, check

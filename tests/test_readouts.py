@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from picogpt import theory
-from picogpt.course import panels, speed_panels, strategies, tree_panels
-from picogpt.course.tree_panels import RULES
+from picogpt.course import nb07_token_trees as nb07
+from picogpt.course import panels, speed_panels, strategies
+from picogpt.course.nb07_token_trees import RULES
 from picogpt.measure.timing import Spread
 from picogpt.rejection import RESIDUAL_MASS_EPS
 
@@ -161,18 +162,18 @@ def test_a_greedy_target_is_a_point_mass_and_resampling_from_it_is_said_exact(n_
 @given(pairs(max_vocab=6), st.integers(1, 4), st.sampled_from(list(RULES)), st.booleans())
 def test_the_candidates_readout_is_true_for_every_pair_m_rule_and_drawing(pair, m, rule, independent):
     p, q = pair
-    panel = tree_panels.candidates_panel(p, q, m, rule, independent)
-    right = tree_panels.candidates_panel(p, q, m, independent=independent)
-    text = tree_panels.candidates_readout(panel)
+    panel = nb07.candidates_panel(p, q, m, rule, independent)
+    right = nb07.candidates_panel(p, q, m, independent=independent)
+    text = nb07.candidates_readout(panel)
     drawn = m if independent else min(m, np.count_nonzero(p))
     assert text.startswith(f"{drawn} candidate"), text
     assert ("no more can be drawn" in text) == (drawn < m)
     assert f"Σ min(p, q) = {theory.acceptance_rate(p, q):.3f}" in text
-    title = tree_panels.candidates_title(panel)  # over the explorer's figure
+    title = nb07.candidates_title(panel)  # over the explorer's figure
     assert title.startswith(f"{drawn} candidate")
     printed_tv = float(re.search(r"TV\(output, q\) = ([0-9.e-]+)", title).group(1))
     assert (printed_tv > 0) == (panel.tv > panels.ROUNDING_TV) or panel.tv >= panels.VISIBLE_TV
-    if rule == tree_panels.MULTI_STEP.name:
+    if rule == nb07.MULTI_STEP.name:
         assert "the output is q" in text and panel.tv <= EXACT
         return
     if "exact for this pair" in text:
@@ -203,12 +204,12 @@ def test_the_candidates_readout_is_true_for_every_pair_m_rule_and_drawing(pair, 
 def test_no_exact_rule_keeps_a_candidate_more_often_than_the_bound_07_prints(pair, m, rule):
     """Notebook 07 prints Σ min(q, 1 − (1 − p)^m) as the most an exact rule can keep one of m
     independent candidates; Algorithm 2's bound Σ min(p, q) when m = 1, which its step reaches."""
-    panel = tree_panels.candidates_panel(*pair, m, rule, independent=True)
-    bound = tree_panels.candidates_bound(*pair, m)
+    panel = nb07.candidates_panel(*pair, m, rule, independent=True)
+    bound = nb07.candidates_bound(*pair, m)
     assert panel.kept <= bound + panel.tv + 1e-12  # an inexact rule exceeds it by at most its distance from q
     if m == 1:
         assert bound == pytest.approx(theory.acceptance_rate(*pair), abs=1e-12)
-        if rule == tree_panels.MULTI_STEP.name:
+        if rule == nb07.MULTI_STEP.name:
             assert panel.kept == pytest.approx(bound, abs=1e-12)
 
 
@@ -217,12 +218,12 @@ def test_the_cases_the_old_candidates_readout_got_wrong():
     at p = q, for disjoint supports, and for a narrow p at m = 2 (equal to three decimals)."""
     p, q = panels.toy_distributions()
     stop = "stopping at the first rejection"
-    assert "no second one" in tree_panels.candidates_readout(tree_panels.candidates_panel(p, q, 1, stop))
-    assert "always kept" in tree_panels.candidates_readout(tree_panels.candidates_panel(q, q, 2, stop))
-    disjoint = tree_panels.candidates_panel(np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.5, 0.5]), 2, stop)
-    assert "no candidate is ever kept" in tree_panels.candidates_readout(disjoint)
+    assert "no second one" in nb07.candidates_readout(nb07.candidates_panel(p, q, 1, stop))
+    assert "always kept" in nb07.candidates_readout(nb07.candidates_panel(q, q, 2, stop))
+    disjoint = nb07.candidates_panel(np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.5, 0.5]), 2, stop)
+    assert "no candidate is ever kept" in nb07.candidates_readout(disjoint)
     narrow_p, q = panels.toy_distributions(centre_p=0, width_p=0.3)
-    narrow = tree_panels.candidates_readout(tree_panels.candidates_panel(narrow_p, q, 2, stop))
+    narrow = nb07.candidates_readout(nb07.candidates_panel(narrow_p, q, 2, stop))
     ours, theirs = re.search(r"P\(one is kept\) = ([0-9.]+) against ([0-9.]+)", narrow).groups()
     assert ours != theirs, narrow  # printed with the digits that tell them apart
 
@@ -245,7 +246,7 @@ def test_the_tree_verdict_names_the_most_tokens_and_the_fastest(variants):
     m = SimpleNamespace(repeats=5, N=64, variants={
         name: SimpleNamespace(name=name, speedup_runs=runs, speedup=runs.median, tokens_per_call=tokens)
         for name, (runs, tokens) in variants.items()})
-    first, _ = tree_panels.verdict_lines(m)
+    first, _ = nb07.verdict_lines(m)
     most = max(variants, key=lambda name: variants[name][1])
     fastest = max(variants, key=lambda name: variants[name][0].median)
     assert first.startswith(f"most tokens per target call: {most} (") and f"fastest: {fastest} (" in first
@@ -257,7 +258,7 @@ def test_the_draft_time_line_says_what_the_loops_resolve(tree_time, chain_time, 
     tree = SimpleNamespace(name="tree (2, 2)", shape=(2, 2), t_draft=tree_time if recorded else None,
                            t_draft_s=tree_time.median)
     chain = SimpleNamespace(name="chain K = 6", shape=(1,) * 6, t_draft=chain_time, t_draft_s=chain_time.median)
-    line = tree_panels.draft_time_line(tree, chain)
+    line = nb07.draft_time_line(tree, chain)
     assert line.startswith("tree (2, 2): 2 draft calls a loop, chain K = 6: 6;")
     if not recorded:
         assert "do not say whether the difference is resolved" in line

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from picogpt import rejection, tree_sampling
-from picogpt.course import tree_exercise
+from picogpt.course import nb07_token_trees as nb07
 from picogpt.course.grading import Check
-from picogpt.course.tree_exercise import MISTAKES, MULTI_STEP, check_multi_candidate_step, grading_cases
+from picogpt.course.nb07_token_trees import MISTAKES, MULTI_STEP, check_multi_candidate_step, grading_cases
 
 
 def shortfall(q, p):
@@ -270,14 +270,14 @@ def test_the_learners_step_runs_in_the_tree_loop():
 
 
 def test_solution_prints_the_library_step(capsys):
-    tree_exercise.solution()
+    nb07.solution()
     assert "def accept_among" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("answer, right", [(2 / 3, True), (0.6667, True), (5 / 6, False), (0.8, False), (0.5, False),
                                            (None, False)])
 def test_the_second_candidate_question(answer, right):
-    assert tree_exercise.check_second_candidate(answer).ok is right
+    assert nb07.check_second_candidate(answer).ok is right
 
 
 def test_one_r_for_the_whole_step_shows_only_where_a_later_candidate_is_kept_sometimes():

@@ -1,6 +1,6 @@
-"""The checks of every notebook's Exercises: a number to work out, or a short function tried on a
-few inputs (notebooks 01-07; the exercises where you write a step a loop runs have their own
-files, step_exercise.py, loop_exercise.py, tree_exercise.py and block_exercise.py).
+"""The questions of notebooks 01, 02, 04, 05 and 06: a number to work out, or a short function
+tried on a few inputs (notebooks 03, 07 and 08 keep theirs in their own modules, nb03_…, nb07_…,
+nb08_…, beside their write-a-step exercises).
 
 Every `check_...` is a pure function of the student's answer returning a `Check` (grading.py,
 the course's one grader contract): "✔ right: ..." with the worked solution, or "✘ not yet: ..."
@@ -199,54 +199,6 @@ def check_arithmetic_intensity(answer, machine_flops_per_byte=None):
     mistakes = [(2, "that is FLOPs per weight; divide by the 4 bytes each float32 weight takes"),
                 (0.25, "a multiply-add is 2 FLOPs, not 1")]
     return check_number(answer, 0.5, how, solution, mistakes)
-
-
-# ---------------------------------------------------------------------------------------------
-# Notebook 03: speculative sampling, one loop at a time
-# ---------------------------------------------------------------------------------------------
-
-
-def check_tokens_emitted(answer, K=4, n_accepted=2):
-    """A loop drafts K = 4 tokens; the first n_accepted = 2 are accepted, the next is rejected.
-    How many tokens does the loop emit?"""
-    expected = n_accepted + 1
-    how = ("walk through step 3 of Algorithm 2: what happens to the accepted drafts, what comes "
-           "out at the first rejection, and are the drafts after it ever judged?")
-    solution = (f"the {n_accepted} accepted drafts, then one token resampled from (q − p)+ at the "
-                f"first rejection: {expected}. The {K - n_accepted - 1} draft(s) after the rejection are "
-                "thrown away unjudged (they were drafted after a token that is now gone).")
-    mistakes = [(n_accepted, "a rejection still emits a token: the one resampled from (q − p)+"),
-                (K - 1, "after the first rejection the loop ends: the later drafts are never judged"),
-                (K + 1, "K + 1 tokens come out only when all K drafts are accepted")]
-    return check_number(answer, expected, how, solution, mistakes, rel_tol=1e-9)
-
-
-def check_accept_probability(answer, p_x=0.5, q_x=0.2):
-    """The draft gave its token x̃ probability p(x̃) = 0.5, the target q(x̃) = 0.2. With what
-    probability is x̃ accepted?"""
-    expected = min(1.0, q_x / p_x)
-    how = "Algorithm 2 keeps x̃ when r < min(1, q(x̃)/p(x̃)), with r uniform on [0, 1)."
-    solution = (f"min(1, q/p) = min(1, {q_x}/{p_x}) = {expected:g}: the draft was overconfident in "
-                f"x̃, so it is kept only {expected:.0%} of the time. Had q(x̃) >= p(x̃), it would always be kept.")
-    mistakes = [(p_x / q_x, "that is p/q; the test is min(1, q/p)"),
-                (1.0, "q(x̃) < p(x̃) here, so the ratio q/p is below 1"),
-                (q_x, "that is q(x̃) alone; divide by p(x̃), the chance x̃ was drafted at all")]
-    return check_number(answer, expected, how, solution, mistakes)
-
-
-def check_expected_tokens_per_loop(answer, alpha=0.8, K=4):
-    """Each draft is accepted independently with probability alpha = 0.8. How many tokens does a
-    loop with K = 4 emit on average?"""
-    expected = float(theory.expected_tokens_per_loop(alpha, K))
-    how = ("the loop emits n accepted drafts plus one more token. P(at least the first i drafts "
-           "accepted) = alpha^i; add up the chances that token 1, 2, ..., K + 1 comes out.")
-    solution = (f"1 + alpha + alpha² + ... + alpha^K = (1 − alpha^(K+1)) / (1 − alpha) = {expected:.4f} "
-                "tokens per target call, where autoregressive sampling gets 1 (Leviathan et al.'s Eq. 1, under "
-                "their assumption that the acceptances are independent with the same alpha).")
-    mistakes = [(alpha * K, "that counts the accepted drafts only; every loop also emits one more token"),
-                (1 + alpha * K, "acceptance stops at the first rejection: draft 2 counts only if draft 1 was accepted"),
-                (alpha * (K + 1), "acceptance stops at the first rejection, and the last token always comes out")]
-    return check_number(answer, expected, how, solution, mistakes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,38 +483,8 @@ def check_first_layers_cost(answer, n_layer=12, total_layers=48, n_embd=1600, n_
 
 
 # ---------------------------------------------------------------------------------------------
-# Code exercises: tokens per loop by simulation (notebook 03), the residual under temperature (04)
+# A code exercise: the residual under temperature (notebook 04)
 # ---------------------------------------------------------------------------------------------
-
-def check_tokens_per_loop_simulation(simulate, cases=((0.8, 4), (0.5, 2), (0.95, 8)), n_loops=20_000, seed=0):
-    """Does simulate(alpha, K, n_loops, rng) -> [n_loops] tokens emitted per loop follow the model
-    'each draft accepted independently with probability alpha'? Its histogram is compared with
-    alpha^(n-1) (1 - alpha) for n <= K, alpha^K for n = K + 1 by a chi-square test (p > 1e-4)."""
-    from .chi_square import chi_square_test
-    from .panels import tokens_per_loop_pmf
-    if not_answered(simulate) or not callable(simulate):
-        return Check(False, "write simulate(alpha, K, n_loops, rng), then pass the function itself.")
-    for i, (alpha, K) in enumerate(cases):
-        try:
-            counts = np.asarray(simulate(alpha, K, n_loops, np.random.default_rng([seed, i])))
-        except Exception as e:  # the student's code: report it, don't crash the notebook
-            return Check(False, f"simulate({alpha}, {K}, ...) raised {type(e).__name__}: {e}")
-        if counts.shape != (n_loops,):
-            return Check(False, f"simulate({alpha}, {K}, {n_loops}, rng) returned shape {counts.shape}; return one "
-                                "number per loop, the tokens it emitted.")
-        if counts.min() < 1 or counts.max() > K + 1:
-            return Check(False, f"with K = {K} a loop emits 1 to {K + 1} tokens, yours gave {counts.min()} to {counts.max()}: "
-                                "the accepted drafts plus one more token, always.")
-        histogram = np.bincount(counts.astype(int), minlength=K + 2)[1:]
-        _, _, p_value = chi_square_test(histogram, tokens_per_loop_pmf(alpha, K))
-        if p_value < 1e-4:
-            mean = float(counts.mean())
-            return Check(False, f"alpha = {alpha}, K = {K}: mean {mean:.3f} tokens per loop, expected "
-                                f"{float(theory.expected_tokens_per_loop(alpha, K)):.3f} (chi² p = {p_value:.2g}). Draw one "
-                                "uniform per draft, stop at the first rejection, and count the extra token.")
-    return Check(True, "your simulated loops match (1 − alpha^(K+1)) / (1 − alpha) tokens per loop, "
-                       "and the whole distribution alpha^(n−1)(1 − alpha), alpha^K.")
-
 
 def check_residual_at_temperature(residual_at, temperatures=(0.5, 1.0, 2.0), seed=0):
     """Does residual_at(logits_p, logits_q, temperature) return the residual the library's loop

@@ -211,3 +211,25 @@ def others_lines(m=None, label="picogpt"):
     lines.append("  so: different weights, decoding, caching and machines; compare what each ratio is made of, "
                  "not the two ratios")
     return lines
+
+
+VERIFIER_NAMES = {"token": "token by token", "block": "block verification"}
+
+
+def verifier_lines(measurements, K):
+    """{verify: SpeedupMeasurement} of one measure_chains call, at K, as text: each verifier's tokens
+    per loop and speedup over autoregressive sampling (the median of the repeat-by-repeat ratios,
+    with their interquartile range), and whether these repeats order the verifiers."""
+    from ..measure.speedup import speedup_text
+    m = next(iter(measurements.values()))
+    lines = [f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}, K = {K}, N = {m.N}, "
+             f"{m.repeats} repeats interleaved, the same seeds: autoregressive {m.autoregressive_s.median:.2f} s "
+             f"(IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f})"]
+    for verify, v in measurements.items():
+        at = v.by_K[K]
+        lines.append(f"  {VERIFIER_NAMES[verify]:<20} {at.tokens_per_loop:.2f} tokens per loop, speedup {speedup_text(at)}")
+    if {"token", "block"} <= set(measurements):
+        token, block = (measurements[v].by_K[K].tokens_per_loop for v in ("token", "block"))
+        lines.append(f"  block verification emitted {block / token - 1:+.1%} tokens per target call")
+    runs = {VERIFIER_NAMES[verify]: v.by_K[K].speedup_runs for verify, v in measurements.items()}
+    return lines + ["  " + resolution_line(runs, "verifier", m.repeats, m.N)]

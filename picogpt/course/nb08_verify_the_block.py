@@ -1,38 +1,42 @@
-"""Notebook 08's exercise: write block verification's Steps 3-4 yourself, and the mistakes it is
-graded against.
+"""Notebook 08 (verify the block): what only it uses. Its exercise, block verification's Steps 3-4,
+with the paper's rule and the realistic mistakes as values (`BlockRule`), graded by the course's one
+grader (grading.check_sampler) through the chain step's contract (chain_step.py), and a question
+to answer by hand; its panels (pure functions: one loop laid out position by position, the
+drafts-kept explorer's exact numbers, the verifiers measured side by side); its figures; the
+drafts-kept explorer; and block verification checked exactly on a toy pair.
 
 You write `block_step(drafted, p, q, rng) -> list[int]`, with the arguments and output of
-notebook 03's `speculative_step` (speculative_sampling's `step=` runs either):
-    drafted  the K drafted ids x̃_1 .. x̃_K
-    p        [K, n_vocab]      the draft's distributions they were sampled from
-    q        [K + 1, n_vocab]  the target's, one more row: q[K] is q_{K+1}
-    rng      a numpy Generator: every random draw comes from it
-and it returns what the loop emits: x̃_1 .. x̃_i for the largest i whose uniform passes its keep
-probability h_i, then one token from the weighted residual (w_i q_{i+1} − p_{i+1})+, or from q[K]
-when all K are kept (Sun et al. 2025, arXiv 2403.10444, their Algorithm 2; picogpt.speculative.block_step).
-
-A `BlockRule` is one way to write it, as values: the running weight, the keep probabilities, how
-the kept prefix is chosen from the uniforms, and what the last token is drawn from. `BLOCK` is the
-paper's; `MISTAKES` are the realistic ways to get it wrong, each with its exact law for given
-drafts (`output_distribution`) and a runnable `step`; `NAMED_IN_03` the slips of writing the code
-that notebook 03's grader names too, by the same names. The grader is the course's one
-(grading.check_sampler), given these rules and the chain step's contract (chain_step.py).
+notebook 03's `speculative_step` (speculative_sampling's `step=` runs either), and it returns
+x̃_1 .. x̃_i for the largest i whose uniform passes its keep probability h_i, then one token from
+the weighted residual (w_i q_{i+1} − p_{i+1})+, or from q[K] when all K are kept (Sun et al. 2025,
+arXiv 2403.10444, their Algorithm 2; picogpt.speculative.block_step). `NAMED_IN_03` holds the slips
+of writing the code that notebook 03's grader names too, by the same names. The figures need
+matplotlib (the `dev` extra).
 """
 
 import inspect
 from dataclasses import dataclass
+from itertools import product
 
 import numpy as np
+from matplotlib.figure import Figure
 
-from .. import rejection, speculative
+from .. import rejection, speculative, theory
+from ..errors import PicoGPTError
 from ..sampling import sample
+from ..speculative import block_keep_probabilities
 from .chain_step import NO_BONUS, NO_DRAFTS, WRONG_ROW, StepCase, chain_exercise, shaped
+from .figures import COLOURS, figure_png, new_ax, room_for_legend
 from .grading import TRIALS, check_number, check_sampler, most_likely
+from .model_runs import loop_rows
+from .panels import tv_distance
+from .speed_panels import VERIFIER_NAMES
+from .toy_models import joint_distribution
+from .widgets import png_output, slider
 
 # ---------------------------------------------------------------------------------------------
 # How the kept prefix is chosen from the keep probabilities h_1 .. h_K
 # ---------------------------------------------------------------------------------------------
-
 
 def clipped(h):
     return np.clip(np.asarray(h, np.float64), 0.0, 1.0)
@@ -328,3 +332,279 @@ def check_both_kept(answer, p=(0.6, 0.4), q=(0.3, 0.7)):
                   f"{token_wise:g}."),
         mistakes=[(token_wise, "that is token by token, min(1, q(a)/p(a)) × min(1, q(b)/p(b)): block verification "
                                "carries the running weight, w_2 = min(1, w_1 q(b)/p(b))")])
+
+
+# ---------------------------------------------------------------------------------------------
+# The panels: one loop laid out position by position
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BlockLoop:
+    """What block verification computes for one loop's drafts and uniforms."""
+    drafted: tuple  # x̃_1 .. x̃_K
+    ratio: np.ndarray  # q_i(x̃_i) / p_i(x̃_i) [K]
+    token_wise: np.ndarray  # min(1, ratio) multiplied up to i: P(token by token keeps x̃_1 .. x̃_i) [K]
+    weights: np.ndarray  # w_1 .. w_K [K]
+    keep: np.ndarray  # h_1 .. h_K [K]
+    eta: np.ndarray  # the uniforms [K]
+    n_kept: int  # the largest i with eta_i < h_i (0: none)
+    first_failure: int  # the drafts before the first i with eta_i >= h_i
+    residual: np.ndarray  # what the last token is drawn from: (w q - p)+ at n_kept + 1, or q[K] [n_vocab]
+    unweighted: np.ndarray  # (q - p)+ at the same position (q[K] if all kept) [n_vocab]
+
+
+def block_loop(drafted, p, q, eta):
+    """Lay one loop out: drafted [K], p [K, V], q [K + 1, V], eta [K] the uniforms drawn."""
+    K = len(drafted)
+    weights, keep = block_keep_probabilities(drafted, p, q)
+    ratio = np.array([q[i][x] / p[i][x] for i, x in enumerate(drafted)])
+    passes = np.asarray(eta) < np.asarray(keep)
+    n_kept = max((i + 1 for i in range(K) if passes[i]), default=0)
+    first_failure = next((i for i in range(K) if not passes[i]), K)
+    if n_kept == K:
+        residual = unweighted = np.asarray(q[K], np.float64)
+    else:
+        residual = rejection.weighted_residual(weights[n_kept], p[n_kept], q[n_kept])
+        unweighted = rejection.residual(p[n_kept], q[n_kept])
+    return BlockLoop(tuple(int(x) for x in drafted), ratio, np.cumprod(np.minimum(1.0, ratio)), np.array(weights[1:]),
+                     np.array(keep), np.asarray(eta, np.float64), n_kept, first_failure, residual, unweighted)
+
+
+def loop_lines(loop, labels):
+    """The loop as a table, one line per position: the draft, q/p, what token by token keeps, the
+    running weight, h, eta and its verdict. labels: the drafts' texts [K]."""
+    lines = ["  i  draft          q/p   token-wise P(keep 1..i)   w_i    h_i    eta_i"]
+    for i in range(len(loop.drafted)):
+        verdict = "passes" if loop.eta[i] < loop.keep[i] else "fails"
+        lines.append(f"{i + 1:>3}  {labels[i]!r:<12} {loop.ratio[i]:>6.2f}  {loop.token_wise[i]:>12.3f}"
+                     f"              {loop.weights[i]:.3f}  {loop.keep[i]:.3f}  {loop.eta[i]:.3f} {verdict}")
+    return lines
+
+
+def instructive(loop, visible_tv=0.05):
+    """A loop that shows everything block verification does differently: a position fails and a
+    later one passes (the block keeps more than stopping at the first failure would), and a draft is
+    left after the kept ones, whose weighted residual differs visibly from Theorem 1's (q − p)+
+    (total variation above `visible_tv`)."""
+    return (loop.first_failure < loop.n_kept < len(loop.drafted)
+            and tv_distance(loop.residual, loop.unweighted) > visible_tv)
+
+
+# ---------------------------------------------------------------------------------------------
+# Drafts kept per loop on a two-token vocabulary (the explorer): token by token, block, at most
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeptPanel:
+    """P(the first i drafts are kept), i = 1 .. K, for p = (p_a, 1 - p_a), q = (q_a, 1 - q_a)."""
+    p: np.ndarray
+    q: np.ndarray
+    K: int
+    kept: dict  # verifier ("token", "block", "bound") -> [K]
+
+    def expected(self, verify):
+        """Mean drafts kept per loop."""
+        return float(self.kept[verify].sum())
+
+
+def kept_panel(p_a, q_a, K):
+    """The explorer's numbers for one slider setting (theory.KEPT_PROBABILITIES)."""
+    if not (0 <= p_a <= 1 and 0 <= q_a <= 1) or int(K) != K or not 1 <= K <= 12:
+        raise PicoGPTError(f"p(a) = {p_a}, q(a) = {q_a}, K = {K}: expected probabilities in [0, 1] and K in 1..12")
+    p, q = np.array([p_a, 1 - p_a]), np.array([q_a, 1 - q_a])
+    return KeptPanel(p, q, int(K), {name: kept(p, q, int(K)) for name, kept in theory.KEPT_PROBABILITIES.items()})
+
+
+NAMES = {**VERIFIER_NAMES, "bound": "the bound (no exact verifier keeps more)"}
+
+
+def kept_readout(panel):
+    """The sentence the explorer shows above its figure (HTML)."""
+    token, block, bound = (panel.expected(v) for v in ("token", "block", "bound"))
+    gain = f"{block / token - 1:+.1%}" if token > 0 else "n/a (token by token keeps none)"
+    return (f"p = ({panel.p[0]:.2f}, {panel.p[1]:.2f}), q = ({panel.q[0]:.2f}, {panel.q[1]:.2f}), K = {panel.K}: "
+            f"drafts kept per loop, token by token {token:.3f}, block {block:.3f} ({gain}), "
+            f"at most {bound:.3f}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Measured: the two verifiers in the same repeats (measure.speedup.measure_chains)
+# ---------------------------------------------------------------------------------------------
+
+
+def bench_verifier_lines(path=None):
+    """The bench's committed block-verification rows (benchmarks/bench.json, "speculative" entries
+    with "block"), each pair and temperature with where its weights came from; or a line saying
+    they are not measured there."""
+    from ..measure import speedup
+    from ..measure.results import BENCH_JSON
+    from .speed_panels import bench_source, read_bench, verifier_lines
+    bench = read_bench(path or BENCH_JSON)
+    entries = [entry for entry in (bench or {}).get("speculative", []) if "block" in entry]
+    if not entries:
+        return ["block verification: not in benchmarks/bench.json, not measured there "
+                "(run: python -m picogpt bench --save)"]
+    lines = []
+    for entry in entries:
+        block = speedup.from_dict(entry["block"])
+        K = block.Ks[0]
+        token = speedup.from_dict(entry["measurement"])
+        lines += [f"the bench, {block.target}: {bench_source(bench, block.target)}",
+                  *verifier_lines({"token": token, "block": block}, K), ""]
+    return lines[:-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The figures
+# ---------------------------------------------------------------------------------------------
+
+VERIFIER_COLOURS = {"token": "tab:orange", "block": "tab:blue", "bound": "grey"}
+
+
+def plot_block_loop(loop, labels, ax=None, title="One loop of block verification"):
+    """Position by position: the running weight w_i, what token by token keeps (the product of
+    min(1, q/p)), the keep probability h_i (bars), each uniform eta_i (green: passes, red: fails),
+    and the drafts kept (shaded). labels: the drafts' texts [K]."""
+    ax = new_ax(ax, (8, 4))
+    K = len(loop.drafted)
+    i = np.arange(1, K + 1)
+    ax.bar(i, loop.keep, width=0.5, color="lightsteelblue", label="h_i: keep x̃_1..x̃_i, given no longer prefix is kept")
+    ax.plot(i, loop.weights, "o-", color=VERIFIER_COLOURS["block"], label="w_i: the running weight")
+    ax.plot(i, loop.token_wise, "s--", color=VERIFIER_COLOURS["token"], label="token by token: P(keeps x̃_1..x̃_i)")
+    passes = loop.eta < loop.keep
+    ax.scatter(i[passes], loop.eta[passes], marker="D", s=60, color="tab:green", zorder=3, label="eta_i < h_i: passes")
+    ax.scatter(i[~passes], loop.eta[~passes], marker="X", s=80, color="tab:red", zorder=3, label="eta_i ≥ h_i: fails")
+    if loop.n_kept:
+        ax.axvspan(0.5, loop.n_kept + 0.5, color="tab:green", alpha=0.08, label="kept")
+    kept = f"x̃_1..x̃_{loop.n_kept} kept, the largest i that passes" if loop.n_kept else "no position passes: no draft kept"
+    ax.set_xticks(i, [f"{n}: {label}" for n, label in zip(i, labels)])
+    ax.set(xlim=(0.5, K + 0.5), ylim=(0, 1.02), xlabel="position i: the draft x̃_i", ylabel="probability",
+           title=f"{title}: {kept}")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax
+
+
+def plot_last_token(loop, label, k=10, ax=None):
+    """What the loop's last token is drawn from: the weighted residual (w q − p)+ at the position after
+    the kept drafts (or q[K] when all are kept), beside Theorem 1's (q − p)+ there, over the k most
+    likely tokens of either. label(token_id) -> its text."""
+    ax = new_ax(ax, (7, 3.6))
+    shown = np.argsort(-np.maximum(loop.residual, loop.unweighted), kind="stable")[:k]
+    x = np.arange(len(shown))
+    w = loop.weights[loop.n_kept - 1] if loop.n_kept else 1.0
+    after = f"after x̃_{loop.n_kept}" if loop.n_kept else "after the text"
+    if loop.n_kept == len(loop.drafted):
+        ax.bar(x, loop.residual[shown], color=COLOURS["q"], label="q_{K+1}: every draft kept, the extra token")
+    else:
+        ax.bar(x - 0.2, loop.residual[shown], width=0.4, color=VERIFIER_COLOURS["block"],
+               label=f"(w q − p)+ with w = {w:.3f}: drawn from")
+        ax.bar(x + 0.2, loop.unweighted[shown], width=0.4, color=VERIFIER_COLOURS["token"], alpha=0.6,
+               label="(q − p)+: Theorem 1's, not used here")
+    ax.set_xticks(x, [label(int(t)) for t in shown], rotation=45, ha="right")
+    ax.set(ylabel="probability", title=f"The token {after}")
+    room_for_legend(ax, loop.residual[shown], loop.unweighted[shown])
+    return ax
+
+
+def plot_kept(panel, ax=None):
+    """P(the first i drafts are kept), i = 1 .. K, token by token, by block verification and at most
+    (blocks.KeptPanel), each with its mean drafts kept per loop in the legend."""
+    ax = new_ax(ax, (7, 3.8))
+    i = np.arange(1, panel.K + 1)
+    for verify, marker in (("bound", "^:"), ("block", "o-"), ("token", "s--")):
+        ax.plot(i, panel.kept[verify], marker, color=VERIFIER_COLOURS[verify],
+                label=f"{NAMES[verify]}: {panel.expected(verify):.3f} drafts kept per loop")
+    ax.set_xticks(i)
+    ax.set(xlabel="i (drafts)", ylabel="P(the first i drafts are kept)", ylim=(0, 1.05),
+           title=f"p = ({panel.p[0]:.2f}, {panel.p[1]:.2f}), q = ({panel.q[0]:.2f}, {panel.q[1]:.2f}) over {{a, b}}")
+    ax.legend(fontsize="small", loc="upper right")
+    return ax
+
+
+# ---------------------------------------------------------------------------------------------
+# A block judged together (notebook 08): the drafts-kept explorer
+# ---------------------------------------------------------------------------------------------
+
+def kept_update(p_a, q_a, K):
+    """What the drafts-kept explorer shows for one setting: (readout HTML, figure outputs,
+    KeptPanel) for p = (p_a, 1 - p_a), q = (q_a, 1 - q_a) over {a, b} and K drafts."""
+    panel = kept_panel(p_a, q_a, K)
+    fig = Figure(figsize=(8, 3.8), layout="constrained")
+    plot_kept(panel, ax=fig.subplots())
+    text = kept_readout(panel)
+    return text, (png_output(figure_png(fig), text),), panel
+
+
+def kept_explorer(p_a=2 / 3, q_a=1 / 3, K=2):
+    """Sliders for p(a), q(a) and K: the drafts kept per loop token by token, by block verification
+    and at most, exactly. Starts at Sun et al.'s example. Returns an ipywidgets.VBox."""
+    import ipywidgets as w
+    sliders = {"p_a": slider("p(a), the draft", p_a, 0, 1, step=0.01), "q_a": slider("q(a), the target", q_a, 0, 1, step=0.01),
+               "K": w.IntSlider(value=K, min=1, max=8, description="K drafts", continuous_update=False,
+                                style={"description_width": "initial"})}
+    readout_html = w.HTML()
+    figure_out = w.Output(layout={"min_height": "300px"})
+
+    def redraw(_change=None):
+        readout_html.value, figure_out.outputs, _ = kept_update(**{name: s.value for name, s in sliders.items()})
+
+    for control in sliders.values():
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox(list(sliders.values())), readout_html, figure_out])
+
+
+# ---------------------------------------------------------------------------------------------
+# Block verification checked exactly on a toy pair
+# ---------------------------------------------------------------------------------------------
+
+def one_loop_joint(draft, target, prompt, K, law=None, **controls):
+    """The exact joint [V] * (K + 1) of the first K + 1 tokens when one loop with `law(drafted, p, q)`
+    ({emitted tuple: probability}; default the paper's) runs on drafts sampled from the draft (toy
+    models: every drafted tuple is enumerated), and the target samples the rest — what every later
+    loop does, if the step is exact. The step is exact when this is the target's own joint."""
+    law = BLOCK.output_distribution if law is None else law
+    V = target.config.n_vocab
+    total = np.zeros((V,) * (K + 1))
+    for drafted in product(range(V), repeat=K):
+        p, q, chance = loop_rows(draft, target, prompt, drafted, controls)
+        if chance == 0:
+            continue
+        for emitted, p_emit in law(list(drafted), p, q).items():
+            rest = K + 1 - len(emitted)
+            total[emitted] += chance * p_emit * (joint_distribution(target, list(prompt) + list(emitted), rest, **controls)
+                                                 if rest else 1.0)
+    return total
+
+
+def running_weight_gap(draft, target, prompt, K, law=None, **controls):
+    """Step 1 of the proof, checked exactly on toy models: the largest |P(at least i drafts kept |
+    x̃_1 .. x̃_i) - w_i| over every drafted prefix of i = 1 .. K drafts, the later drafts averaged
+    out under the draft. 0 (up to rounding) for the paper's rule; `law` another one's."""
+    law = BLOCK.output_distribution if law is None else law
+    V, worst = target.config.n_vocab, 0.0
+    for i in range(1, K + 1):
+        for prefix in product(range(V), repeat=i):
+            kept = mass = 0.0
+            for later in product(range(V), repeat=K - i):
+                p, q, chance = loop_rows(draft, target, prompt, prefix + later, controls)
+                kept += chance * sum(prob for out, prob in law(list(prefix + later), p, q).items() if len(out) > i)
+                mass += chance
+            if mass > 0:
+                weights, _ = block_keep_probabilities(list(prefix), p[:i], q[:i + 1])
+                worst = max(worst, abs(kept / mass - weights[i]))
+    return worst
+
+
+def mistakes_lines(draft, target, prompt, K):
+    """For block verification, token by token, and each mistake (MISTAKES): TV from the
+    target of the first 1 .. K + 1 tokens, computed exactly. A mistake can be exact on the first tokens only."""
+    exact = joint_distribution(target, prompt, K + 1)
+    lines = [f"{'TV from the target, first n tokens:':48}" + "".join(f"  n = {n}  " for n in range(1, K + 2))]
+    for rule in (BLOCK, TOKEN_BY_TOKEN, *MISTAKES.values()):
+        joint = one_loop_joint(draft, target, prompt, K, rule.output_distribution)
+        tvs = [tv_distance(joint.sum(axis=tuple(range(n, K + 1))), exact.sum(axis=tuple(range(n, K + 1))))
+               for n in range(1, K + 2)]
+        lines.append(f"{rule.name:48}" + "".join(f"  {tv:7.4f}" for tv in tvs))
+    return lines
