@@ -9,12 +9,15 @@ import re
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picogpt import theory
 from picogpt.course import exercises
-from picogpt.course.grading import Part, always_the_same, compare, difference_text, fit, on_copies
+from picogpt.course import nb07_token_trees as nb07
+from picogpt.course.grading import Exercise, Part, always_the_same, check_sampler, compare, difference_text, fit, on_copies
+from picogpt.tree import ROOT, Tree, walk
 
 CONDITIONS, VALUES = ("a", "b"), (0, 1, 2)
 PART = Part("the value", lambda outcome: outcome, VALUES, "values", lambda v: f"value {v}", lambda c: f"condition {c}")
@@ -151,3 +154,55 @@ def test_the_capstone_names_a_loops_draft_time_even_where_it_reaches_1():
     assert math.isclose(per_loop, 1.10)
     wrong = exercises.check_capstone_prediction(0.6, per_loop, 2, 1.5, run, autoregressive)
     assert not wrong and "loop.t_draft_s / loop.K" in str(wrong) and "inverse" not in str(wrong), wrong
+
+
+# ---- a new sampler exercise is a value: a tree walk, (tree, q_rows, rng) -> (branch, token) ----
+
+
+def walk_law(rule, case):
+    """The exact law of (the branch kept, the token after it) when every node's multi-candidate step
+    is `rule` (nb07's CandidateRule values): the walk descends into a kept child, stops at any other token."""
+    tree, q_rows = case
+    law = {}
+
+    def visit(node, branch, chance):
+        children = tree.children(node)
+        emitted = rule.output_distribution([tree.tokens[c] for c in children], tree.p[children], q_rows[1 + node])
+        for token, prob in enumerate(emitted):
+            child = next((c for c in children if tree.tokens[c] == token), None)
+            if prob > 0 and child is None:
+                key = ((), (tuple(branch), token))
+                law[key] = law.get(key, 0.0) + chance * prob
+            elif prob > 0:
+                visit(child, branch + [child], chance * prob)
+    visit(ROOT, [], 1.0)
+    return law
+
+
+def walk_outcome(output, inputs, case):
+    branch, token = output
+    return ((), (tuple(int(n) for n in branch), int(token))), None
+
+
+def walk_exercise():
+    tree = Tree(tokens=(0, 1, 2), parents=(ROOT, ROOT, 0),
+                p=np.array([[0.5, 0.3, 0.2], [0.0, 0.6, 0.4], [0.2, 0.2, 0.6]]))
+    q_rows = np.array([[0.2, 0.5, 0.3], [0.3, 0.3, 0.4], [0.4, 0.4, 0.2], [0.6, 0.2, 0.2], [0.1, 0.1, 0.8]])
+    branches = ((), (0,), (1,), (0, 2))
+    parts = [(Part("the branch kept", lambda key: ((), key[1][0]), branches, "branches"), ""),
+             (Part("the token after it", lambda key: key[1], (0, 1, 2), "tokens", given=str), "")]
+    return Exercise("the tree walk", nb07.MULTI_STEP, nb07.MISTAKES, ((tree, q_rows),), call="check_walk(my_walk)",
+                    run_in="tree_sampling(...)", inputs=lambda case, trials, rng: [case] * trials, outcome=walk_outcome,
+                    law=walk_law, parts=lambda case, number: parts, explain=lambda *_: ("", ""), walk_through="",
+                    judged_on="the branch kept, the token after it", noun="tree", cases_text="one tree of 3 nodes")
+
+
+def test_a_new_sampler_exercise_is_a_value_graded_by_the_one_grader():
+    """Notebook 09's shape of exercise, a traversal verifier (tree, q_rows, rng) -> (branch, token):
+    its rule and mistakes are notebook 07's candidate rules run at every node; the grader is unchanged."""
+    exercise = walk_exercise()
+    assert sum(walk_law(nb07.MULTI_STEP, exercise.cases[0]).values()) == pytest.approx(1)
+    assert check_sampler(lambda tree, q_rows, rng: walk(tree, q_rows, rng), exercise)
+    mistake = nb07.MISTAKES["the fallback sampled from q"]
+    wrong = check_sampler(lambda tree, q_rows, rng: walk(tree, q_rows, rng, step=mistake.step), exercise)
+    assert not wrong and f"classic mistake, {mistake.name} (" in str(wrong), wrong

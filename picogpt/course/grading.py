@@ -387,7 +387,7 @@ def attempt(fn, exercise, inputs, case, rng):
     try:
         output = on_copies(fn, *inputs, rng)
     except Exception as error:  # the learner's code: report it, don't crash the notebook
-        said = raised(fn, error, f"inside {exercise.grader}, for the {exercise.noun} {list(inputs[0])}")
+        said = raised(fn, error, f"inside {exercise.grader}, for the {exercise.noun} {shown(repr(inputs[0]), 120)}")
         meaning, guess = exercise.explain(error, rng.refused, inputs, case)
         return None, Problem(f"{said}. {meaning}" if meaning else f"{said}.", guess=guess)
     return exercise.outcome(output, inputs, case)
