@@ -208,7 +208,7 @@ def recording_step(step, log, failed):
     return logged
 
 
-def rows_problem(drafted, p, q):
+def row_counts_problem(drafted, p, q):
     """Why (drafted, p, q) are not what the loop must hand the step (a sentence), or None: K drafts,
     p [K, n_vocab] as draft_tokens returns it, q [K + 1, n_vocab] as score returns it."""
     K, p_rows, q_rows = len(drafted), len(p), len(q)
@@ -227,7 +227,7 @@ def handed_by_your_loop(step, library):
     library's own step (`library`), an exception it raises said to be the library's step's. Either
     is the loop's doing, and stops it with one PicoGPTError."""
     def run(drafted, p, q, rng):
-        problem = rows_problem(drafted, p, q)
+        problem = row_counts_problem(drafted, p, q)
         if problem:
             raise PicoGPTError(f"your loop handed the step {problem}; {AS_RETURNED}")
         if not library:
