@@ -259,7 +259,7 @@ NAMED_IN_03 = {rule.name: rule for rule in (
 
 
 # ---------------------------------------------------------------------------------------------
-# The exercise: notebook 03's grader, given block verification's rule, mistakes and cases
+# The exercise: the one grader, given block verification's rule, its mistakes and its cases
 # ---------------------------------------------------------------------------------------------
 
 
