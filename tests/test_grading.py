@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picogpt import theory
-from picogpt.course import exercises
+from picogpt.course import nb04_theorem_1 as nb04
 from picogpt.course import nb07_token_trees as nb07
 from picogpt.course.grading import Exercise, Part, always_the_same, check_sampler, compare, difference_text, fit, on_copies
 from picogpt.tree import ROOT, Tree, walk
@@ -87,15 +87,15 @@ times = st.lists(st.floats(min_value=1e-4, max_value=1e-1), min_size=3, max_size
 def test_the_capstone_check_accepts_its_own_method_and_names_a_loops_draft_time(draft_s, target_s, K, alpha):
     run = SimpleNamespace(loops=[SimpleNamespace(t_draft_s=t * K, K=K, n_accepted=1) for t in draft_s], alpha_hat=alpha)
     autoregressive = SimpleNamespace(token_times_s=target_s)
-    c = exercises.in_loop_c(run, autoregressive)
+    c = nb04.in_loop_c(run, autoregressive)
     if c >= 1:  # a draft token as slow as a target step: refused for that
         return
     best_K = int(theory.best_K(alpha, c, 16))
     speedup = float(theory.predicted_speedup_leviathan(alpha, best_K, c))
-    assert exercises.check_capstone_prediction(alpha, c, best_K, speedup, run, autoregressive)
-    per_loop = exercises.in_loop_c(run, autoregressive, per_token=False)
+    assert nb04.check_capstone_prediction(alpha, c, best_K, speedup, run, autoregressive)
+    per_loop = nb04.in_loop_c(run, autoregressive, per_token=False)
     assert math.isclose(per_loop, K * c)
-    wrong = exercises.check_capstone_prediction(alpha, per_loop, best_K, speedup, run, autoregressive)
+    wrong = nb04.check_capstone_prediction(alpha, per_loop, best_K, speedup, run, autoregressive)
     assert not wrong and "loop.t_draft_s / loop.K" in str(wrong), wrong
 
 
@@ -150,9 +150,9 @@ def test_the_capstone_names_a_loops_draft_time_even_where_it_reaches_1():
     K, c = 4, 0.275
     run = SimpleNamespace(loops=[SimpleNamespace(t_draft_s=c * K * 0.01, K=K, n_accepted=1)] * 6, alpha_hat=0.6)
     autoregressive = SimpleNamespace(token_times_s=[0.01] * 6)
-    per_loop = exercises.in_loop_c(run, autoregressive, per_token=False)
+    per_loop = nb04.in_loop_c(run, autoregressive, per_token=False)
     assert math.isclose(per_loop, 1.10)
-    wrong = exercises.check_capstone_prediction(0.6, per_loop, 2, 1.5, run, autoregressive)
+    wrong = nb04.check_capstone_prediction(0.6, per_loop, 2, 1.5, run, autoregressive)
     assert not wrong and "loop.t_draft_s / loop.K" in str(wrong) and "inverse" not in str(wrong), wrong
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from helpers import random_gpt2
 
-from picogpt.course import exercises as ex
 from picogpt.course import nb03_speculative_sampling as nb03
+from picogpt.course import nb04_theorem_1 as nb04
 from picogpt.course.nb03_speculative_sampling import check_speculative_loop, check_speculative_step
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -58,8 +58,8 @@ def test_notebook_03_solutions_pass():
 
 def test_notebook_04_solutions_pass():
     namespace = run(solutions("04-theorem-1.ipynb"), {"np": np})
-    assert ex.check_residual(namespace["my_residual"])
-    assert ex.check_residual_at_temperature(namespace["residual_at"])
+    assert nb04.check_residual(namespace["my_residual"])
+    assert nb04.check_residual_at_temperature(namespace["residual_at"])
 
 
 def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
@@ -68,7 +68,7 @@ def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
     from picogpt import theory
     block = next(b for b in solutions("04-theorem-1.ipynb") if "check_capstone_prediction" in b)
     target = random_gpt2(2, n_layer=24, n_ctx=64)
-    namespace = {"np": np, "theory": theory, "check_capstone_prediction": ex.check_capstone_prediction,
+    namespace = {"np": np, "theory": theory, "check_capstone_prediction": nb04.check_capstone_prediction,
                  "draft": random_gpt2(1, n_ctx=64), "target": target, "ids": [3, 1, 4]}
     exec(block.replace("64", "12"), namespace)
     alpha, c, best_K = namespace["alpha"], namespace["c"], namespace["best_K"]
@@ -94,7 +94,7 @@ def test_notebook_08_solution_passes_with_no_drafts_too():
 
 
 def test_notebook_02_top_k_solution_passes():
-    from picogpt.course.exercises import check_top_k
+    from picogpt.course.nb02_autoregressive_sampling import check_top_k
     assert check_top_k(run(solutions("02-autoregressive-sampling.ipynb"), {"np": np})["my_top_k"])
 
 
