@@ -185,8 +185,10 @@ def speculate_report(args, draft, target, result, ars, measurements):
                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                   seed=None if greedy(args) else args.seed,
                   tokens=result.tokens, text=tokenizer().decode(result.tokens), loops=len(result.loops),
-                  accepted=result.accepted, alpha_hat=result.alpha_hat,
                   tokens_per_loop=result.tokens_per_loop, seconds=result.seconds)
+    if args.tree:
+        return report | dict(K=None, tree=list(result.shape))
+    report.update(accepted=result.accepted, alpha_hat=result.alpha_hat)
     if measurements is not None:
         m, at = measurements[args.verify], measurements[args.verify].by_K[args.K]
         report.update(repeats=m.repeats, seconds=at.seconds.median,
@@ -215,16 +217,42 @@ def compare(args, draft, target, ids, on_loop):
     return first[chosen], first[None], measurements
 
 
+def speculate_method(args):
+    """What `speculate` runs: Algorithm 2's chain of K drafts (speculative.Chain), or with --tree a
+    token tree of that shape (tree.TreeShape), each with --verify's verifier. One line otherwise."""
+    from .speculative import VERIFIERS, Chain
+    from .tree import VERIFIERS as TREE_VERIFIERS
+    from .tree import TreeShape, validate_shape
+
+    if args.tree is None:
+        if args.verify not in VERIFIERS:
+            raise PicoGPTError(f"--verify {args.verify} verifies a token tree: give its shape too, e.g. --tree 2,2 "
+                               f"(a chain's verifiers: {', '.join(VERIFIERS)})")
+        return Chain(args.K, args.verify)
+    try:
+        shape = tuple(int(m) for m in args.tree.split(","))
+    except ValueError:
+        shape = args.tree
+    shape = validate_shape(shape, max_nodes=10**6)
+    if args.verify not in TREE_VERIFIERS:
+        raise PicoGPTError(f"--verify {args.verify} with --tree: a tree's verifiers are {', '.join(TREE_VERIFIERS)} "
+                           "(traversal on a chain-shaped tree such as --tree 1,1,1 is block verification)")
+    if args.compare:
+        raise PicoGPTError("--compare times chains: drop --tree, or see `python -m picogpt bench` for trees "
+                           "measured against a chain and autoregressive sampling")
+    return TreeShape(shape, args.verify)
+
+
 def cmd_speculate(args):
     from .course import course_pair_names
     from .io.tokenizer import tokenizer
     from .measure.speedup import warm_up
-    from .speculative import Chain
 
     default_draft, default_target = (args.draft, args.target) if args.draft and args.target else course_pair_names()
     ids = parse_request(args, args.target or default_target)
     if args.repeats < 1:
         raise PicoGPTError(f"--repeats {args.repeats}: the number of timed runs of each algorithm must be at least 1")
+    method = speculate_method(args)
     draft = load_gpt2_vocab_model(args.draft or default_draft, args.in_memory)
     target = load_gpt2_vocab_model(args.target or default_target, args.in_memory)
     validate_request(args, ids, (draft, target))
@@ -232,7 +260,6 @@ def cmd_speculate(args):
     on_loop = StreamedText(tokenizer(), args.N) if stream else None
     if stream:
         print(args.prompt, end="", flush=True)
-    method = Chain(args.K, args.verify)
     if args.compare:
         result, ars, measurements = compare(args, draft, target, ids, on_loop)
     else:
@@ -243,6 +270,11 @@ def cmd_speculate(args):
         print(json.dumps(speculate_report(args, draft, target, result, ars, measurements)))
         return
     verification = "" if args.verify == "token" else f", {args.verify} verification"
+    if args.tree:
+        print(f"\n[token tree: draft {draft.name}, target {target.name}, shape {result.shape}{verification}, "
+              f"{seed_text(args)}]")
+        print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s; {loops_line(result)}")
+        return
     print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}{verification}, {seed_text(args)}]")
     print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s); "
           f"{loops_line(result)}; observed acceptance alpha_hat = {result.alpha_hat:.2f}")
@@ -384,6 +416,7 @@ examples:
 examples:
   python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --compare
   python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --verify block --compare   (both verifiers)
+  python -m picogpt speculate --prompt "And God said" -n 64 --tree 2,2 --verify traversal   (a token tree)
   python -m picogpt speculate --draft gpt2 --target gpt2-xl --temperature 0   (greedy: XL's own greedy text)
   python -m picogpt speculate --prompt "In the beginning" --json""",
     "bench": """\
@@ -461,6 +494,7 @@ def bench_help_cost():
 def build_parser():
     from . import __version__
     from .speculative import VERIFIERS
+    from .tree import VERIFIERS as TREE_VERIFIERS
 
     parser = Parser(prog="python -m picogpt", description=DESCRIPTION, epilog=EXAMPLES[None], formatter_class=formatter)
     parser.add_argument("--version", action="version", version=f"picogpt {__version__}")
@@ -483,9 +517,12 @@ def build_parser():
     speculate.add_argument("--target", default=None, help="target model q (default: the course target)")
     speculate.add_argument("-K", type=int, default=4, help="draft tokens per loop, K (default 4)")
     add_sampling_flags(speculate)
-    speculate.add_argument("--verify", choices=sorted(VERIFIERS), default="token",
+    speculate.add_argument("--verify", choices=sorted(set(VERIFIERS) | set(TREE_VERIFIERS)), default="token",
                            help="how the drafts are judged: token (Algorithm 2, token by token; the default) or block "
-                                "(block verification, Sun et al. 2025: the block judged together)")
+                                "(block verification, Sun et al. 2025: the block judged together); with --tree, token "
+                                "(from the root) or traversal (from the leaves, Weng et al. 2025)")
+    speculate.add_argument("--tree", default=None, metavar="SHAPE",
+                           help="draft a token tree instead of a chain: candidates per level, e.g. 2,2 or 3,1,1")
     speculate.add_argument("--compare", action="store_true",
                            help="also sample the target autoregressively and report the speedup: a warm-up, "
                                 "then --repeats interleaved timed runs of each algorithm")

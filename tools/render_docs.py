@@ -758,6 +758,9 @@ def speed_trees(results, source):
                   f"N = {m.N}, {m.repeats} repeats interleaved, costs read inside the loops:", "",
                   *table_lines(["chain or tree", "drafted tokens per loop", "tokens per target call (formula)",
                                 "target call", "speedup", "predicted"], rows), ""]
+        if any(v.name.endswith(", traversal") for v in m.variants.values()):
+            lines += ["A traversal row (traversal verification, notebook 09) is given the walk's formula and "
+                      "prediction: none is implemented for the traversal.", ""]
     return lines[:-1]
 
 

@@ -28,7 +28,7 @@ from ..errors import PicoGPTError, shown
 from ..rejection import RESIDUAL_MASS_EPS, residual
 from ..sampling import distribution, sample
 from ..tree import ROOT
-from .figures import COLOURS, figure_png, new_ax, room_for_legend
+from .figures import COLOURS, figure_png, new_ax, room_for_legend, tree_layout
 from .grading import TRIALS, Exercise, Part, Problem, check_number, check_sampler, most_likely
 from .panels import ROUNDING_TV, VISIBLE_TV
 from .widgets import png_output, toy_controls
@@ -313,25 +313,6 @@ def node_status(tree, branch):
     for node in branch:
         status[node] = ACCEPTED
     return status
-
-
-def tree_layout(tree):
-    """(x, y) of each node for drawing, [n_nodes, 2], and the root's (x, y): y = -depth, leaves one
-    unit apart left to right in the order they were drawn, a parent centred over its children."""
-    xy, leaves = np.zeros((len(tree), 2)), [0]
-
-    def place(node):
-        children = tree.children(node)
-        if not children:
-            x = leaves[0]
-            leaves[0] += 1
-        else:
-            x = float(np.mean([place(child) for child in children]))
-        if node != ROOT:
-            xy[node] = (x, -len(tree.branch(node)))
-        return x
-
-    return xy, (place(ROOT), 0.0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,14 @@ def method(shape):
     return Chain(len(shape)) if set(shape) == {1} else TreeShape(tuple(shape))
 
 
+def methods(shapes):
+    """What the bench races for its shapes: `method` of each, then each tree (not a chain) again with
+    traversal verification (tree.TreeShape(shape, "traversal")). A traversal row's formula is the
+    walk's: no formula for traversal's tokens per loop is implemented, so read its measured column."""
+    shapes = [tuple(shape) for shape in shapes]
+    return [method(shape) for shape in shapes] + [TreeShape(shape, "traversal") for shape in shapes if set(shape) != {1}]
+
+
 def mean_acceptances(draft, target, text, m_max, **controls):
     """[alpha_1 .. alpha_m_max]: theory.acceptance_with_candidates at every position of `text`,
     averaged (candidates drawn independently: the formula's drawing). One forward pass each."""
@@ -137,10 +145,10 @@ def text_lines(m):
              f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}), "
              f"t_target {m.t_target.median * 1e3:.1f} ms; alpha_1..{len(m.alphas)} "
              + " ".join(f"{a:.2f}" for a in m.alphas) + f"; load average {m.load_average_before} -> {m.load_average_after}",
-             f"  {'':16} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms (IQR)':>18} "
+             f"  {'':26} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms (IQR)':>18} "
              f"{'measured':>26} {'predicted':>9}"]
     for v in m.variants.values():
-        lines.append(f"  {v.name:16} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
+        lines.append(f"  {v.name:26} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
                      f"{ms_text(v.t_score):>18} {ms_text(v.t_draft, v.t_draft_s):>18} {speedup.speedup_text(v):>26} "
                      f"{v.predicted:8.2f}x")
     return lines
