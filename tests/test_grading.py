@@ -192,7 +192,7 @@ def walk_exercise():
     parts = [(Part("the branch kept", lambda key: ((), key[1][0]), branches, "branches"), ""),
              (Part("the token after it", lambda key: key[1], (0, 1, 2), "tokens", given=str), "")]
     return Exercise("the tree walk", nb07.MULTI_STEP, nb07.MISTAKES, ((tree, q_rows),), call="check_walk(my_walk)",
-                    run_in="tree_sampling(...)", inputs=lambda case, trials, rng: [case] * trials, outcome=walk_outcome,
+                    run_in="Run it in the tree loop.", inputs=lambda case, trials, rng: [case] * trials, outcome=walk_outcome,
                     law=walk_law, parts=lambda case, number: parts, explain=lambda *_: ("", ""), walk_through="",
                     judged_on="the branch kept, the token after it", noun="tree", cases_text="one tree of 3 nodes")
 

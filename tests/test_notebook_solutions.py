@@ -86,6 +86,12 @@ def test_notebook_07_solution_passes_and_runs_in_the_tree_loop():
     assert len(tree_sampling(random_gpt2(1), random_gpt2(2), [3, 1], 10, shape=(2, 2), seed=0, step=step).tokens) == 10
 
 
+def test_notebook_09_solution_passes():
+    from picogpt.course.nb09_traversal_verification import check_traversal
+    check = check_traversal(run(solutions("09-traversal-verification.ipynb"), {"np": np})["my_traverse"])
+    assert check, check
+
+
 def test_notebook_08_solution_passes_with_no_drafts_too():
     from picogpt.course.nb08_verify_the_block import check_block_step
     step = run(solutions("08-verify-the-block.ipynb"), {"np": np})["my_block_step"]
@@ -100,7 +106,8 @@ def test_notebook_02_top_k_solution_passes():
 
 @pytest.mark.parametrize("name", ["01-gpt2-in-numpy.ipynb", "02-autoregressive-sampling.ipynb",
                                   "03-speculative-sampling.ipynb", "04-theorem-1.ipynb",
-                                  "06-beyond-one-draft-model.ipynb", "07-token-trees.ipynb"])
+                                  "06-beyond-one-draft-model.ipynb", "07-token-trees.ipynb",
+                                  "09-traversal-verification.ipynb"])
 def test_every_placeholder_exercise_has_a_solution_to_reveal(name):
     texts = ["".join(c["source"]) for c in cells(name)]
     exercises = [i for i, t in enumerate(texts) if "answer = None" in t or "(None" in t]

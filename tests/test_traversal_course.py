@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from picogpt import PicoGPTError
 from picogpt.course import nb09_traversal_verification as nb09
-from picogpt.tree import ROOT, Tree, draw_without_replacement, traverse
+from picogpt.tree import ROOT, Tree, draw_without_replacement, traversal, traverse, walk
 
 matplotlib.use("Agg")
 
@@ -111,3 +111,44 @@ def test_the_notebooks_exactness_check_passes_the_verifiers_and_fails_a_broken_o
         assert nb09.exactness_gap(p_of, q_of, shape, traversal_output_distribution) <= 1e-12
         assert nb09.exactness_gap(p_of, q_of, shape, walk_output_distribution) <= 1e-12
         assert nb09.exactness_gap(p_of, q_of, shape, token_from_the_original_row) > 1e-3
+
+
+# ---- notebook 09's exercise: a traversal written by hand, graded by the course's one grader ----
+
+
+def learner_traverse(tree, q_rows, rng, own_row=False):
+    """Traversal verification as a learner writes it: the uniforms drawn lazily, one per test, and
+    rng.choice; own_row: the token after the kept branch from its node's own row of q (a mistake)."""
+    for node, w, row in traversal(tree, q_rows):
+        if node == ROOT or rng.random() < w:
+            row = q_rows[1 + node] if own_row else row  # ROOT is -1: the root's own row, q_rows[0]
+            return tree.branch(node) if node != ROOT else [], int(rng.choice(len(row), p=row))
+
+
+def test_a_traversal_written_differently_is_accepted_and_each_mistake_named():
+    assert nb09.check_traversal(traverse) and nb09.check_traversal(learner_traverse)
+    for name, wrong in (("the walk", walk),
+                        ("the token from the node's own row", lambda t, q, rng: learner_traverse(t, q, rng, own_row=True))):
+        check = nb09.check_traversal(wrong)
+        assert not check and f"classic mistake, {name} (" in str(check), check
+
+
+def test_every_traversal_mistake_is_far_from_the_rule_and_from_the_others_on_some_tree():
+    rules = [nb09.TRAVERSAL, *nb09.MISTAKES.values()]
+    for i, a in enumerate(rules):
+        for b in rules[i + 1:]:
+            distances = []
+            for case in nb09.traversal_cases():
+                la, lb = a.law(*case), b.law(*case)
+                distances.append(0.5 * sum(abs(la.get(k, 0) - lb.get(k, 0)) for k in set(la) | set(lb)))
+            assert max(distances) >= 0.2, (a.name, b.name, distances)
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda tree, q_rows, rng: 3, "return (branch, token)"),
+    (lambda tree, q_rows, rng: ([1, 0], 0), "not a path down the tree"),
+    (lambda tree, q_rows, rng: ([], 7), "the token after the branch is an id"),
+])
+def test_a_traversal_output_that_is_not_a_branch_and_a_token_is_named(wrong, says):
+    check = nb09.check_traversal(wrong)
+    assert not check and says in str(check), check

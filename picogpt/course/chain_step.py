@@ -181,7 +181,8 @@ def chain_exercise(name, rule, mistakes, cases, *, call, walk_through, after_a_n
                     "p_t and q_t are drafted[t − 1], p[t − 1] and q[t − 1] here, and its extra row q_{K+1} is q[K]."), ""
         return f"It ran on p = {case.p.tolist()}, q = {case.q.tolist()}.", ""
 
-    return Exercise(name, rule, mistakes, cases, call=call, run_in="speculative_sampling(..., step={name})",
+    return Exercise(name, rule, mistakes, cases, call=call,
+                    run_in="Run it inside the real loop: speculative_sampling(..., step={name}).",
                     inputs=drafts_for, outcome=outcome, law=exact_joint, parts=parts, explain=explain,
                     walk_through=walk_through, judged_on="how many drafts were kept, the token that follows them, "
                     "the extra token", noun="drafts", cases_text=cases_text(cases))

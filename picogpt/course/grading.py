@@ -354,7 +354,7 @@ class Exercise:
     mistakes: dict  # name -> rule
     cases: tuple
     call: str  # how the learner calls the grader: "check_speculative_step(my_speculative_step)"
-    run_in: str  # where a right function runs next: "speculative_sampling(..., step={name})"
+    run_in: str  # what to do next with a right function, a sentence: "Run it inside the real loop: ...(step={name})."
     inputs: object  # (case, trials, rng) -> [what the function is handed in each trial, rng aside]
     outcome: object  # (output, inputs, case) -> (outcome, None) or (None, Problem)
     law: object  # (rule, case) -> {outcome: probability}
@@ -472,6 +472,6 @@ def check_sampler(fn, exercise, trials=TRIALS, seed=0):
     if verdict.ok:
         return Check(True, f"over {len(cases)} cases ({exercise.cases_text}), {len(cases) * trials:,} calls, your "
                            f"outputs fit {exercise.name}'s exact distribution, as a whole (chi-square p = "
-                           f"{verdict.p_value:.2g}) and part by part: {exercise.judged_on}. Run it inside the real "
-                           f"loop: {exercise.run_in.format(name=function_name(fn))}.")
+                           f"{verdict.p_value:.2g}) and part by part: {exercise.judged_on}. "
+                           f"{exercise.run_in.format(name=function_name(fn))}")
     return Check(False, not_the_rule(exercise, counts, cases))

@@ -248,7 +248,8 @@ def parts(c, number):
 
 MULTI_CANDIDATE_EXERCISE = Exercise(
     "the multi-candidate step", MULTI_STEP, MISTAKES, grading_cases(), call="check_multi_candidate_step(my_accept_among)",
-    run_in="tree_sampling(..., step={name})", inputs=fixed, outcome=outcome, law=law, parts=parts, explain=explain,
+    run_in="Run it inside the tree loop: tree_sampling(..., step={name}).",
+    inputs=fixed, outcome=outcome, law=law, parts=parts, explain=explain,
     walk_through="For each candidate in turn: r ~ U[0, 1); keep it if r < min(1, q_i(c_i) / p_i(c_i)); else "
                  "q_{i+1} = (q_i − p_i)+. None kept: sample from the last q_i.",
     judged_on="which candidate was kept, the token drawn when none was", noun="candidates",

@@ -14,9 +14,10 @@ from itertools import product
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..errors import PicoGPTError
+from ..errors import PicoGPTError, shown
 from ..tree import ROOT, Tree, traversal, traversal_output_distribution, walk_output_distribution
 from .figures import figure_png, new_ax, tree_layout
+from .grading import TRIALS, Exercise, Part, Problem, check_sampler
 from .widgets import png_output, slider
 
 # ---------------------------------------------------------------------------------------------
@@ -280,3 +281,101 @@ def traversal_explorer(p_a=2 / 3, q_a=1 / 3, shape=(2, 1)):
         control.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([*sliders.values(), shapes]), readout_html, figure_out])
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercise: traversal verification written by hand, graded by the one grader
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TreeRule:
+    """One way to verify a drafted tree, as a value: `law(tree, q_rows)` -> {the kept branch's tokens
+    then one token: probability}, and `hint`, what to fix."""
+    name: str
+    hint: str
+    law: object
+
+
+def token_from_the_original_row(tree, q_rows):
+    """The traversal's tests, but the token after the kept branch drawn from its node's own row of q,
+    the rows the rejections left ignored."""
+    law, none_yet = {}, 1.0
+    for node, w, _ in traversal(tree, q_rows):
+        chance, none_yet = none_yet * w, none_yet * (1.0 - w)
+        prefix = tuple(tree.tokens[n] for n in tree.branch(node))
+        for y, q_y in enumerate(q_rows[1 + node]):
+            law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + chance * q_y
+    return law
+
+
+TRAVERSAL = TreeRule("traversal verification", "", traversal_output_distribution)
+MISTAKES = {rule.name: rule for rule in (
+    TreeRule("the walk", "that is notebook 07's walk, exact but token by token from the root: traversal "
+             "verification tests the nodes from the leaves up (tree.traversal's order), each with the chance w that "
+             "its whole branch is kept, and keeps the first branch that passes", walk_output_distribution),
+    TreeRule("the token from the node's own row", "after the kept branch, draw the token from what the rejections "
+             "of its children left (tree.traversal's row), not from the node's own row of q", token_from_the_original_row),
+)}
+
+
+def traversal_cases():
+    """Drafted trees on which each mistake moves the law of the output by a total-variation distance
+    of 0.2 or more (tests/test_traversal_course.py checks it): Sun et al.'s p and q on a chain of two,
+    two children with one grandchild, a chain of three."""
+    sun = np.array([2 / 3, 1 / 3])
+    return ((Tree((0, 0), (ROOT, 0), np.array([sun, sun])), np.array([[1 / 3, 2 / 3]] * 3)),
+            (Tree((0, 1, 0), (ROOT, ROOT, 0), np.array([[0.5, 0.3, 0.2], [0.0, 0.6, 0.4], [0.6, 0.2, 0.2]])),
+             np.array([[0.2, 0.5, 0.3], [0.3, 0.3, 0.4], [0.4, 0.4, 0.2], [0.6, 0.2, 0.2]])),
+            (Tree((0, 1, 0), (ROOT, 0, 1), np.array([[0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.5, 0.3, 0.2]])),
+             np.array([[0.3, 0.4, 0.3], [0.2, 0.3, 0.5], [0.4, 0.4, 0.2], [0.3, 0.3, 0.4]])))
+
+
+def traversal_outcome(output, inputs, case):
+    """((), the kept branch's tokens then the token), or the Problem of an output that is not
+    (branch, token): nodes from the root down, each a child of the one before, and a token id."""
+    tree, q_rows = case
+    try:
+        branch, token = output
+        branch = [int(node) for node in branch]
+    except (TypeError, ValueError):
+        return None, Problem(f"it returned {shown(repr(output), 80)}; return (branch, token): the kept nodes, root "
+                             "first, and the token after them, as tree.walk does.")
+    parents = [ROOT, *branch[:-1]]
+    if any(not 0 <= node < len(tree) or tree.parents[node] != parent for node, parent in zip(branch, parents)):
+        return None, Problem(f"it returned the branch {branch}, which is not a path down the tree from the root "
+                             f"(nodes' parents: {list(tree.parents)}, {ROOT} the root).")
+    if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < q_rows.shape[1]:
+        return None, Problem(f"it returned the token {shown(repr(token), 40)}; the token after the branch is an id "
+                             f"from 0 to {q_rows.shape[1] - 1}.")
+    return ((), tuple(tree.tokens[node] for node in branch) + (int(token),)), None
+
+
+def traversal_parts(case, number):
+    """How many drafted tokens were kept; the token after them, given the kept branch."""
+    tree, q_rows = case
+    depth = max(tree.depths, default=0)
+    where = f" (tree {number}: tokens {list(tree.tokens)}, parents {list(tree.parents)})"
+    return [(Part("how many drafted tokens were kept", lambda key: ((), len(key[1]) - 1), tuple(range(depth + 1)),
+                  "tokens kept", lambda n: f"{n} kept"), where),
+            (Part("the token after the kept branch", lambda key: (key[1][:-1], key[1][-1]),
+                  tuple(range(q_rows.shape[1])), "tokens", lambda y: f"token {y}",
+                  lambda prefix: f"the kept tokens {list(prefix)}"), where)]
+
+
+TRAVERSAL_EXERCISE = Exercise(
+    "traversal verification", TRAVERSAL, MISTAKES, traversal_cases(), call="check_traversal(my_traverse)",
+    run_in="The library's own is tree.traverse: tree_sampling(..., verify=\"traversal\") runs it.",
+    inputs=lambda case, trials, rng: [case] * trials, outcome=traversal_outcome,
+    law=lambda rule, case: {((), emitted): prob for emitted, prob in rule.law(*case).items()},
+    parts=traversal_parts, explain=lambda error, refused, inputs, case: ("", ""),
+    walk_through="Walk through it: test the nodes in tree.traversal's order, each against one uniform with its w; "
+                 "keep the branch of the first that passes, then one token from the row it leaves; none passes: "
+                 "one token from the root's row.",
+    judged_on="how many drafted tokens were kept, the token after them", noun="tree",
+    cases_text="trees of 2 and 3 nodes, one on Sun et al.'s p and q")
+
+
+def check_traversal(fn, trials=TRIALS, seed=0):
+    """Grade a learner's traverse(tree, q_rows, rng) -> (branch, token) by its output distribution
+    (grading.check_sampler); returns a Check."""
+    return check_sampler(fn, TRAVERSAL_EXERCISE, trials, seed)
