@@ -566,18 +566,21 @@ RUN_A_MODEL = ("generate", "speculate", "bench")
 def check_environment(command):
     """Parse the environment variables `command` reads now, so that a bad value is one line
     before the command prints anything, not an error in the middle of its output: every
-    command's PICOGPT_THREADS, PICOGPT_COURSE_MODELS and PICOGPT_WEIGHTS_DIR, download's
+    command's PICOGPT_THREADS, PICOGPT_COURSE_MODELS, PICOGPT_WEIGHTS_DIR and the Hugging Face
+    cache's folder (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME), download's
     HF_ENDPOINT, and PICOGPT_KERNEL for the commands that run a model (which load the compiled
     kernels anyway; info and download never do)."""
     from .course.pair import forced_pair
     from .fast import compiled
     from .fast.kernels import n_threads
+    from .io.hf_cache import check_cache_variables
     from .io.pins import endpoint
     from .io.registry import weights_dir
 
     n_threads()
     forced_pair()
     weights_dir()
+    check_cache_variables()
     if command == "download":
         endpoint()
     if command in RUN_A_MODEL:
