@@ -16,7 +16,17 @@ from hypothesis import strategies as st
 from picogpt import theory
 from picogpt.course import nb04_theorem_1 as nb04
 from picogpt.course import nb07_token_trees as nb07
-from picogpt.course.grading import Exercise, Part, always_the_same, check_sampler, compare, difference_text, fit, on_copies
+from picogpt.course.grading import (
+    Exercise,
+    Part,
+    always_the_same,
+    check_sampler,
+    compare,
+    difference_text,
+    fit,
+    on_copies,
+    refusal,
+)
 from picogpt.tree import ROOT, Tree, walk
 
 CONDITIONS, VALUES = ("a", "b"), (0, 1, 2)
@@ -206,3 +216,26 @@ def test_a_new_sampler_exercise_is_a_value_graded_by_the_one_grader():
     mistake = nb07.MISTAKES["the fallback sampled from q"]
     wrong = check_sampler(lambda tree, q_rows, rng: walk(tree, q_rows, rng, step=mistake.step), exercise)
     assert not wrong and f"classic mistake, {mistake.name} (" in str(wrong), wrong
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(st.floats(min_value=-0.5, max_value=1.5), st.just(float("nan")), st.just(0.0)),
+                min_size=1, max_size=5),
+       st.booleans(), st.integers(min_value=0, max_value=2))
+def test_the_grader_names_a_refused_distribution_exactly_when_rng_choice_refuses_it(values, normalise, extra):
+    """grading.refusal reads a distribution as rng.choice does: None exactly when NumPy accepts it,
+    else its kind (a size that differs, NaN, a negative entry, a sum away from 1)."""
+    p = np.array(values)
+    if normalise and np.isfinite(p).all() and p.sum() > 0:
+        p = p / p.sum()
+    n = len(p) + (extra if extra < 2 else 0)
+    try:
+        np.random.default_rng(0).choice(n, p=p)
+        accepted = True
+    except ValueError:
+        accepted = False
+    found = refusal(n, p)
+    assert (found is None) == accepted, (p, n, found)
+    if found:
+        assert found.kind == ("size" if n != len(p) else "nan" if np.isnan(p).any() else "negative" if (p < 0).any()
+                              else "sum") and found.length == len(p)

@@ -8,7 +8,8 @@ A grader never raises and never prints: a learner's function that raises, or ret
 unusable, is a "✘ not yet" that names the function and where it ran. A grader runs the learner's
 function as the course's loops do (`on_copies`): on copies of its inputs, judging only what it returns.
 
-A grader of a function that samples (the steps of notebooks 03, 07 and 08) compares the law of
+A grader of a function that samples (the steps of notebooks 03, 07 and 08, 09's traversal) is
+`check_sampler`, given an `Exercise` value; it compares the law of
 its outputs with the right one part by part (`Part`, `compare`): the law of an output is a
 product of factors (how many drafts were kept, given the drafts; then the token that follows,
 given those), and the factor that differs is where the mistake is, with its expected and
@@ -294,6 +295,9 @@ TRIALS = 2000  # calls of the learner's function per case
 SEED_CHECKS = 20  # calls per case repeated twice more with Generators of one seed
 
 
+SUM_TOLERANCE = float(np.sqrt(np.finfo(np.float64).eps))  # how far from 1 rng.choice lets a p's sum be
+
+
 class Watched(np.random.Generator):
     """The Generator a grader hands the learner's function: the same draws as
     np.random.default_rng(seed), and it remembers the first distribution rng.choice was handed that
@@ -326,7 +330,7 @@ def refusal(a, p):
     if p.ndim != 1:
         return None
     kind = ("size" if len(p) != n else "nan" if np.isnan(p).any() else "negative" if (p < 0).any()
-            else "sum" if abs(p.sum() - 1.0) > 1e-8 else None)
+            else "sum" if abs(p.sum() - 1.0) > SUM_TOLERANCE else None)
     return Refusal(kind, len(p)) if kind else None
 
 
