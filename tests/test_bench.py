@@ -205,6 +205,8 @@ def test_results_are_saved_with_a_figure_and_tables(results, saved):
     text = report.table(results)
     assert "draft (file)" in text and "target (file)" in text and "K+1 positions: time / decode" in text
     assert "speculative vs autoregressive sampling, draft -> target, T=3" in text
+    # every verdict the bench prints is measure/compare.py's: the best K and the verifiers, pair by pair
+    assert "  the best K: " in text and "block verification against token by token, draft -> target" in text
 
 
 def test_unknown_setting_is_refused():
@@ -313,7 +315,9 @@ def test_block_verification_is_raced_beside_token_wise_and_rendered(saved, tmp_p
     from picogpt.course import nb08_verify_the_block as nb08
     lines = nb08.bench_verifier_lines(json_path)  # what notebook 08 prints
     assert sum("block verification emitted" in line for line in lines) == 2
-    assert sum("resolved" in line for line in lines) == 2 and "not measured" not in "".join(lines)
+    # per pair and temperature, measure/compare.py's verdicts on tokens per target call and on time
+    assert sum("resolved" in line or " than token by token: " in line for line in lines) == 4
+    assert "not measured" not in "".join(lines)
 
 
 def test_a_block_the_renderer_does_not_know_or_a_missing_block_is_an_error(saved, tmp_path):

@@ -47,6 +47,7 @@ from busy_machine import busy_processes
 from render_docs import first_hour_summary, render_docs
 
 from picogpt.io.atomic import write_text_atomically
+from picogpt.measure.compare import fewest_pairs
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = '.venv/bin/python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --seed 0 --compare'  # the README's
@@ -96,13 +97,21 @@ def speedup_of(stdout):
     return float(re.search(r"speedup ([0-9.]+)x", stdout).group(1))
 
 
+def verdict_of(stdout):
+    """What the run's own verdict (measure/compare.py's, printed under its speedup) concluded:
+    'faster', 'slower' or 'not resolved' (None if it printed none)."""
+    found = re.search(r"^  (not resolved|speculative sampling (faster|slower) than autoregressive sampling)", stdout,
+                      re.MULTILINE)
+    return None if found is None else (found.group(2) or found.group(1))
+
+
 def in_process(clone, env):
-    """measure/speedup.measure_speedup at the README's setting in one process (seeds 0-2, as --compare)."""
+    """measure/speedup.measure_speedup at the README's setting in one process (seeds and repeats as --compare)."""
     script = f"""
 import json, picogpt
 from picogpt.measure.speedup import measure_speedup
 draft, target = picogpt.course_models(verbose=False)
-m = measure_speedup(draft, target, picogpt.tokenizer().encode({PROMPT!r}), {N}, [{K}], repeats=3, seed={SEED})
+m = measure_speedup(draft, target, picogpt.tokenizer().encode({PROMPT!r}), {N}, [{K}], repeats={fewest_pairs()}, seed={SEED})
 print(json.dumps({{"speedup": m.by_K[{K}].speedup, "alpha_hat": m.alpha_hat, "draft": m.draft, "target": m.target}}))
 """
     return json.loads(timed([str(clone / ".venv" / "bin" / "python"), "-c", script], clone, env)[1].stdout)
@@ -122,7 +131,8 @@ def command_runs(clone, env, n_runs, label):
     for n in range(n_runs):
         before = load_average()
         seconds, done = timed(SPECULATE, clone, env)
-        runs.append({"seconds": seconds, "speedup": speedup_of(done.stdout), "load_average_before": before,
+        runs.append({"seconds": seconds, "speedup": speedup_of(done.stdout), "verdict": verdict_of(done.stdout),
+                     "load_average_before": before,
                      "compiled_here": "compiling the fast kernels" in done.stderr, "load_average": load_average(),
                      "stdout": done.stdout, "stderr_lines": done.stderr.strip().splitlines()[-3:]})
         print(f"{label} run {n + 1}: {seconds:.1f} s, {runs[-1]['speedup']:.2f}x, load average "

@@ -18,6 +18,7 @@ only from the JSON, so a new run changes the tables and no prose; git keeps the 
 """
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -185,7 +186,7 @@ def end_to_end_table(results, source):
               "predicted, same K", "one K: speedup (IQR)", "t_score / t_target at that K"]
     first = found[0][1]
     return [f"N = {first.N} tokens after a prompt of {results['settings']['prompt_tokens']} tokens, {first.repeats} "
-            "repeats interleaved (each K, then autoregressive, the same seed per repeat); a speedup is the median "
+            f"repeats interleaved ({run_order(first)}); a speedup is the median "
             "of the repeat-by-repeat ratios autoregressive / speculative seconds, its interquartile range in "
             "brackets:", "",
             *table_lines(header, rows)]
@@ -287,7 +288,7 @@ def speed_end_to_end(results, source):
         measured_K, predicted_K = m.best_K
         rows.append([pair_label(m), f"{m.controls['temperature']:g}", f"{m.alpha_hat:.2f}",
                      f"K = {K}: {speedup.speedup_text(m.by_K[K])}", f"{m.by_K[K].predicted:.2f}x",
-                     f"K = {measured_K}: {m.by_K[measured_K].speedup:.2f}x", f"K = {predicted_K}"])
+                     f"K = {measured_K}: {m.by_K[measured_K].speedup:.2f}x; {best_K_cell(m)}", f"K = {predicted_K}"])
     first = found[0][1]
     return [f"Speculative against autoregressive sampling, N = {first.N} tokens, {first.repeats} repeats "
             "interleaved, costs read inside the loops; speedup = the median of the repeat-by-repeat ratios, "
@@ -648,7 +649,18 @@ def quick_start(results, source):
     average, and how long each step of the quick start took, over every kept save."""
     s, saves = results["speculate"], kept_saves(results)
     return ["```text", f"$ {s['command']}", *s["runs"][0]["stdout"].rstrip("\n").splitlines(), "```", "",
-            f"{speedup_sentence(saves)} {durations_sentence(saves)}"]
+            f"{speedup_sentence(saves)} {durations_sentence(saves)}{verdicts_text(s['runs'])}"]
+
+
+def verdicts_text(runs):
+    """How many of the last save's runs the command's own verdict (measure/compare.py's, 95%) called
+    faster, slower or not resolved; nothing for saves that did not record it."""
+    said = [run["verdict"] for run in runs if run.get("verdict")]
+    if not said:
+        return ""
+    counts = {verdict: said.count(verdict) for verdict in ("faster", "slower", "not resolved") if verdict in said}
+    return (f" Its own verdict (the pairs of each run, 95%) said {', '.join(f'{n} {v}' for v, n in counts.items())} "
+            f"in {len(said)} runs.")
 
 
 def busy_machine(results, source):
@@ -780,9 +792,8 @@ def speed_trees(results, source):
 def speed_verifiers(results, source):
     """Block verification beside token-wise verification at one K, per pair and temperature (the
     bench's "speculative" entries with "block": the same interleaved repeats, the same seeds):
-    tokens per target call and the speedup with its spread, and whether the repeats order them."""
-    from picogpt.course.speed_panels import indistinguishable_from_best
-
+    tokens per target call and the speedup with its spread, and what measure/compare.py concludes
+    from the pairs, on the wall clock."""
     entries = [entry for entry in results.get("speculative", []) if "block" in entry]
     if not entries:
         return ["The committed results hold no measurement of block verification (`python -m picogpt bench --save` "
@@ -791,19 +802,52 @@ def speed_verifiers(results, source):
     for entry in entries:
         token, block = speedup.from_dict(entry["measurement"]), speedup.from_dict(entry["block"])
         K = block.Ks[0]
-        runs = {"token by token": token.by_K[K].speedup_runs, "block": block.by_K[K].speedup_runs}
-        best, tied = indistinguishable_from_best(runs)
+        verdict = speedup.versus("block", block.by_K[K], "token by token", token.by_K[K])
         rows.append([pair_label(block), f"{block.controls['temperature']:g}", f"{K}",
                      f"{token.by_K[K].tokens_per_loop:.2f} / {block.by_K[K].tokens_per_loop:.2f}",
                      speedup.speedup_text(token.by_K[K]), speedup.speedup_text(block.by_K[K]),
-                     f"{best} faster" if tied == [best] else "not resolved"])
+                     verdict_cell(verdict)])
     first = speedup.from_dict(entries[0]["block"])
     return [f"Block verification ([notebook 08](../notebooks/08-verify-the-block.ipynb)) beside token-by-token "
             f"verification, N = {first.N} tokens, {first.repeats} repeats interleaved with the runs above (the same "
             "seeds); speedup = the median of the repeat-by-repeat ratios over autoregressive sampling, their "
-            "interquartile range in brackets; \"resolved\" when the two ranges do not overlap:", "",
+            "interquartile range in brackets; the verdict is measure/compare.py's: the ratio of the two times "
+            "repeat by repeat (the same seed), its median and 95% sign-test interval:", "",
             *table_lines(["draft -> target", "temperature", "K", "tokens per target call, token / block",
-                          "speedup, token by token", "speedup, block", "resolved"], rows)]
+                          "speedup, token by token", "speedup, block", "block against token by token, paired"], rows)]
+
+
+def run_order(m):
+    """How a measurement's repeats ran: results that keep each repeat's times ran in alternating order."""
+    if m.autoregressive_runs_s:
+        return "each K and autoregressive, the same seed per repeat, the order reversed every other repeat"
+    return "each K, then autoregressive, the same seed per repeat"
+
+
+def best_K_cell(m):
+    """Whether the pairs resolve the best K (measure/compare.best_of, 95% overall), in a few words."""
+    from picogpt.measure import compare
+    runs = {K: speedup.speedups_by_repeat(m, K) for K in m.Ks}
+    if not all(runs.values()):
+        return "not judged: saved without each repeat's times"
+    best, comparisons = compare.best_of(runs, compare.SPEEDUP)
+    tied = [K for K, c in comparisons.items() if not c.a_better]
+    return ("resolved, 95% overall" if not tied
+            else f"not resolved from K = {', '.join(str(K) for K in sorted(tied))} ({m.repeats} pairs, 95% overall)")
+
+
+def verdict_cell(c):
+    """A comparison in a table cell: 'block faster: 1.08 (95% 1.03-1.12, 10 pairs)', 'not resolved: ...',
+    or why there is none."""
+    from picogpt.measure import compare
+    if c is None:
+        return "not judged: saved without each repeat's times"
+    head = f"{c.a} {c.words.better if c.a_better else c.words.worse}" if c.resolved else "not resolved"
+    if math.isnan(c.low):
+        return f"{head}: {c.n} pairs, too few for a {compare.percent_text(c.confidence)} interval"
+    return (f"{head}: {compare.number(c.median)} ({compare.percent_text(c.confidence)} "
+            f"{compare.number(c.low, 1.0 if c.resolved else None)}-{compare.number(c.high, 1.0 if c.resolved else None)}, "
+            f"{c.n} pairs)")
 
 
 BENCH = "benchmarks/bench.json"
