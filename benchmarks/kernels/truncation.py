@@ -2,15 +2,16 @@
 np.sort before it (former.py), on rows of every kind, and in the quick start's command.
 
     python benchmarks/kernels/truncation.py rows --rounds 9        # one filter call, per kind of row
-    python benchmarks/kernels/truncation.py command --rounds 5     # the quick start, --top-k 5 / --top-p 0.9
+    python benchmarks/kernels/truncation.py command --rounds 6     # the quick start, --top-k 5 / --top-p 0.9
 
 `rows` times, in one process, each filter (top-k 5 and top-p 0.9, before and now) on each kind of
 row: the teaching pair's draft row and target rows (K + 1 = 5 of them, as the scoring call hands
 them over) after "And God said", random logits, a constant row, and logits of 50 distinct values.
 Beside them, in the same rounds, it times what a draft call of the loop costs (one token of the
-draft on its KV cache, softmax64 of its logits): truncation is worth its place if it is a small
-fraction of that. Every round takes the items in turn (the order reversed every other round), so a
-change in the machine's load hits all of them; a ratio is taken within a round.
+draft on its KV cache, softmax64 of its logits), and softmax64 of one row alone (the float64
+distribution every call pays): truncation is worth its place if it is a small fraction of that.
+Every round takes the items in turn (the order reversed every other round), so a change in the
+machine's load hits all of them; a ratio is taken within a round.
 
 `command` runs the quick start's command (`python -m picogpt speculate ... --compare --json`) in
 fresh processes: without truncation, with --top-k 5 and with --top-p 0.9, each also with the
@@ -21,6 +22,7 @@ here (or --out), each mode under its own key.
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -55,7 +57,7 @@ def rows_of_every_kind():
             "constant": np.full(n_vocab, 1 / n_vocab),
             "50 distinct logits": sampling.softmax64(rng.integers(0, 50, n_vocab).astype(np.float64))}
     cache = draft.new_cache()
-    draft(ids, cache)
+    rows_of_every_kind.draft_logits = draft(ids, cache)[-1]  # [n_vocab] float32
 
     def draft_call():  # one token of the draft on its cache, and its distribution
         sampling.softmax64(draft([11], cache)[-1])
@@ -74,7 +76,8 @@ def time_calls(function, calls):
 
 def measure_rows(rounds, calls):
     rows, draft_call = rows_of_every_kind()
-    items = {"draft call": draft_call}
+    logits = rows_of_every_kind.draft_logits
+    items = {"draft call": draft_call, "softmax64 of one row": lambda: sampling.softmax64(logits)}
     for kind, probs in rows.items():
         for way, (top_k_filter, top_p_filter) in FILTERS.items():
             items[f"{kind} | top-k {TOP_K} | {way}"] = lambda f=top_k_filter, p=probs: f(p, TOP_K)
@@ -101,8 +104,10 @@ def measure_rows(rounds, calls):
             print(f"{kind:32s} {control:9s} now/before {summary[f'{kind} | {control}']['now / before']:.3f}  "
                   f"now/draft call {summary[f'{kind} | {control}']['now / draft call']:.3f}  "
                   f"before/draft call {summary[f'{kind} | {control}']['before / draft call']:.3f}", flush=True)
-    return {"rounds": rounds, "calls": calls, "load_before_rounds": loads, "load_after": machine.load_average(),
-            "times_s": times, "summary": summary}
+    softmax_share = float(np.median(np.divide(times["softmax64 of one row"], times["draft call"])))
+    print(f"softmax64 of one row / draft call {softmax_share:.3f}")
+    return {"rounds": rounds, "calls": calls, "softmax64 / draft call": softmax_share, "load_before_rounds": loads,
+            "load_after": machine.load_average(), "times_s": times, "summary": summary}
 
 
 def command_line(way, truncation):
@@ -142,7 +147,7 @@ def measure_command(rounds):
                                       "speedup / same round's without truncation": float(np.median(ratios))}
         print(f"{name:14s} {way:6s} speedup {np.median(speedups):.2f}x ({min(speedups):.2f}-{max(speedups):.2f}), "
               f"/ without truncation in the same round {np.median(ratios):.2f}")
-    return {"rounds": rounds, "command": "python -m picogpt " + " ".join(QUICK_START), "runs": runs, "summary": summary}
+    return {"rounds": rounds, "command": "python -m picogpt " + shlex.join(QUICK_START), "runs": runs, "summary": summary}
 
 
 def main(argv=None):
