@@ -170,9 +170,9 @@ def nucleus(row, top_p):
     52 are its exponent, in the order of the values). Should rounding leave that head short of
     top_p, the whole row is sorted, as a flat row needs anyway."""
     threshold = top_p - TOP_P_ROUNDING
-    row = np.ascontiguousarray(row, np.float64)
     candidates = row[row >= (1 - top_p) / (2 * len(row))]  # [n_candidates]
-    exponent = (candidates.view(np.uint64) >> np.uint64(52)).astype(np.intp)  # [n_candidates]
+    bits = np.asarray(candidates, np.float64).view(np.uint64)  # [n_candidates]
+    exponent = (bits >> np.uint64(52)).astype(np.intp)  # [n_candidates]
     mass_from = np.bincount(exponent, weights=candidates)[::-1].cumsum()[::-1]  # [n_exponents]: at or above each
     reaching = np.flatnonzero(mass_from >= top_p)
     head = candidates[exponent >= reaching[-1]] if len(reaching) else row
@@ -181,7 +181,7 @@ def nucleus(row, top_p):
     if cumulative[-1] < threshold:  # rounding: the whole row
         head = -np.sort(-row)
         cumulative = head.cumsum()
-    mass_before = np.concatenate([[0.0], cumulative[:-1]])
+    mass_before = np.concatenate([np.zeros(1, cumulative.dtype), cumulative[:-1]])
     k = max(1, int((mass_before < threshold).sum()))
     return k, head[k - 1]
 
