@@ -4,6 +4,7 @@ one shared product, paired inside fresh processes.
 
     python benchmarks/kernels/pool.py --processes 4 --blocks 5
     python benchmarks/kernels/pool.py --layers omp,omp-passive --shapes small
+    python benchmarks/kernels/pool.py --decodes --shapes small --out benchmarks/kernels/results-pool-decode.json
 
 A decode of GPT-2 small shares 48 products among the threads, XL 192; each pays the wake-up of
 the threads that take part (decode_profile.py measures it inside a decode). A pool whose workers
@@ -13,14 +14,18 @@ wake faster than a Python thread blocked on a queue. Each process runs one threa
 - omp: numba's OpenMP layer on GNU libgomp, its default wait policy;
 - omp-passive: the same with OMP_WAIT_POLICY=passive (workers sleep at once: the spin's share);
 - tbb: numba's TBB layer (the `tbb` wheel from PyPI; its libtbb found through LD_LIBRARY_PATH);
-- workqueue: numba's own portable layer, which no worker spins in.
+- workqueue: numba's own portable layer, the one always present.
 
 and times, in turn, block after block (the order reversed every other block): an empty region on
 picogpt's threads (threads.parallel over 2 bands per thread, as compiled_rows cuts them) and an
 empty prange region over as many bands; then one row times a weight of GPT-2's shapes with the
 compiled band_product over those bands, on picogpt's threads (kernels.compiled_rows) and in a
 prange loop, and the package's one-row product (kernels.split_inputs: OpenBLAS per band) beside
-them. Every worker count is the threads picogpt uses (n_threads). Results: results-pool.json here.
+them. With --decodes, also whole one-token decodes (128 positions cached) of a model of each
+shape's GPT-2 with random weights in memory, three ways: the package's products; the compiled
+loops for one row too, on picogpt's threads; the same loops in prange (`prange_matmul`). Every
+worker count is the threads picogpt uses (n_threads). The tbb layer needs `pip install tbb` in the
+environment. Results: results-pool.json here (or --out).
 """
 
 import argparse
@@ -101,11 +106,93 @@ def items_of(shape):
     return items, numba.threading_layer()
 
 
-def child(shape_names, blocks, calls, reverse):
+def prange_matmul(rows, head_loop):
+    """kernels.compiled_matmul with its threads replaced by prange loops: a few rows (one
+    included) with band_product over compiled_rows' bands, the LM head with head_product over
+    compiled_head's; many rows and small matrices as the package computes them."""
+    import numba
+
+    @numba.njit(parallel=True)
+    def head_bands(x, E, out, edges, lead):
+        for k in numba.prange(len(edges) - 1):
+            head_loop(x, E, out, edges[k], edges[k + 1], lead)
+
+    def matmul(x, W):
+        route = kernels.route(x, W)
+        if route == "numpy" or x.shape[0] > kernels.FEW_ROWS:
+            return kernels.PRODUCTS[route](x, W)
+        x = np.ascontiguousarray(x)
+        if W.flags.c_contiguous:  # x @ W: bands of W's input rows, a partial sum each
+            n_in = x.shape[1]
+            n_bands = max(1, min(threads.n_threads() * kernels.BANDS_PER_THREAD, n_in // 8))
+            edges = np.array([8 * ((n_in // 8) * k // n_bands) for k in range(n_bands)] + [n_in], np.int64)
+            partial = kernels.empty_aligned_with((n_bands, x.shape[0], W.shape[1]), W)
+            partial[...] = 0
+            rows(x, W, partial, edges, kernels.lead(W))
+            return partial.sum(0)
+        E = W.T  # the LM head: wte [n_vocab, n_embd]
+        x_aligned = kernels.empty_aligned_with(x.shape, E)
+        x_aligned[...] = x
+        out = np.empty((x.shape[0], E.shape[0]), np.float32)
+        n_bands = threads.n_threads() * threads.CHUNKS_PER_THREAD
+        edges = np.array([E.shape[0] * k // n_bands for k in range(n_bands + 1)], np.int64)
+        head_bands(x_aligned, E, out, edges, kernels.lead(E))
+        return out
+    return matmul
+
+
+def threads_bands_matmul(x, W):
+    """kernels.compiled_matmul, but one row too through the compiled loops on picogpt's threads
+    (compiled_rows, compiled_head): the same products as prange_matmul, on the other pool."""
+    route = kernels.route(x, W)
+    if x.shape[0] == 1 and route in ("split_inputs", "split_outputs"):
+        route = "compiled_head" if route == "split_outputs" else "compiled_rows"
+    return kernels.PRODUCTS[route](x, W)
+
+
+def decode_items(model_name):
+    """{way: a one-token decode} of a model of GPT-2's shapes with random weights, in memory."""
+    from picogpt.gpt2 import GPT2Config
+    from picogpt.io.params import expected_shapes, params_from_tensors
+    from picogpt.model import GPT2
+
+    n_layer, n_embd, n_head = {"small": (12, 768, 12), "xl": (48, 1600, 25)}[model_name]
+    config = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_ctx=1024, n_vocab=50257)
+    rng = np.random.default_rng(0)
+    tensors = {name: rng.standard_normal(shape, np.float32) * 0.02 for name, shape in expected_shapes(config).items()}
+    model = GPT2(params_from_tensors(tensors, config), config, f"random {model_name}").prepare()
+    cache = model.new_cache()
+    model(list(range(CONTEXT)), cache)
+    _, rows, _ = prange_loops()
+    ways = {"decode: the package (compiled_matmul)": model.matmul,
+            "decode: compiled bands on picogpt's threads": threads_bands_matmul,
+            "decode: compiled bands in prange": prange_matmul(rows, compiled.loops().head)}
+
+    def decode(matmul):
+        model.matmul = matmul
+        model([11], cache)
+        cache.truncate(CONTEXT)
+
+    reference = None
+    for matmul in ways.values():
+        model.matmul = matmul
+        logits = model([11], cache)
+        cache.truncate(CONTEXT)
+        reference = logits if reference is None else reference
+        np.testing.assert_allclose(logits, reference, rtol=1e-3, atol=1e-3)
+    return {way: (lambda m=matmul: decode(m)) for way, matmul in ways.items()}
+
+
+CONTEXT = 128  # positions cached before each timed decode
+
+
+def child(shape_names, blocks, calls, reverse, decodes):
     kernels.choose()  # NumPy's BLAS on one thread, as a model's preparation leaves it
     record = {}
     for shape_name in shape_names:
         items, layer = items_of(SHAPES[shape_name])
+        if decodes:
+            items |= decode_items(shape_name)
         times = {name: [] for name in items}
         for block in range(blocks):
             order = list(items)[::-1] if (block % 2) ^ reverse else list(items)
@@ -128,12 +215,13 @@ def main(argv=None):
     parser.add_argument("--processes", type=int, default=4, help="per layer, alternating in order")
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--calls", type=int, default=50, help="calls of each item per block")
+    parser.add_argument("--decodes", action="store_true", help="also whole one-token decodes, random weights")
     parser.add_argument("--out", type=Path, default=HERE / "results-pool.json")
     parser.add_argument("--child", choices=["forwards", "backwards"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     shapes = args.shapes.split(",")
     if args.child:
-        print(json.dumps(child(shapes, args.blocks, args.calls, args.child == "backwards")))
+        print(json.dumps(child(shapes, args.blocks, args.calls, args.child == "backwards", args.decodes)))
         return
     layers = args.layers.split(",")
     runs = []
@@ -142,8 +230,9 @@ def main(argv=None):
             order = "backwards" if process % 2 else "forwards"
             env = os.environ | {"NUMBA_NUM_THREADS": str(threads.n_threads())} | LAYERS[layer]
             load_before = machine.load_average()
-            done = subprocess.run([sys.executable, __file__, "--child", order, "--shapes", args.shapes, "--blocks",
-                                   str(args.blocks), "--calls", str(args.calls)], env=env, capture_output=True, text=True)
+            command = [sys.executable, __file__, "--child", order, "--shapes", args.shapes, "--blocks", str(args.blocks),
+                       "--calls", str(args.calls)] + ["--decodes"] * args.decodes
+            done = subprocess.run(command, env=env, capture_output=True, text=True)
             if done.returncode:
                 raise SystemExit(f"{layer}: exit status {done.returncode}: {done.stderr.strip()[-2000:]}")
             result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -157,11 +246,18 @@ def main(argv=None):
     summary = {}
     for layer in layers:
         for shape in shapes:
-            for ours, theirs in (("empty region: picogpt's threads", "empty region: prange"),
-                                 ("one row x W: picogpt's threads (compiled_rows)", "one row x W: prange")):
+            pairs = [("empty region: picogpt's threads", "empty region: prange"),
+                     ("one row x W: picogpt's threads (compiled_rows)", "one row x W: prange")]
+            if args.decodes:
+                pairs += [("decode: compiled bands on picogpt's threads", "decode: compiled bands in prange"),
+                          ("decode: the package (compiled_matmul)", "decode: compiled bands in prange")]
+            for ours, theirs in pairs:
                 ratios = [b / a for run in runs if run["layer"] == layer
                           for a, b in zip(run["times_s"][shape][ours], run["times_s"][shape][theirs])]
-                key = f"{layer} | {shape} | {theirs.split(':')[0]}"
+                what = theirs.split(":")[0]
+                if what == "decode":
+                    what = f"decode, over {ours.split(': ')[1]}"
+                key = f"{layer} | {shape} | {what}"
                 summary[key] = {"prange / picogpt's threads": float(np.median(ratios)),
                                 "range": [float(min(ratios)), float(max(ratios))],
                                 "prange faster in": f"{sum(r < 1 for r in ratios)} of {len(ratios)} blocks",
