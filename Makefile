@@ -14,12 +14,19 @@ CHROMIUM := /usr/bin/chromium
 install: $(STAMP)
 	@echo "installed into $(VENV): run the command line as $(BIN)/python -m picogpt (or source $(BIN)/activate first)"
 
+# setuptools announces every editable install with a BuildBackendWarning banner ("Editable
+# installation ... be careful with folders ... with the same name as your package"), information
+# only: EDITABLE hides that one warning (Python's own filter, matched on its first words, passed
+# to pip's build process); every other warning and error still shows.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -c "from picogpt.fast import compiled; compiled.loops()"
-	touch $(STAMP)
+	@echo "making $(VENV): picogpt and the course's dependencies ([dev] in pyproject.toml: NumPy, JupyterLab, matplotlib, numba, pytest; about 800 MB) from the package index, then picogpt's compiled kernels; 30 s to 2 minutes on a fresh clone (tools/first_hour.py)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -c "from picogpt.fast import compiled; compiled.loops()"
+	@touch $(STAMP)
 
 ## make test: create .venv, install, run the unit tests, then execute every notebook
 ## (pytest-xdist spreads them over the cores: PYTEST_WORKERS=1 runs them one at a time; a core that
@@ -57,7 +64,7 @@ test-oldest: $(OLDEST)/.installed
 $(OLDEST)/.installed: pyproject.toml constraints-oldest.txt
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
-	$(OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt -e '.[dev]'
+	$(EDITABLE) $(OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt -e '.[dev]'
 	touch $@
 
 ## make browser-test: run every notebook in JupyterLab in headless Chromium, use its widgets, check its figures
@@ -67,7 +74,7 @@ browser-test: $(BROWSER_STAMP) $(CHROMIUM)
 	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} timeout -k 30 1300 $(BIN)/python tools/browser_test.py
 
 $(BROWSER_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,browser]'
+	$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[dev,browser]'
 	touch $(BROWSER_STAMP)
 
 $(CHROMIUM):

@@ -175,56 +175,121 @@ def cmd_generate(args):
 
 
 def speculate_report(args, draft, target, result, ars, measurements):
-    """The JSON object of `speculate --json`: the first run's tokens, and with --compare the
-    medians of the timed runs and the speedup (the median of the run-by-run ratios, speedup_runs
-    their median and interquartile range) of --verify's verifier, and under "verifiers" each
-    verifier measured (token by token always; block verification too with --verify block)."""
+    """The JSON object of `speculate --json`: the first run of --verify's chain (its tokens, text,
+    seconds and tokens per loop: the run the text shows), and with --compare the first
+    autoregressive run (ars_*), the medians over the repeats (median_seconds, ars_median_seconds),
+    the speedup (the median of the repeat-by-repeat ratios; speedup_runs their quartiles), the
+    verdict measure/compare.py draws from the pairs, and under "verifiers" each verifier measured
+    (token by token always; block verification too with --verify block) with its tokens per loop
+    over all runs and each repeat's seconds and tokens per loop (the pairs of the verdicts)."""
     from .io.tokenizer import tokenizer
+    from .measure import compare
+    from .measure.speedup import versus, versus_autoregressive
 
     report = dict(draft=draft.name, target=target.name, prompt=args.prompt, N=args.N, K=args.K, verify=args.verify,
                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                   seed=None if greedy(args) else args.seed,
                   tokens=result.tokens, text=tokenizer().decode(result.tokens), loops=len(result.loops),
-                  accepted=result.accepted, alpha_hat=result.alpha_hat,
                   tokens_per_loop=result.tokens_per_loop, seconds=result.seconds)
+    if args.tree:
+        return report | dict(K=None, tree=list(result.shape))
+    report.update(K_drafted=K_drafted(result), accepted=result.accepted, alpha_hat=result.alpha_hat)
     if measurements is not None:
         m, at = measurements[args.verify], measurements[args.verify].by_K[args.K]
-        report.update(repeats=m.repeats, seconds=at.seconds.median,
-                      ars_tokens=ars.tokens, ars_text=tokenizer().decode(ars.tokens),
-                      ars_seconds=m.autoregressive_s.median, speedup=at.speedup,
+        report.update(repeats=m.repeats, median_seconds=at.seconds.median,
+                      ars_tokens=ars.tokens, ars_text=tokenizer().decode(ars.tokens), ars_seconds=ars.seconds,
+                      ars_median_seconds=m.autoregressive_s.median, speedup=at.speedup,
                       speedup_runs=dataclasses.asdict(at.speedup_runs),
-                      verifiers={verify: dict(tokens_per_loop=v.by_K[args.K].tokens_per_loop,
-                                              seconds=v.by_K[args.K].seconds.median, speedup=v.by_K[args.K].speedup,
-                                              speedup_runs=dataclasses.asdict(v.by_K[args.K].speedup_runs))
+                      verdict=compare.sentence(versus_autoregressive(m, args.K, chain_name(args))),
+                      verifiers={verify: dict(tokens_per_loop_all_runs=v.by_K[args.K].tokens_per_loop,
+                                              median_seconds=v.by_K[args.K].seconds.median,
+                                              speedup=v.by_K[args.K].speedup,
+                                              speedup_runs=dataclasses.asdict(v.by_K[args.K].speedup_runs),
+                                              runs_s=v.by_K[args.K].runs_s,
+                                              tokens_per_loop_runs=v.by_K[args.K].tokens_per_loop_runs)
                                  for verify, v in measurements.items()})
+        if len(measurements) > 1:
+            token, chosen = measurements["token"].by_K[args.K], at
+            report["verifier_verdicts"] = [compare.sentence(versus(args.verify, chosen, "token", token, words))
+                                           for words in (compare.TOKENS_PER_CALL, compare.TIME)]
     return report
+
+
+def chain_name(args):
+    return "speculative sampling" + ("" if args.verify == "token" else f" ({args.verify} verification)")
 
 
 def compare(args, draft, target, ids, on_loop):
     """--compare: measure/speedup.measure_chains, as the bench and notebook 05 time it (a warm-up of
-    every algorithm, then `--repeats` interleaved timed runs of each, seeds seed .. seed + repeats - 1):
-    autoregressive sampling, Algorithm 2 token by token, and the chain of --verify when it is another
-    verifier. Returns (first run of --verify's chain, first autoregressive run, {verify: SpeedupMeasurement})."""
+    every algorithm, then `--repeats` interleaved timed runs of each, seeds seed .. seed + repeats - 1,
+    the order alternated): --verify's chain first (its first run is the one streamed), Algorithm 2
+    token by token when --verify names another verifier, and autoregressive sampling. Returns (the
+    first run of --verify's chain, the first autoregressive run, {verify: SpeedupMeasurement})."""
     from .measure.speedup import measure_chains
     from .speculative import Chain
 
     chosen, first = Chain(args.K, args.verify), {}  # chain (None: autoregressive) -> its first timed run, printed
-    measurements = measure_chains(draft, target, ids, args.N, [Chain(args.K), chosen], repeats=args.repeats,
+    measurements = measure_chains(draft, target, ids, args.N, [chosen, Chain(args.K)], repeats=args.repeats,
                                   seed=args.seed, **sampling_controls(args), on_loop=on_loop, progress=not args.json,
                                   on_run=lambda chain, run: first.setdefault(chain, run))
     return first[chosen], first[None], measurements
 
 
+def K_drafted(result):
+    """The most drafts a loop of `result` proposed: K, or fewer where the context had no room left."""
+    return max((loop.K for loop in result.loops), default=0)
+
+
+def K_text(args, result):
+    """'K=4', or what the loops drafted when the context left capped K."""
+    drafted = K_drafted(result)
+    if drafted >= args.K:
+        return f"K={args.K}"
+    return f"K capped at {drafted} by the context left (asked -K {args.K})"
+
+
+def speculate_method(args):
+    """What `speculate` runs: Algorithm 2's chain of K drafts (speculative.Chain), or with --tree a
+    token tree of that shape (tree.TreeShape), each with --verify's verifier. One line otherwise."""
+    from .speculative import VERIFIERS, Chain
+    from .tree import VERIFIERS as TREE_VERIFIERS
+    from .tree import TreeShape, validate_shape
+
+    if args.tree is None:
+        if args.verify not in VERIFIERS:
+            raise PicoGPTError(f"--verify {args.verify} verifies a token tree: give its shape too, e.g. --tree 2,2 "
+                               f"(a chain's verifiers: {', '.join(VERIFIERS)})")
+        return Chain(args.K, args.verify)
+    try:
+        shape = tuple(int(m) for m in args.tree.split(","))
+    except ValueError:
+        shape = args.tree
+    shape = validate_shape(shape, max_nodes=10**6)
+    if args.verify not in TREE_VERIFIERS:
+        raise PicoGPTError(f"--verify {args.verify} with --tree: a tree's verifiers are {', '.join(TREE_VERIFIERS)} "
+                           "(traversal on a chain-shaped tree such as --tree 1,1,1 is block verification)")
+    if args.compare:
+        raise PicoGPTError("--compare times chains: drop --tree, or see `python -m picogpt bench` for trees "
+                           "measured against a chain and autoregressive sampling")
+    return TreeShape(shape, args.verify)
+
+
 def cmd_speculate(args):
     from .course import course_pair_names
     from .io.tokenizer import tokenizer
+    from .measure.compare import fewest_pairs
     from .measure.speedup import warm_up
-    from .speculative import Chain
 
+    if args.repeats is not None and not args.compare:
+        raise PicoGPTError(f"--repeats {args.repeats} times the runs of --compare, and --compare is not given: "
+                           "add --compare, or leave --repeats out")
+    if args.repeats is None:
+        args.repeats = fewest_pairs()
     default_draft, default_target = (args.draft, args.target) if args.draft and args.target else course_pair_names()
     ids = parse_request(args, args.target or default_target)
     if args.repeats < 1:
         raise PicoGPTError(f"--repeats {args.repeats}: the number of timed runs of each algorithm must be at least 1")
+    method = speculate_method(args)
     draft = load_gpt2_vocab_model(args.draft or default_draft, args.in_memory)
     target = load_gpt2_vocab_model(args.target or default_target, args.in_memory)
     validate_request(args, ids, (draft, target))
@@ -232,7 +297,6 @@ def cmd_speculate(args):
     on_loop = StreamedText(tokenizer(), args.N) if stream else None
     if stream:
         print(args.prompt, end="", flush=True)
-    method = Chain(args.K, args.verify)
     if args.compare:
         result, ars, measurements = compare(args, draft, target, ids, on_loop)
     else:
@@ -243,8 +307,15 @@ def cmd_speculate(args):
         print(json.dumps(speculate_report(args, draft, target, result, ars, measurements)))
         return
     verification = "" if args.verify == "token" else f", {args.verify} verification"
-    print(f"\n[speculative: draft {draft.name}, target {target.name}, K={args.K}{verification}, {seed_text(args)}]")
-    print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s); "
+    if args.tree:
+        print(f"\n[token tree: draft {draft.name}, target {target.name}, shape {result.shape}{verification}, "
+              f"{seed_text(args)}]")
+        print(f"  {len(result.tokens)} tokens in {result.seconds:.2f} s; {loops_line(result)}")
+        return
+    print(f"\n[speculative: draft {draft.name}, target {target.name}, {K_text(args, result)}{verification}, "
+          f"{seed_text(args)}]")
+    first = "  the run above: " if measurements is not None else "  "
+    print(f"{first}{len(result.tokens)} tokens in {result.seconds:.2f} s ({result.tokens_per_s:.1f} tokens/s); "
           f"{loops_line(result)}; observed acceptance alpha_hat = {result.alpha_hat:.2f}")
     if measurements is not None:
         print_comparison(args, result, ars, measurements)
@@ -259,23 +330,27 @@ def loops_line(result):
 
 
 def print_comparison(args, result, ars, measurements):
-    """--compare's lines: both algorithms' median times, and the speedup as measure/speedup.py
-    reports it everywhere (the median of the run-by-run ratios, with their interquartile range);
-    with two verifiers, each one's tokens per loop and speedup, and whether the repeats order them."""
+    """--compare's lines, each figure saying what it is (the run above, the first autoregressive
+    run, or the median of the repeats): both algorithms' median times, the speedup as
+    measure/speedup.py reports it everywhere (the median of the run-by-run ratios, with their
+    interquartile range) and the verdict measure/compare.py draws from the same pairs; with two
+    verifiers, each one's tokens per loop and speedup, and the verifiers compared pair by pair."""
     from .course.block_panels import verifier_lines
     from .io.tokenizer import tokenizer
-    from .measure.speedup import speedup_text
+    from .measure import compare
+    from .measure.speedup import speedup_text, versus_autoregressive
 
     m = measurements[args.verify]
     at = m.by_K[args.K]
+    median = f"median of {m.repeats} runs" if m.repeats > 1 else "one run"
+    print(f"  {median}: {at.seconds.median:.2f} s")
     print(f"[autoregressive: target {m.target}, " + ("greedy]" if greedy(args) else f"the same {seed_text(args, m.repeats)}]"))
-    print(f"  {m.N} tokens in {m.autoregressive_s.median:.2f} s ({m.N / m.autoregressive_s.median:.1f} tokens/s)"
-          + (f", median of {m.repeats} runs" if m.repeats > 1 else ""))
-    runs = (f"median over {m.repeats} interleaved runs of each after a warm-up" if m.repeats > 1
-            else "one run of each after a warm-up")
+    print(f"  {median}: {m.N} tokens in {m.autoregressive_s.median:.2f} s ({m.N / m.autoregressive_s.median:.1f} tokens/s)")
     pairing = "of the same repeat" if greedy(args) else "of the same seed"
+    order = "in alternating order" if m.repeats > 1 else ""
     print(f"  speedup {speedup_text(at) if m.repeats > 1 else f'{at.speedup:.2f}x'}: autoregressive seconds / "
-          f"speculative seconds {pairing}, {runs}")
+          f"speculative seconds {pairing}, {median} of each after a warm-up{', ' + order if order else ''}")
+    print("  " + compare.sentence(versus_autoregressive(m, args.K, chain_name(args))))
     if len(measurements) > 1:
         print("[verifiers, in the same interleaved runs]")
         print("\n".join("  " + line for line in verifier_lines(measurements, args.K)))
@@ -283,7 +358,7 @@ def print_comparison(args, result, ars, measurements):
     whose = "outputs" if greedy(args) else f"outputs of seed {args.seed}"
     print(f"  {whose}: " + ("identical (greedy)" if same else "different samples, same distribution"))
     if not same:
-        print(f"  autoregressive text: {shown(repr(tokenizer().decode(ars.tokens)))}")
+        print(f"  autoregressive text (its first run): {shown(repr(tokenizer().decode(ars.tokens)))}")
 
 
 def add_sampling_flags(parser):
@@ -384,6 +459,7 @@ examples:
 examples:
   python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --compare
   python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --verify block --compare   (both verifiers)
+  python -m picogpt speculate --prompt "And God said" -n 64 --tree 2,2 --verify traversal   (a token tree)
   python -m picogpt speculate --draft gpt2 --target gpt2-xl --temperature 0   (greedy: XL's own greedy text)
   python -m picogpt speculate --prompt "In the beginning" --json""",
     "bench": """\
@@ -461,6 +537,7 @@ def bench_help_cost():
 def build_parser():
     from . import __version__
     from .speculative import VERIFIERS
+    from .tree import VERIFIERS as TREE_VERIFIERS
 
     parser = Parser(prog="python -m picogpt", description=DESCRIPTION, epilog=EXAMPLES[None], formatter_class=formatter)
     parser.add_argument("--version", action="version", version=f"picogpt {__version__}")
@@ -483,14 +560,18 @@ def build_parser():
     speculate.add_argument("--target", default=None, help="target model q (default: the course target)")
     speculate.add_argument("-K", type=int, default=4, help="draft tokens per loop, K (default 4)")
     add_sampling_flags(speculate)
-    speculate.add_argument("--verify", choices=sorted(VERIFIERS), default="token",
+    speculate.add_argument("--verify", choices=sorted(set(VERIFIERS) | set(TREE_VERIFIERS)), default="token",
                            help="how the drafts are judged: token (Algorithm 2, token by token; the default) or block "
-                                "(block verification, Sun et al. 2025: the block judged together)")
+                                "(block verification, Sun et al. 2025: the block judged together); with --tree, token "
+                                "(from the root) or traversal (from the leaves, Weng et al. 2025)")
+    speculate.add_argument("--tree", default=None, metavar="SHAPE",
+                           help="draft a token tree instead of a chain: candidates per level, e.g. 2,2 or 3,1,1")
     speculate.add_argument("--compare", action="store_true",
                            help="also sample the target autoregressively and report the speedup: a warm-up, "
                                 "then --repeats interleaved timed runs of each algorithm")
-    speculate.add_argument("--repeats", type=int, default=3,
-                           help="with --compare: timed runs of each algorithm, seeds SEED, SEED+1, ... (default 3)")
+    speculate.add_argument("--repeats", type=int, default=None,
+                           help="with --compare: timed runs of each algorithm, seeds SEED, SEED+1, ..., paired by "
+                                "seed (default 6: the fewest pairs from which a 95%% sign test can conclude)")
     speculate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     bench = add_command(commands, "bench", cmd_bench,
@@ -529,18 +610,21 @@ RUN_A_MODEL = ("generate", "speculate", "bench")
 def check_environment(command):
     """Parse the environment variables `command` reads now, so that a bad value is one line
     before the command prints anything, not an error in the middle of its output: every
-    command's PICOGPT_THREADS, PICOGPT_COURSE_MODELS and PICOGPT_WEIGHTS_DIR, download's
+    command's PICOGPT_THREADS, PICOGPT_COURSE_MODELS, PICOGPT_WEIGHTS_DIR and the Hugging Face
+    cache's folder (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME), download's
     HF_ENDPOINT, and PICOGPT_KERNEL for the commands that run a model (which load the compiled
     kernels anyway; info and download never do)."""
     from .course.pair import forced_pair
     from .fast import compiled
     from .fast.kernels import n_threads
+    from .io.hf_cache import check_cache_variables
     from .io.pins import endpoint
     from .io.registry import weights_dir
 
     n_threads()
     forced_pair()
     weights_dir()
+    check_cache_variables()
     if command == "download":
         endpoint()
     if command in RUN_A_MODEL:

@@ -333,7 +333,12 @@ def load(name_or_path, in_memory=False):
     their size in memory: mapped files stream at a speed that varies with the state of the OS
     page cache (the bench measures both: benchmarks/README.md), and a copy no longer depends on
     the file."""
-    path = resolve(name_or_path)
+    path, verified = resolve(name_or_path)
     name = str(name_or_path) if str(name_or_path) in model_names() else None
     pinned = pinned_config(name, path)  # a copy in the Hugging Face cache: the pinned hyperparameters
-    return load_checkpoint(path, name, in_memory, config_from_hf(pinned, path) if pinned else None)
+    model = load_checkpoint(path, name, in_memory, config_from_hf(pinned, path) if pinned else None)
+    if verified is not None and model.checkpoint_identity != verified:  # the file mapped is not the one verified
+        raise CheckpointError(f"{path} changed in the Hugging Face cache while picogpt loaded it (a link "
+                              "re-pointed, a file replaced), so the file mapped is not the one verified: "
+                              "run the same command again")
+    return model

@@ -15,8 +15,14 @@ tokens of the whole text then as autoregressive sampling from q, by notebook 04'
 positions: an accepted candidate's children were drawn from p at the true context, and a rejected
 candidate's subtree is never looked at. TreeDraft draws a node's candidates without replacement.
 
+Traversal verification (Weng, Hu, Chen, Liu, Mei, Qiu, Tian, Shi 2025, arXiv 2505.12398; notebook
+09) verifies the same tree from its leaves toward the root instead: it judges a whole branch with
+block verification's running weight, and a rejected node hands what it did not supply to its
+parent and its remaining siblings. On a chain it is block verification (speculative.block_step).
+
 Reading order: the tree and the two things a call needs (positions and mask), one scored call,
-the draft that builds a tree, the walk, the loop and the value that names it for a measurement.
+the draft that builds a tree, the walk, traversal verification, the loop and the value that names
+it for a measurement.
 The draft's contract, the checks of a learner's step and the recorder are speculative.py's.
 """
 
@@ -27,7 +33,7 @@ import numpy as np
 
 from .errors import PicoGPTError, echo, shown
 from .gpt2 import causal_mask
-from .rejection import accept_among
+from .rejection import accept_among, block_keep_probability, output_distribution_among, running_weight, weighted_residual
 from .sampling import check_model, distribution, is_whole, random_generator, sample, validate_sampling_args
 from .speculative import Draft, LoopRecorder, checked, draft_for, rows_problem
 
@@ -209,6 +215,102 @@ def walk(tree, q_rows, rng, step=accept_among):
         branch.append(node)
 
 
+def walk_output_distribution(tree, q_rows):
+    """The exact law of what walk emits (with accept_among) for this drafted tree: {emitted tuple:
+    probability}. At each node reached, the multi-candidate step's law (rejection.py) says which
+    child is kept, or which token ends the walk."""
+    law = {}
+
+    def down(node, chance, prefix):
+        children = tree.children(node)
+        emitted = output_distribution_among([tree.tokens[c] for c in children], tree.p[children], q_rows[1 + node])
+        for y in np.flatnonzero(emitted):
+            kept = [c for c in children if tree.tokens[c] == y]
+            if kept:
+                down(kept[0], chance * float(emitted[y]), prefix + (int(y),))
+            else:
+                law[prefix + (int(y),)] = law.get(prefix + (int(y),), 0.0) + chance * float(emitted[y])
+
+    down(ROOT, 1.0, ())
+    return law
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps 3 and 4 on a tree, another way: traverse from the leaves (traversal verification)
+# ---------------------------------------------------------------------------------------------
+#
+# Weng et al. 2025 (arXiv 2505.12398). The paper calls the draft M_s and the
+# target M_b (our p and q), and a node's acceptance p_alpha (our running weight w, as in
+# speculative.block_step). Each node carries w and the row of q after it (q_rows[1 + node]; row 0
+# for the root, whose w is 1). A node's w is block verification's running weight down its
+# branch, w = min(1, w_parent q_parent(x) / p(x)), with the parent's CURRENT w and row.
+# The visit order is depth-first, children before their parent: from the root, go down through
+# each node's first child still standing, test the node reached (one uniform eta against its w).
+# - Accepted: the branch from the root to it is kept, and one token comes from its current row
+#   (q after it if none of its children was rejected, else what their rejections left).
+# - Rejected: it leaves the tree; its parent's row becomes (w q_parent - p)+ and its w becomes
+#   Z / (Z + 1 - w), Z = sum max(0, w q_parent - p), with p the row the rejected node was drawn
+#   from (rejection.weighted_residual, block_keep_probability: block verification's pieces). The
+#   next sibling must be judged with the row it was drawn from: TreeDraft draws WITHOUT
+#   replacement, so that row is p less the rejected tokens (the paper's updated M_s), and it is the
+#   sibling's own row in the tree (drawn independently, it would be p, and exact too).
+# When every node is rejected, the token comes from the root's current row.
+# Exact: averaged over the drafting below it, a node's subtree keeps a branch through it and
+# continues with y with probability w r(y), and rejects it with 1 - w (Weng et al. prove the
+# output exact; notebook 09 gives this argument, by induction on the nodes below a node).
+
+def traversal(tree, q_rows):
+    """The nodes traversal verification tests, in order, with what it knows when it tests each:
+    yields (node, w: the chance its branch is kept given that every node before it was rejected,
+    row [n_vocab]: the distribution of the token after it if kept); last (ROOT, 1.0, the root's
+    row). The order and the numbers do not depend on chance, only where the traversal stops."""
+    rows = [np.asarray(row, np.float64) for row in q_rows]  # q, then what rejections left: rows[1 + node]
+    weight = {ROOT: 1.0}  # w (the paper's p_alpha) of the root and of each node reached
+    standing = {node: tree.children(node) for node in (ROOT, *range(len(tree)))}  # children not yet rejected
+    node = ROOT
+    while True:
+        while standing[node]:  # down through the first child still standing, to a node with none
+            child = standing[node][0]
+            weight[child] = running_weight(weight[node], tree.p[child], rows[1 + node], tree.tokens[child])
+            node = child
+        if node == ROOT:
+            yield ROOT, 1.0, rows[0]
+            return
+        yield node, weight[node], rows[1 + node]
+        # Rejected: the node leaves; its parent must now supply what the branch through it did not.
+        parent = tree.parents[node]
+        standing[parent].pop(0)
+        w, p, q = weight[parent], tree.p[node], rows[1 + parent]
+        weight[parent], rows[1 + parent] = block_keep_probability(w, p, q), weighted_residual(w, p, q)
+        node = parent
+
+
+def traverse(tree, q_rows, rng):
+    """Steps 3 and 4 by traversal verification, with walk's contract: (branch: the kept nodes,
+    root first, token: the one after them). One uniform eta per node, all drawn first (on a chain
+    node i gets block_step's eta_{i+1}: the same uniforms give the same output)."""
+    eta = rng.random(len(tree))  # [n_nodes]
+    for node, w, row in traversal(tree, q_rows):
+        if node == ROOT or eta[node] < w:
+            return tree.branch(node), sample(row, rng)
+
+
+def traversal_output_distribution(tree, q_rows):
+    """The exact law of what traverse emits for this drafted tree: {emitted tuple: probability},
+    the kept branch's tokens then one. The node tested k-th is kept with probability
+    (1 - w_1) .. (1 - w_{k-1}) w_k (every earlier test failed, its own passed)."""
+    law, none_yet = {}, 1.0  # P(every node tested so far was rejected)
+    for node, w, row in traversal(tree, q_rows):
+        chance, none_yet = none_yet * w, none_yet * (1.0 - w)
+        prefix = tuple(int(tree.tokens[n]) for n in tree.branch(node))
+        for y in np.flatnonzero(row):
+            law[prefix + (int(y),)] = law.get(prefix + (int(y),), 0.0) + chance * float(row[y])
+    return law
+
+
+VERIFIERS = {"token": walk, "traversal": traverse}  # verify=...: Steps 3-4 on a tree, each with walk's contract
+
+
 # ---------------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------------
@@ -292,14 +394,27 @@ def checked_node_step(step, n_vocab):
     return lambda candidates, p, q, rng: int(run(candidates, p, q, rng))
 
 
+def tree_verifier(verify, step, n_vocab):
+    """Steps 3-4 as tree_sampling runs them: the library's verifier named by `verify`, or the walk
+    with a learner's multi-candidate `step`, checked on every node. One PicoGPTError otherwise."""
+    if not isinstance(verify, str) or verify not in VERIFIERS:
+        raise PicoGPTError(f"verify={echo(verify, 40)}: expected one of {', '.join(map(repr, VERIFIERS))}")
+    if step is None:
+        return VERIFIERS[verify]
+    if verify != "token":
+        raise PicoGPTError(f"give verify={verify!r} (the library's verifier) or step= (your own), not both")
+    return partial(walk, step=checked_node_step(step, n_vocab))
+
+
 def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k=None, top_p=None, seed=None,
-                  step=None, on_loop=None):
+                  verify="token", step=None, on_loop=None):
     """Sample N tokens from `target` (q), with `draft` (p) proposing a tree of `shape` per loop:
     (m_1, .., m_D) candidates at each level below each node; (1,) * K is Algorithm 2's chain.
     `draft` is a model (wrapped in ModelTreeDraft) or a TreeDraft. The sampling controls apply to
     p and q; one numpy Generator from `seed` drives every draw. `step` replaces the multi-candidate
     step with your own `step(candidates, p, q, rng) -> token` (notebook 07's exercise), checked on
-    every node as speculative_sampling checks its step. `on_loop(trace)` is called after each loop
+    every node as speculative_sampling checks its step. `verify` names the library's Steps 3-4
+    (VERIFIERS: "token" walks from the root, "traversal" traverses from the leaves). `on_loop(trace)` is called after each loop
     (its time is not counted). Near the end of the context the tree gets shallower so that its
     deepest node fits."""
     check_model(target, "target")
@@ -310,7 +425,7 @@ def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k
     prompt = validate_sampling_args(ids, N, models, temperature=temperature, top_k=top_k, top_p=top_p)
     controls = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rng = random_generator(seed)
-    step = accept_among if step is None else checked_node_step(step, n_vocab)
+    verify_tree = tree_verifier(verify, step, n_vocab)
     record = LoopRecorder(on_loop)
     drafter.start()
     target_cache = target.new_cache()
@@ -326,8 +441,8 @@ def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k
         # Step 2. One target call: q after the text and after every node.
         q_rows = score_tree(target, target_cache, sequence, tree, controls)
         record.lap("score")
-        # Steps 3-4. Walk from the root with the multi-candidate step; the accepted branch, then one token.
-        branch, token = walk(tree, q_rows, rng, step)
+        # Steps 3-4. Walk from the root (or traverse from the leaves); the accepted branch, then one token.
+        branch, token = verify_tree(tree, q_rows, rng)
         sequence += [tree.tokens[node] for node in branch] + [token]
         # Both caches keep x_1..x_n and the accepted branch; neither has seen the new token yet.
         target_cache.keep(n, branch)
@@ -341,13 +456,15 @@ def tree_sampling(draft, target, ids, N, *, shape=(2, 2), temperature=1.0, top_k
 @dataclass(frozen=True)
 class TreeShape:
     """Tree sampling with a tree of this shape, as one value: what a measurement runs (measure/,
-    the bench, the course), beside speculative.Chain for Algorithm 2's chain."""
+    the bench, the course), beside speculative.Chain for Algorithm 2's chain; `verify` names
+    tree_sampling's verifier (VERIFIERS)."""
     shape: tuple
+    verify: str = "token"
 
     @property
     def name(self):
-        return f"tree {tuple(self.shape)}"
+        return f"tree {tuple(self.shape)}" + ("" if self.verify == "token" else f", {self.verify}")
 
     def sample(self, draft, target, ids, N, **options):
-        """tree_sampling with this shape (`options`: seed, sampling controls, on_loop)."""
-        return tree_sampling(draft, target, ids, N, shape=self.shape, **options)
+        """tree_sampling with this shape and verifier (`options`: seed, sampling controls, on_loop)."""
+        return tree_sampling(draft, target, ids, N, shape=self.shape, verify=self.verify, **options)

@@ -65,8 +65,10 @@ def test_speculate_json_reports_tokens_acceptance_and_speedup(capsys, checkpoint
     assert report["text"] == tokenizer().decode(expected.tokens)
     assert report["alpha_hat"] == expected.alpha_hat
     assert report["ars_tokens"] == autoregressive_sampling(load(checkpoints["target"]), ids, 10, seed=7).tokens
-    # with --compare, the times are medians over --repeats runs of each (3 by default)
-    assert report["repeats"] == 3
+    # with --compare, the medians are over --repeats runs of each (by default the fewest pairs a 95% sign test
+    # can conclude from); "seconds" and "tokens_per_loop" are the first run's, the one "tokens" holds
+    assert report["repeats"] == 6 and report["seconds"] == report["seconds"] and "median_seconds" in report
+    assert report["tokens_per_loop"] == expected.tokens_per_loop and report["verdict"]
     runs = report["speedup_runs"]  # the ratios of the runs of the same seed: their median is the speedup
     assert runs["q1"] <= report["speedup"] == runs["median"] <= runs["q3"]
     assert report["seconds"] > 0 and report["K"] == 3 and report["seed"] == 7
@@ -95,15 +97,33 @@ def test_speculate_verify_block_compares_both_verifiers_on_the_same_seeds(capsys
     assert set(report["verifiers"]) == {"token", "block"}
     for verifier in report["verifiers"].values():
         runs = verifier["speedup_runs"]
-        assert runs["q1"] <= verifier["speedup"] == runs["median"] <= runs["q3"] and verifier["tokens_per_loop"] >= 1
+        assert runs["q1"] <= verifier["speedup"] == runs["median"] <= runs["q3"] and verifier["tokens_per_loop_all_runs"] >= 1
+        assert len(verifier["runs_s"]) == len(verifier["tokens_per_loop_runs"]) == 2
     assert report["speedup"] == report["verifiers"]["block"]["speedup"]
     code, out, err = run_main(capsys, "speculate", *models, "--prompt", "Hi", "-n", "6", "--seed", "4",
                               "--verify", "block", "--compare", "--repeats", "2")
     assert code == 0 and "K=4, block verification" in out
-    lines = {verify: re.search(rf"{verify} +([0-9.]+) tokens per loop, speedup ([0-9.]+)x \(IQR", out)
+    lines = {verify: re.search(rf"{verify} +([0-9.]+) tokens per loop \(all 2 runs together\), speedup ([0-9.]+)x \(IQR", out)
              for verify in ("token by token", "block verification")}
     assert all(lines.values()), out
-    assert "resolved" in out  # whether these repeats order the two verifiers
+    assert "cannot resolve block verification against token by token" in out  # 2 pairs conclude nothing
+    # the text streamed is block verification's own first run, the one the header names
+    expected = speculative_sampling(load(checkpoints["draft"]), load(checkpoints["target"]), encode_prompt("Hi"), 6,
+                                    seed=4, verify="block")
+    assert out.split("\n\n[speculative")[0] == "Hi" + tokenizer().decode(expected.tokens)
+    assert "the run above: 6 tokens in" in out and f"({expected.tokens_per_loop:.2f} tokens per loop)" in out
+
+
+def test_repeats_without_compare_is_one_line(capsys, checkpoints):
+    code, out, err = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
+                              "--prompt", "Hi", "-n", "4", "--repeats", "3")
+    assert code == 2 and out == "" and "--repeats 3" in err and "--compare" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_K_the_context_cannot_hold_is_said_capped(capsys, checkpoints):
+    code, out, err = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
+                              "--prompt", "Hi", "-n", "4", "-K", "100000", "--seed", "1")
+    assert code == 0 and "K capped at " in out and "(asked -K 100000)" in out and "K=100000" not in out
 
 
 def test_speculate_refuses_an_unknown_verifier_in_one_line(capsys, checkpoints):
@@ -195,7 +215,8 @@ def test_compare_times_the_runs_it_reports(capsys, checkpoints):
     code, out, err = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],
                               "--prompt", "Hi", "-n", "6", "--seed", "4", "--compare", "--repeats", "2")
     assert code == 0
-    assert "the same seeds 4-5" in out and "median over 2 interleaved runs of each after a warm-up" in out
+    assert "the same seeds 4-5" in out and "median of 2 runs of each after a warm-up, in alternating order" in out
+    assert "median of 2 runs: " in out and "the run above: " in out  # every time says which run it is
     speedup = re.search(r"speedup ([0-9.]+)x \(IQR ([0-9.]+)-([0-9.]+)\): autoregressive seconds / speculative", out)
     assert float(speedup[2]) <= float(speedup[1]) <= float(speedup[3])  # the point inside its own bracket
     code, out, err = run_main(capsys, "speculate", "--draft", checkpoints["draft"], "--target", checkpoints["target"],

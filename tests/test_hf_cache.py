@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import random_gpt2, random_tensors
+from hypothesis import given
+from hypothesis import strategies as st
 
 import picogpt.io.download as dl
 import picogpt.io.hf_cache as hf_cache
@@ -256,3 +258,109 @@ def test_a_remembered_verdict_that_is_not_what_picogpt_writes_is_ignored(hub, mo
     record.write_text(text.replace("SNAPSHOT", str(snapshot)))
     assert load("gpt2").checkpoint == snapshot
     assert json.loads(record.read_text())[str(snapshot)]["sha256"] == PINNED["gpt2"].sha256
+
+
+def test_the_file_mapped_must_be_the_file_verified(hub, monkeypatch):
+    """The snapshot's path was verified, then opened again to be mapped: a link re-pointed in
+    between (a cache being written while picogpt loads) loaded a file never verified."""
+    import picogpt.model as model_module
+
+    snapshot, _ = put_in_hub(hub, "models--gpt2", "gpt2")
+    pin(monkeypatch, "gpt2", snapshot)
+    spoiled = snapshot.resolve().with_name("spoiled")
+    spoiled.write_bytes(snapshot.read_bytes())
+    flip_last_byte(spoiled)
+    real_map = model_module.map_checkpoint
+
+    def re_pointed_then_mapped(path):
+        snapshot.unlink()
+        snapshot.symlink_to(spoiled)
+        return real_map(path)
+
+    monkeypatch.setattr(model_module, "map_checkpoint", re_pointed_then_mapped)
+    with pytest.raises(CheckpointError, match="changed in the Hugging Face cache while picogpt loaded it"):
+        load("gpt2")
+
+
+@pytest.mark.parametrize("name", ["gpt2-large", "gpt2-xl"])
+def test_every_published_file_has_a_size_to_refuse_others_by(name):
+    """No public record gives GPT-2 large's and XL's sizes exactly: they are bounded by their
+    weights, masks and header, bounds that hold gpt2's and gpt2-medium's exact pinned sizes."""
+    from picogpt.io.pins import published_size_bounds
+
+    assert PINNED[name].n_bytes is None and PINNED[name].n_bytes_bounds == published_size_bounds(name)
+    for exact in ("gpt2", "gpt2-medium"):
+        low, high = published_size_bounds(exact)
+        assert low <= PINNED[exact].n_bytes <= high
+    low, high = published_size_bounds(name)
+    rounded_gb = {"gpt2-large": 3.25, "gpt2-xl": 6.43}[name]  # what the hub's file page shows
+    assert low < rounded_gb * 1e9 + 5e6 and high >= rounded_gb * 1e9 - 5e6
+    guarantees = (Path(__file__).parents[1] / "docs" / "guarantees.md").read_text()
+    assert f"| `{name}`" in guarantees and f"{low:,} to {high:,} bytes" in guarantees
+
+
+@pytest.mark.parametrize("kind", ["300 GB sparse file", "/proc/self/pagemap"])
+def test_a_file_that_cannot_be_gpt2_xl_is_refused_before_a_byte_is_hashed(hub, monkeypatch, tmp_path, kind):
+    """With no size pinned, any file there was hashed in full: `info gpt2-xl` read a 300 GB
+    sparse file (or /proc/self/pagemap, which says it is empty) for about 14 minutes."""
+    if kind == "/proc/self/pagemap" and not os.path.exists(kind):
+        pytest.skip("no /proc here")
+    target = Path(kind) if kind.startswith("/") else tmp_path / "sparse"
+    if not kind.startswith("/"):
+        with open(target, "wb") as f:
+            f.truncate(300 * 10**9)
+    snapshot = hub / "models--gpt2-xl" / "snapshots" / PINNED["gpt2-xl"].revision / "model.safetensors"
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(target)
+    monkeypatch.setattr(hf_cache, "sha256_of", lambda *a, **k: pytest.fail("hashed a file that cannot be gpt2-xl"))
+    with pytest.raises(CheckpointError, match="so it was not used: it has [0-9,]+ bytes, where gpt2-xl's file has"):
+        load("gpt2-xl")
+
+
+def test_a_cache_folder_under_a_user_that_does_not_exist_is_one_error(hub, monkeypatch):
+    """expanduser raised a RuntimeError, a traceback from `speculate`, `generate` and `info gpt2`."""
+    from picogpt.errors import PicoGPTError
+
+    monkeypatch.setenv("HF_HUB_CACHE", "~nosuchuser/hub")
+    with pytest.raises(PicoGPTError, match="HF_HUB_CACHE='~nosuchuser/hub' starts with a home folder"):
+        load("gpt2")
+
+
+def test_a_remembered_verdict_nested_too_deeply_is_ignored(hub, monkeypatch, tmp_path):
+    """100 kB of `[` planted as hf-cache.json was a RecursionError (config.json's reader caught it)."""
+    snapshot, _ = put_in_hub(hub, "models--gpt2", "gpt2")
+    pin(monkeypatch, "gpt2", snapshot)
+    record = tmp_path / "weights" / "gpt2" / "hf-cache.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("[" * 100_000)
+    assert load("gpt2").checkpoint == snapshot
+
+
+def test_download_says_why_a_file_in_the_cache_was_not_used_and_what_works_offline(hub, monkeypatch, capsys, tmp_path):
+    """Only `info gpt2` said why; offline, the one line did not name the two ways that need no network."""
+    snapshot, sha256 = put_in_hub(hub, "models--gpt2", "gpt2", spoil=flip_last_byte)
+    pin(monkeypatch, "gpt2", snapshot, sha256=sha256)
+
+    def offline(url, start_byte=0):
+        raise dl.Unreachable(f"could not connect to {url} (no network)")
+
+    monkeypatch.setattr(dl, "open_url", offline)
+    assert main(["download", "-q", "gpt2"]) == 2
+    out, err = capsys.readouterr()
+    assert f"{snapshot} in the Hugging Face cache does not match the pinned file, so it was not used: its sha256 is" in out
+    line = err.strip().splitlines()[-1]
+    assert "without a network" in line and "Hugging Face cache" in line and str(tmp_path / "weights" / "gpt2") in line
+
+
+@given(n_bytes=st.integers(min_value=0, max_value=10**15), exact=st.sampled_from([None, 548_105_171]))
+def test_a_size_is_refused_exactly_when_the_checkpoint_cannot_have_it(n_bytes, exact):
+    """size_problem's verdict, over every size: None inside the pinned size (or bounds), and
+    outside it a sentence that gives the size and what the file has."""
+    spec = WeightSpec(name="gpt2-xl", repo="openai-community/gpt2-xl", revision=REVISION, sha256="0" * 64,
+                      n_bytes=exact, n_layer=48, n_head=25, n_embd=1600,
+                      n_bytes_bounds=None if exact else PINNED["gpt2-xl"].n_bytes_bounds)
+    low, high = (exact, exact) if exact else spec.n_bytes_bounds
+    problem = spec.size_problem(n_bytes)
+    assert (problem is None) == (low <= n_bytes <= high)
+    if problem:
+        assert problem.startswith(f"{n_bytes:,} bytes, where gpt2-xl's file has ") and f"{high:,}" in problem

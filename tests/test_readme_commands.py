@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCUMENTS = ["README.md", "CONTRIBUTING.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))]
 
 NOT_RUN = {  # a command's start -> why it is not run here, and what tests it instead
-    "make test": "the test suite itself (CI runs it: .ci/run)",
+    "make test": "the test suite itself (CI runs its steps: .ci/run)",
     "make install": "the installation every make target runs first (this test runs inside it)",
     "make lab": "serves until stopped: tests/test_make_lab.py starts it headless and reads the course",
     "make weights": "downloads 7 GB from the hub: tests/test_download.py runs the download against a local mirror",

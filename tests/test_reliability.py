@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -342,8 +343,11 @@ BAD_ENVIRONMENT = {
     "PICOGPT_COURSE_MODELS": (["gpt3"], "expected one of gpt2, tiny", COMMANDS),
     "PICOGPT_KERNEL": (["fortran", "k" * 5000], "expected 'auto', 'numba' or 'numpy'", ["generate", "speculate", "bench"]),
     "HF_ENDPOINT": (["ftp://mirror.example"], "not a usable server address", ["download"]),
+    # the Hugging Face cache's folder: a home folder that cannot be found was a RuntimeError traceback
+    **{variable: (["~nosuchuser/cache"], "home folder this system cannot find", COMMANDS)
+       for variable in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")},
 }
-ANY_VALUE_GOES = {"PICOGPT_WEIGHTS_DIR", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HOME"}  # any folder: a bad one is found on use
+ANY_VALUE_GOES = {"PICOGPT_WEIGHTS_DIR"}  # any folder: a bad one is found on use
 
 
 @pytest.mark.parametrize("variable, value, message, command", [
@@ -700,3 +704,50 @@ def test_an_interrupt_at_any_instruction_of_a_call_leaves_the_cache_advanced_onl
         assert isinstance(result, KeyboardInterrupt)
         assert len(cache) == 2, f"interrupted at instruction {k} of {n_instructions} (the advance at {advance_at})"
         np.testing.assert_allclose(call([5], cache), model.plain([1, 2, 5])[-1:], atol=1e-5)
+
+
+# ---- numba: a Ctrl-C while it compiles, and settings it cannot read ----------------------------------
+
+def interrupted_in_a_callback():
+    """A KeyboardInterrupt raised inside a function C calls back (ctypes, as llvmlite's object
+    cache is called while numba compiles): Python prints "Exception ignored" and drops it."""
+    import ctypes
+
+    def callback():
+        raise KeyboardInterrupt
+
+    ctypes.CFUNCTYPE(None)(callback)()
+
+
+@pytest.mark.parametrize("then", ["the compile goes on", "the compile fails"])
+def test_a_ctrl_c_inside_numba_s_compile_stops_the_program(monkeypatch, capsys, then):
+    """It was swallowed in llvmlite's callback: the run went on (on the NumPy path when the
+    compile then failed) and exited 0."""
+    from picogpt.fast import compiled
+
+    def compile_loop(*args):
+        interrupted_in_a_callback()
+        if then == "the compile fails":
+            raise RuntimeError("the object code was never written")
+
+    monkeypatch.setattr(compiled, "compile_in", lambda folder, numba: (compile_loop, compile_loop))
+    compiled.loops.cache_clear()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compiled.loops()
+    finally:
+        monkeypatch.undo()
+        compiled.loops.cache_clear()
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("variable, value", [("NUMBA_NUM_THREADS", "abc"), ("NUMBA_OPT", "zz")])
+def test_a_numba_setting_numba_cannot_read_is_one_line_naming_it(variable, value):
+    """numba printed an 8-10 line warning with a traceback, then went on without the setting."""
+    pytest.importorskip("numba")
+    done = subprocess.run([sys.executable, "-m", "picogpt", "generate", "-n", "2", "--seed", "1"], capture_output=True,
+                          text=True, timeout=120, env=os.environ | {variable: value, "PICOGPT_KERNEL": ""})
+    assert done.returncode == 0, done.stderr
+    named = [line for line in done.stderr.splitlines() if variable in line]
+    assert len(named) == 1 and named[0].startswith("picogpt:") and repr(value) in named[0], done.stderr
+    assert "Traceback" not in done.stderr

@@ -410,3 +410,14 @@ def test_every_document_gives_gpt2_xl_the_size_the_registry_computes():
     wrong = [f"{name}: {line.strip()!r}" for name, line, figure in quoted
              if figure != f"{xl:.1f}" and not (pair.search(line) and figure == f"{small + xl:.0f}")]
     assert not wrong, f"GPT-2 XL's weights are {xl:.1f} GB (the pair with small {small + xl:.0f} GB):\n" + "\n".join(wrong)
+
+
+def test_every_editable_install_keeps_setuptools_banner_out_of_the_way_and_says_what_it_installs():
+    """setuptools' "Editable installation" BuildBackendWarning, information only, followed 30 s of
+    silence: the install says what it installs and how long it takes, and hides that one warning."""
+    makefile = (REPO / "Makefile").read_text()
+    installs = [line for line in makefile.splitlines() if "pip install" in line and " -e " in line]
+    assert installs and all("$(EDITABLE)" in line for line in installs), installs
+    assert 'EDITABLE := PYTHONWARNINGS="ignore:Editable installation"' in makefile
+    stamp = makefile[makefile.index("$(STAMP): pyproject.toml"):]
+    assert stamp.splitlines()[1].startswith('\t@echo "making $(VENV): picogpt and the course\'s dependencies')

@@ -217,7 +217,10 @@ def test_measure_chains_races_verifiers_in_the_same_repeats_against_the_same_aut
     seen = []
     measured = speedup.measure_chains(*clocked_pair, PROMPT, 20, chains, repeats=2, warmup_tokens=0,
                                       on_run=lambda chain, run: seen.append(chain))
-    assert seen == [*chains, None] * 2  # per repeat: each chain, then autoregressive, the same seed
+    # per repeat each chain and autoregressive sampling, the same seed; the order reversed every other repeat
+    assert seen == [*chains, None, None, *chains[::-1]]
+    for m in measured.values():  # each repeat's times kept, in repeat order: the pairs compare.py judges
+        assert len(m.autoregressive_runs_s) == 2 and all(len(at.runs_s) == 2 for at in m.by_K.values())
     assert set(measured) == {"token", "block"}
     assert measured["token"].Ks == [2, 3] and measured["block"].Ks == [2]
     assert measured["token"].autoregressive_s == measured["block"].autoregressive_s

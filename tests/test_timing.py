@@ -123,11 +123,27 @@ def test_scoring_seconds_times_one_call_of_n_against_n_calls_of_one(small_model,
     one_call, calls_of_one = timing.scoring_seconds(model, cache, np.arange(10, 13), [1, 3], repeats=2)
     # the clock advances by cache + new positions per call: one call of 3 on a cache of 4 takes 7,
     # three calls of one take 5 + 6 + 7 = 18; each timing starts from the same cache of 4
-    assert [one_call[n].median for n in (1, 3)] == [5.0, 7.0]
-    assert [calls_of_one[n].median for n in (1, 3)] == [5.0, 18.0]
+    assert one_call == {1: (5.0, 5.0), 3: (7.0, 7.0)}  # each repeat's seconds, in repeat order
+    assert calls_of_one == {1: (5.0, 5.0), 3: (18.0, 18.0)}
     per_pass = [(1, 4), (1, 4), (3, 4), (1, 4), (1, 5), (1, 6)]  # n = 1 both ways, then n = 3 both ways
-    assert model.calls == per_pass * 3  # one warm-up pass, then 2 repeats interleaved
+    reversed_pass = [(1, 4), (1, 4), (1, 4), (1, 5), (1, 6), (3, 4)]  # each n: n calls of one first
+    assert model.calls == per_pass * 2 + reversed_pass  # one warm-up pass, then 2 repeats, the order alternated
     assert len(cache) == 4
     for bad in (dict(n_new=[0]), dict(n_new=[4]), dict(n_new=[1], repeats=0)):
         with pytest.raises(PicoGPTError, match="scoring_seconds"):
             timing.scoring_seconds(model, cache, np.arange(10, 13), **{"repeats": 1, **bad})
+
+
+def test_the_floor_is_measured_beside_each_decode_in_alternating_order(monkeypatch, small_model):
+    """machine.floor_beside_decode: per repeat one bandwidth measurement and one decode, the order
+    reversed every other repeat, so that each pair met the same moment of the machine."""
+    order = []
+
+    def fake_median(fn, repeats=5):
+        order.append("decode" if fn.__name__ == "step" else "floor")
+        return 0.5
+
+    monkeypatch.setattr(machine, "median_seconds", fake_median)
+    gb_per_s, seconds = machine.floor_beside_decode(small_model, np.arange(6), repeats=3, n_bytes=4 * 1600 * 8)
+    assert order == ["floor", "decode", "decode", "floor", "floor", "decode"]
+    assert seconds == (0.5, 0.5, 0.5) and len(gb_per_s) == 3 and all(g > 0 for g in gb_per_s)

@@ -26,7 +26,8 @@ def results(tmp_path_factory):
 def test_the_bench_measures_a_chain_and_trees_of_its_settings(results):
     (entry,) = results["trees"]
     m = trees.from_dict(json.loads(report.to_json(results))["trees"][0]["trees"])
-    assert entry["pair"] == ["draft", "target"] and list(m.variants) == ["chain K = 3", "tree (2, 1)"]
+    assert entry["pair"] == ["draft", "target"] and list(m.variants) == ["chain K = 3", "tree (2, 1)",
+                                                                               "tree (2, 1), traversal"]
     for v in m.variants.values():
         assert v.predicted > 0 and v.t_score.median > 0 and v.speedup_runs.q1 <= v.speedup <= v.speedup_runs.q3
     assert "chains and trees vs autoregressive sampling, draft -> target" in report.table(results)
@@ -37,6 +38,6 @@ def test_the_speed_page_renders_the_tree_rows_from_the_bench_results(results):
 
     lines = render_docs.speed_trees(json.loads(report.to_json(results)), None)
     rows = [line for line in lines if line.startswith(("| chain K", "| tree ("))]
-    assert [row.split(" | ")[0] for row in rows] == ["| chain K = 3", "| tree (2, 1)"]
+    assert [row.split(" | ")[0] for row in rows] == ["| chain K = 3", "| tree (2, 1)", "| tree (2, 1), traversal"]
     assert all(row.count("x") >= 2 for row in rows)  # the speedup and its prediction
     assert render_docs.speed_trees({}, None)[0].startswith("The committed results hold no measurement of token trees")

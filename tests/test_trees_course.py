@@ -112,9 +112,10 @@ def test_the_measurement_has_every_variant_with_its_spread(measurement):
         assert 1 <= v.tokens_per_call <= len(v.shape) + 1 and v.nodes == tree_measure.n_nodes(v.shape)
     assert len(m.alphas) == 3 and all(v.predicted > 0 for v in m.variants.values())
     assert m.variants["chain K = 3"].predicted_tokens == pytest.approx(theory.expected_tokens_per_loop(m.alphas[0], 3))
-    assert len(tree_measure.text_lines(m)) == 2 + 3
+    lines = tree_measure.text_lines(m)  # a header, one line per variant, the paired verdict on the fastest
+    assert len(lines) == 2 + 3 + 1 and lines[-1].startswith("  the fastest: ")
     assert tree_measure.from_dict(json.loads(json.dumps(tree_measure.as_dict(m)))) == m
-    assert tree_panels.verdict_lines(m)[1].startswith(("resolved", "not resolved"))
+    assert "fastest: " in tree_panels.verdict_lines(m)[0]
 
 
 def test_every_figure_is_drawn_with_its_labels(measurement):

@@ -10,6 +10,7 @@ import itertools
 import math
 import re
 
+import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from picogpt.course.exercises import (
 )
 from picogpt.course.grading import check_number
 from picogpt.errors import PicoGPTError
-from picogpt.measure import machine, speedup
+from picogpt.measure import compare, machine, speedup
 from picogpt.measure.timing import spread
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
@@ -108,69 +109,90 @@ def test_the_machine_line_agrees_with_the_ratio_it_prints(ratio):
 # Notebook 02's readouts
 # ---------------------------------------------------------------------------------------------
 
-@given(st.floats(min_value=1e3, max_value=1e11), positive, st.floats(min_value=1e-3, max_value=1e4), st.booleans())
-@example(1e9, 0.2, 5.0, False).via("exactly the memory floor: 100%")
-@example(1e9, 0.1992, 5.0, False).via("100.4%, printed as 100%")
-@example(1e9, 0.4, 5.0, True).via("exactly half")
-@example(1e9, 0.1, 5.0, False).via("twice the measured bandwidth: the caches")
-def test_the_pace_line_says_what_the_share_it_prints_means(nbytes, seconds_per_token, bandwidth_gbs, busy):
-    line = speed_panels.pace_line("model", nbytes, seconds_per_token, bandwidth_gbs, busy)
-    assert line.endswith("so this share may be off") == busy  # a busy machine: the share is not to be trusted
-    share = number_in(line.split("(", 1)[1])
-    floor_s = nbytes / (bandwidth_gbs * 1e9)  # reading every weight once at the measured bandwidth
-    assert math.isclose(share, round(100 * floor_s / seconds_per_token), rel_tol=1e-12)  # exact below 10^12 %
-    if share > 100:
-        assert "from the CPU's caches" in line and seconds_per_token < floor_s
+@given(st.floats(min_value=1e3, max_value=1e11), st.data(), st.booleans())
+@example(1e9, None, False).via("pairs drawn, or the fixed ones below")
+def test_the_pace_line_says_what_the_pairs_it_was_given_show(nbytes, data, busy):
+    if data is None:  # exactly half in every pair: the interval is [50, 50]
+        seconds, gb_per_s = [0.4] * 6, [5.0] * 6
     else:
-        assert "caches" not in line and f"takes {share:.0f}% of its time per token" in line
-        if share > 50:
-            assert "reading the weights sets its pace" in line
-        elif share < 50:
-            assert f"the other {100 - share:.0f}%, per-call overhead, sets its pace" in line
-        else:
-            assert "overhead the other 50%" in line
+        n = data.draw(st.integers(1, 20))
+        seconds = data.draw(st.lists(positive, min_size=n, max_size=n))
+        gb_per_s = data.draw(st.lists(st.floats(min_value=1e-3, max_value=1e4), min_size=n, max_size=n))
+    line = speed_panels.pace_line("model", nbytes, seconds, gb_per_s, busy)
+    assert ("the machine was busy" in line) == busy
+    shares = 100 * nbytes / (np.array(gb_per_s) * 1e9) / np.array(seconds)  # the floor / the decode, per pair
+    median, low, high, _ = compare.median_interval(shares)
+    assert f"median of {len(shares)} pairs" in line
+    if np.isnan(low):
+        assert "no verdict" in line and "sets its pace" not in line
+        return
+    printed_low, printed_high = (float(x.replace(",", "")) for x in
+                                 re.search(r"95% interval ([0-9,.]+)-([0-9,.]+)%", line).groups())
+    if "from the CPU's caches" in line:
+        assert low > 100 and printed_low > 100 and "no pace is read" in line
+    elif "reading the weights sets its pace" in line:
+        assert 50 < low <= 100 and printed_low > 50
+    elif "per-call overhead sets its pace" in line:
+        assert high < 50 and printed_high < 50
+    else:
+        assert "do not say which sets its pace" in line and low <= 50 <= high
 
 
-@pytest.mark.parametrize("bad", [dict(seconds_per_token=0), dict(bandwidth_gbs=float("nan")), dict(nbytes=-1)])
+@pytest.mark.parametrize("bad", [dict(seconds_per_token=[0]), dict(bandwidth_gbs=[float("nan")]), dict(nbytes=-1),
+                                 dict(seconds_per_token=[1e-3, 1e-3])])
 def test_the_pace_line_refuses_numbers_it_cannot_read(bad):
     with pytest.raises(PicoGPTError):
-        speed_panels.pace_line(**{"name": "m", "nbytes": 1e6, "seconds_per_token": 1e-3, "bandwidth_gbs": 5.0, **bad})
+        speed_panels.pace_line(**{"name": "m", "nbytes": 1e6, "seconds_per_token": [1e-3], "bandwidth_gbs": [5.0], **bad})
 
 
-@given(st.integers(1, 16), samples, samples)
-def test_the_scoring_line_claims_a_difference_only_where_the_repeats_show_one(n, one_call_s, calls_of_one_s):
-    one, many = spread(one_call_s), spread(calls_of_one_s)
-    line = speed_panels.scoring_line(n, one, many)
-    apart = one.q3 < many.q1 or many.q3 < one.q1
-    assert ("do not overlap" in line) == apart and ("do not tell the two apart" in line) == (not apart)
-    if apart:
-        cheaper, dearer = sorted([one, many], key=lambda run: run.median)
-        named = "one call" if cheaper is one else f"{n} calls of one"
-        assert f": {named} is " in line
-        assert math.isclose(number_in(line.split(f": {named} is ", 1)[1]), dearer.median / cheaper.median, rel_tol=5e-3)
+@given(st.integers(1, 16), st.data())
+def test_the_scoring_line_claims_a_difference_only_where_the_pairs_resolve_one(n, data):
+    one_call_s = data.draw(samples)
+    calls_of_one_s = data.draw(st.lists(st.floats(1e-4, 1e3), min_size=len(one_call_s), max_size=len(one_call_s)))
+    line = speed_panels.scoring_line(n, one_call_s, calls_of_one_s)
+    verdict = compare.compare("one call", one_call_s, f"{n} calls of one", calls_of_one_s,
+                              compare.Words(better="cheaper", worse="dearer"))
+    assert line.endswith(compare.sentence(verdict))
+    one = spread(one_call_s)
+    assert f"{one.median * 1e3:.1f} ms ({one.q1 * 1e3:.1f}-{one.q3 * 1e3:.1f}) in one call" in line
+    if verdict.resolved:
+        cheaper = "one call" if verdict.a_better else f"{n} calls of one"
+        assert f"one call {'cheaper' if verdict.a_better else 'dearer'} than {n} calls of one" in line
+        ratios = np.array(calls_of_one_s) / one_call_s
+        assert np.mean(ratios > 1 if cheaper == "one call" else ratios < 1) > 0.5
+    else:
+        assert "not resolved" in line
 
 
 # ---------------------------------------------------------------------------------------------
 # Does a measurement resolve its best choice?
 # ---------------------------------------------------------------------------------------------
 
-@given(st.dictionaries(st.integers(1, 12), samples, min_size=1, max_size=6), st.integers(1, 9), st.integers(2, 512))
-def test_the_resolution_line_is_true_of_the_runs(speedups, repeats, N):
-    runs = {K: spread(values) for K, values in speedups.items()}
+@st.composite
+def paired_speedups(draw, min_size=1):
+    """{K: each repeat's speedup}, the same number of repeats for every K."""
+    repeats = draw(st.integers(1, 12))
+    Ks = draw(st.lists(st.integers(1, 12), min_size=min_size, max_size=6, unique=True))
+    return {K: draw(st.lists(st.floats(0.1, 10), min_size=repeats, max_size=repeats)) for K in Ks}
+
+
+@given(paired_speedups(), st.integers(2, 512))
+def test_the_resolution_line_is_true_of_the_runs(runs, N):
+    repeats = len(next(iter(runs.values())))
     line = speed_panels.resolution_line(runs, "K", repeats, N)
-    best = max(runs, key=lambda K: runs[K].median)
-    assert f"{repeats} repeats of {N} tokens" in line
+    best = max(runs, key=lambda K: float(np.median(runs[K])))
+    assert line.endswith(f"({repeats} repeats of {N} tokens)")
     if len(runs) == 1:
         assert line.startswith(f"nothing to resolve: K = {best} is the only one")
-    elif line.startswith("resolved:"):  # every other interquartile range lies below the best's
-        assert f"lies below K = {best}'s" in line
-        assert all(runs[K].q3 < runs[best].q1 for K in runs if K != best)
+        return
+    _, comparisons = compare.best_of(runs, compare.SPEEDUP)
+    if line.startswith("resolved:"):  # the best ahead of every other, each interval above 1
+        assert f"K = {best} faster than every other" in line and all(c.low > 1 for c in comparisons.values())
+        assert all(sum(a > b for a, b in zip(runs[best], runs[K])) > repeats / 2 for K in runs if K != best)
     else:
-        listed = [int(K) for K in line.split("[", 1)[1].split("]", 1)[0].split(", ")]
-        assert line.startswith("not resolved:") and best in listed and len(listed) >= 2
-        assert set(listed) == {K for K in runs if runs[K].q3 >= runs[best].q1}
-        for K in listed:  # "their interquartile ranges overlap the best's"
-            assert runs[K].q1 <= runs[best].q3 and runs[K].q3 >= runs[best].q1
+        listed = [int(K.removeprefix("K = ")) for K in line.split("not resolved: ", 1)[1].split(" cannot", 1)[0].split("; ")]
+        assert listed[0] == best and len(listed) >= 2
+        assert set(listed[1:]) == {K for K, c in comparisons.items() if not c.low > 1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,32 +225,33 @@ def test_the_speedup_busy_warning_agrees_with_the_load_it_prints(load, cores):
     assert speedup.busy_warning(m, cores) == machine.busy_warning([[load, 0, 0]], cores)
 
 
-def measurement(speedups, predicted, repeats=5, N=64):
+def measurement(speedups, predicted, N=64):
     """A SpeedupMeasurement holding only what the best-K lines read: each K's repeat-by-repeat
-    speedups and its predicted speedup."""
+    speedups (over autoregressive runs of 1 s) and its predicted speedup."""
+    repeats = len(next(iter(speedups.values())))
+
     def at(K):
         return speedup.AtK(K=K, seconds=spread([1.0]), speedup_runs=spread(speedups[K]), predicted=predicted[K],
                            t_score_s=1.0, t_decide_s=0.0, tokens_per_loop=1.0, n_accepted=0, n_decisions=0, n_loops=1,
-                           breakdown_s={})
+                           breakdown_s={}, runs_s=tuple(1 / np.array(speedups[K])))
     return speedup.SpeedupMeasurement(draft="p", target="q", N=N, repeats=repeats, controls={},
                                       autoregressive_s=spread([1.0]), autoregressive_breakdown_s={}, t_target_s=1.0,
                                       t_draft_s=1.0, alpha_hat=0.5, n_accepted=0, n_decisions=0,
                                       by_K={K: at(K) for K in speedups}, load_average_before=None,
-                                      load_average_after=None)
+                                      load_average_after=None, autoregressive_runs_s=(1.0,) * repeats)
 
 
-@given(st.dictionaries(st.integers(1, 12), st.tuples(samples, st.floats(min_value=0.1, max_value=10)), min_size=1,
-                       max_size=6))
-def test_the_best_K_lines_name_the_best_measured_and_predicted_and_where_the_prediction_falls(by_K):
-    m = measurement({K: values for K, (values, _) in by_K.items()}, {K: p for K, (_, p) in by_K.items()})
+@given(paired_speedups(), st.data())
+def test_the_best_K_lines_name_the_best_measured_and_predicted_and_where_the_prediction_falls(runs, data):
+    predicted_by_K = {K: data.draw(st.floats(min_value=0.1, max_value=10)) for K in runs}
+    m = measurement(runs, predicted_by_K)
     first, second = speed_panels.best_K_lines(m)
-    runs = {K: m.by_K[K].speedup_runs for K in m.Ks}
-    best = max(runs, key=lambda K: runs[K].median)
+    medians = {K: m.by_K[K].speedup for K in m.Ks}
+    best = max(medians, key=medians.get)
     predicted = max(m.Ks, key=lambda K: m.by_K[K].predicted)
-    assert first.startswith(f"best K measured: {best} ({runs[best].median:.2f}x)")
+    assert first.startswith(f"best K measured: {best} ({medians[best]:.2f}x")
     assert f"best K predicted (in-loop t_score(K)): {predicted} ({m.by_K[predicted].predicted:.2f}x)" in first
-    assert all(runs[K].median <= runs[best].median for K in runs)  # no K printed lower was measured higher
-    tied = [K for K in runs if runs[K].q3 >= runs[best].q1]
+    _, tied = speed_panels.indistinguishable_from_best({K: speedup.speedups_by_repeat(m, K) for K in m.Ks})
     if second.startswith("not resolved"):
         assert second.endswith("falls among them" if predicted in tied else "falls outside them")
     else:

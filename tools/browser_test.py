@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Browser test: the course's widgets in JupyterLab, driven by a real headless Chromium.
 
-nbval (`make test`) proves that every notebook's Python runs. It cannot see the page a student
+nbval (`make test`) proves that every notebook's Python runs and prints what it printed when
+committed (the cells it compares, which this test compares too). It cannot see the page a student
 sees: "Error displaying widget", or a bare `FloatSlider(value=…)` where a slider should be, only
 happen in the browser. This script starts JupyterLab from the running Python environment (the
 project's `.venv` under `make browser-test`), drives Debian's Chromium through Playwright, and
@@ -16,6 +17,9 @@ checks, with the ipywidgets 8 DOM classes named in the widget contract:
 3. 08-verify-the-block.ipynb: runs to the end, and moving a slider of its drafts-kept explorer
    redraws the figure and changes the readout;
 4. every other notebook: runs to the end, every widget is drawn, none failed;
+   and in every notebook, the cells nbval compares (`# NBVAL_CHECK_OUTPUT`) print what they
+   printed when committed, judged by nbval's own comparison (`marked_differences`): CI runs each
+   notebook once, here, instead of once under nbval and again here (.ci/run);
 5. in every notebook, every figure the kernel sent (an image/png output) is drawn: an <img> in its
    cell's output with a non-zero natural size, decoded by the browser; and for each cell with a
    figure, a screenshot with that figure scrolled into the middle of the window.
@@ -47,6 +51,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
@@ -418,6 +423,75 @@ def check_all_ran(page, name, prompts):
     return sum(1 for _, has_source in prompts if has_source)
 
 
+# every cell's outputs in the notebook model, as nbformat writes them (None for a cell without outputs)
+CELL_OUTPUTS_JS = """() => {
+  const app = window.jupyterapp;
+  const panel = app && app.shell.currentWidget;
+  if (!(panel && panel.content && panel.content.model)) return null;
+  const model = panel.content.model.cells;
+  const outputs = [];
+  for (let i = 0; i < model.length; i++) {
+    const cell = model.get(i);
+    outputs.push(cell.type === 'code' ? cell.outputs.toJSON() : null);
+  }
+  return outputs;
+}"""
+
+
+def marked_differences(committed, outputs):
+    """nbval's verdict (`make notebooks`: --nbval-lax) on a run's outputs, so that the browser's
+    run of a notebook serves both checks: for each code cell of the committed notebook marked
+    `# NBVAL_CHECK_OUTPUT` and run when committed, its outputs in the run (outputs[i], i counting
+    every cell) against the committed ones, compared by nbval's own code (streams coalesced,
+    widget model ids and figures' bytes not compared). Returns (cells compared, [(cell number,
+    how it differs)])."""
+    import nbformat
+    from nbval.plugin import IPyNbCell, coalesce_streams, find_comment_markers, find_metadata_tags, nocolors
+
+    skip = ("metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",
+            "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg")  # nbval's, without nbdime
+    # nbval's comparison is a method of its pytest item: what it reads of one, with no pytest run
+    # (no sanitizing patterns, and its plain "reference output ... disagrees with" report)
+    judge = SimpleNamespace(parent=SimpleNamespace(skip_compare=skip, sanitize_patterns={}), colors=nocolors,
+                            config=None, ihook=SimpleNamespace(pytest_assertrepr_compare=lambda **compared: []))
+    judge.sanitize = lambda text: IPyNbCell.sanitize(judge, text)
+    judge.format_output_compare = lambda *compared: IPyNbCell.format_output_compare(judge, *compared)
+    n_compared, differences = 0, []
+    for index, cell in enumerate(nbformat.read(str(committed), as_version=4).cells):
+        if cell.cell_type != "code" or cell.execution_count is None:
+            continue
+        options = {**dict(find_metadata_tags(cell.metadata) or {}), **dict(find_comment_markers(cell.source))}
+        if not options.get("check"):
+            continue
+        n_compared += 1
+        run = coalesce_streams([nbformat.from_dict(joined(output)) for output in outputs[index] or []])
+        if not IPyNbCell.compare_outputs(judge, run, coalesce_streams(cell.outputs)):
+            differences.append((index + 1, "\n".join(judge.comparison_traceback)))
+    return n_compared, differences
+
+
+def joined(output):
+    """An output as nbformat.read gives it: a text stored as a list of lines is one string."""
+    def text(value):
+        return "".join(value) if isinstance(value, list) else value
+
+    data = {"data": {mime: text(value) for mime, value in output["data"].items()}} if "data" in output else {}
+    return {**output, **({"text": text(output["text"])} if "text" in output else {}), **data}
+
+
+def check_marked_outputs(page, name, committed):
+    """The cells nbval compares print what they printed when the notebook was committed."""
+    outputs = page.evaluate(CELL_OUTPUTS_JS)
+    if outputs is None:
+        raise CheckFailed(f"{name}: the page holds no notebook model to read the cells' outputs from")
+    n_compared, differences = marked_differences(committed, outputs)
+    if differences:
+        number, how = differences[0]
+        raise CheckFailed(f"{name}: {len(differences)} of the {n_compared} cells marked NBVAL_CHECK_OUTPUT print "
+                          f"something else than when committed; cell {number}:\n{how[-1500:]}")
+    return n_compared
+
+
 def widget_problems(page):
     """Widget error messages or widget text reprs anywhere in the notebook's outputs."""
     texts = page.locator(".jp-NotebookPanel .jp-OutputArea-output").all_text_contents()
@@ -679,25 +753,28 @@ def check_notebook(page, server, name, shots, workspace):
 
 
 def start_notebook(page, server, name, workspace):
-    """Open a notebook and start Run All; returns (start time, how it was started)."""
+    """Open a notebook and start Run All; returns (start time, how it was started, the served
+    copy's file: the notebook as committed, outputs included)."""
     t0 = time.monotonic()
     open_notebook(page, server, name, workspace)
-    return t0, run_all_cells(page)
+    return t0, run_all_cells(page), server.root_dir / name
 
 
-def finish_notebook(page, name, shots, t0, how):
-    """Wait until the notebook started by start_notebook has run, then check its cells, widgets
-    and figures."""
+def finish_notebook(page, name, shots, t0, how, committed):
+    """Wait until the notebook started by start_notebook has run, then check its cells, nbval's
+    verdict on their outputs, its widgets and figures."""
     prompts = wait_until_run(page, name, RUN_ALL_S)
     n_cells = check_all_ran(page, name, prompts)
+    n_checked = check_marked_outputs(page, name, committed)
     n_widgets, n_sliders = check_widgets_drawn(page, name)
     first_widget = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS} > .jupyter-widgets")
     if first_widget.count():
         first_widget.first.evaluate("widget => widget.scrollIntoView({block: 'center'})")
         shots.take(page, f"{Path(name).stem}-after-run-all")
     n_figures = check_figures_drawn(page, name, shots)
-    return (f"{n_cells} code cells ran ({how}) in {time.monotonic() - t0:.0f} s; "
-            f"{n_widgets} widget outputs drawn, {n_sliders} sliders; {n_figures} figures drawn")
+    return (f"{n_cells} code cells ran ({how}) in {time.monotonic() - t0:.0f} s, {n_checked} of them printing "
+            f"what they printed when committed; {n_widgets} widget outputs drawn, {n_sliders} sliders; "
+            f"{n_figures} figures drawn")
 
 
 def check_explorer(page, server, shots):

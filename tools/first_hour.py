@@ -2,26 +2,28 @@
 
     .venv/bin/python tools/first_hour.py                 # prints the figures; writes build/first-hour.json
     .venv/bin/python tools/first_hour.py --save          # also benchmarks/first-hour.json + the README's block
-    .venv/bin/python tools/first_hour.py --skip-make-test   # without the test suite (minutes less)
+    .venv/bin/python tools/first_hour.py --skip-make-test   # without make test and make quick (minutes less)
     .venv/bin/python tools/first_hour.py --runs 9        # the README's command in 9 + 9 fresh processes (default 5)
     .venv/bin/python tools/first_hour.py --busy 0        # without the runs beside busy processes
 
 It clones this repository's HEAD into a temporary folder and there, as the README says:
 - starts `make lab` headless and times it until the course is served: the first time, when it
   makes .venv (installing, and compiling picogpt's kernels), and again once .venv exists;
-- runs `make test`, timed;
+- runs `make test` and `make quick`, timed;
 - runs the README's `speculate --seed 0 --compare` command, exactly as written, as --runs fresh
   processes one after another on the machine as it is, then --runs more beside --busy processes
   that keep a core busy each (tools/busy_machine.py's; the load a browser and a second notebook
-  kernel put on a laptop), started --settle seconds before, so that the load average shows them.
+  kernel put on a laptop), started --settle seconds before, so that the load average shows them;
+  beside them too, `make lab` once .venv exists, then on the clone without its .venv (a first
+  install and compile again), so that the README's durations include a busy machine.
   The machine's 1-minute load average is recorded before and after every run: a shared machine's
   own load moves, and the figures are read beside it. The text is the same every time; the
   speedups printed are the ranges the README states;
 - measures the same setting in one process with measure/speedup.measure_speedup, so the command
   line and the in-process measurement can be compared.
 The results go to build/first-hour.json (git ignores build/), or with --save to
-benchmarks/first-hour.json, which keeps what every earlier save measured (each run's speedup and
-load average), so that the ranges it states span days and loads; from it tools/render_docs.py
+benchmarks/first-hour.json, which keeps what every earlier save measured (each run's speedup, load
+average and seconds, and each step's seconds), so that the ranges it states span days and loads; from it tools/render_docs.py
 renders README.md's quick-start block (`python tools/render_docs.py`).
 """
 
@@ -30,6 +32,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -44,6 +47,7 @@ from busy_machine import busy_processes
 from render_docs import first_hour_summary, render_docs
 
 from picogpt.io.atomic import write_text_atomically
+from picogpt.measure.compare import fewest_pairs
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = '.venv/bin/python -m picogpt speculate --prompt "And God said" -n 64 -K 4 --seed 0 --compare'  # the README's
@@ -93,13 +97,21 @@ def speedup_of(stdout):
     return float(re.search(r"speedup ([0-9.]+)x", stdout).group(1))
 
 
+def verdict_of(stdout):
+    """What the run's own verdict (measure/compare.py's, printed under its speedup) concluded:
+    'faster', 'slower' or 'not resolved' (None if it printed none)."""
+    found = re.search(r"^  (not resolved|speculative sampling (faster|slower) than autoregressive sampling)", stdout,
+                      re.MULTILINE)
+    return None if found is None else (found.group(2) or found.group(1))
+
+
 def in_process(clone, env):
-    """measure/speedup.measure_speedup at the README's setting in one process (seeds 0-2, as --compare)."""
+    """measure/speedup.measure_speedup at the README's setting in one process (seeds and repeats as --compare)."""
     script = f"""
 import json, picogpt
 from picogpt.measure.speedup import measure_speedup
 draft, target = picogpt.course_models(verbose=False)
-m = measure_speedup(draft, target, picogpt.tokenizer().encode({PROMPT!r}), {N}, [{K}], repeats=3, seed={SEED})
+m = measure_speedup(draft, target, picogpt.tokenizer().encode({PROMPT!r}), {N}, [{K}], repeats={fewest_pairs()}, seed={SEED})
 print(json.dumps({{"speedup": m.by_K[{K}].speedup, "alpha_hat": m.alpha_hat, "draft": m.draft, "target": m.target}}))
 """
     return json.loads(timed([str(clone / ".venv" / "bin" / "python"), "-c", script], clone, env)[1].stdout)
@@ -119,7 +131,8 @@ def command_runs(clone, env, n_runs, label):
     for n in range(n_runs):
         before = load_average()
         seconds, done = timed(SPECULATE, clone, env)
-        runs.append({"seconds": seconds, "speedup": speedup_of(done.stdout), "load_average_before": before,
+        runs.append({"seconds": seconds, "speedup": speedup_of(done.stdout), "verdict": verdict_of(done.stdout),
+                     "load_average_before": before,
                      "compiled_here": "compiling the fast kernels" in done.stderr, "load_average": load_average(),
                      "stdout": done.stdout, "stderr_lines": done.stderr.strip().splitlines()[-3:]})
         print(f"{label} run {n + 1}: {seconds:.1f} s, {runs[-1]['speedup']:.2f}x, load average "
@@ -142,16 +155,21 @@ def measure(skip_make_test, n_runs, n_busy, settle_s):
         steps["lab_first_s"] = lab_start_s(clone, env, limit_s=1800)
         steps["lab_start_s"] = lab_start_s(clone, env)
         if not skip_make_test:
-            print("make test ...", file=sys.stderr)
-            steps["make_test_s"] = timed(["make", "-s", "test"], clone, env)[0]
+            for target in ("test", "quick"):
+                print(f"make {target} ...", file=sys.stderr)
+                steps[f"make_{target}_s"] = timed(["make", "-s", target], clone, env)[0]
         results["speculate"] = {"command": COMMAND, **command_runs(clone, env, n_runs, "alone:")}
         if n_busy:
-            spinners = busy_processes(n_busy, seconds=settle_s + 60 * n_runs + 600)
+            spinners = busy_processes(n_busy, seconds=settle_s + 60 * n_runs + 1800)
             try:
                 print(f"{n_busy} busy processes; {settle_s} s for the load average to show them ...", file=sys.stderr)
                 time.sleep(settle_s)
                 results["busy"] = {"busy_processes": n_busy, "settle_s": settle_s,
                                    **command_runs(clone, env, n_runs, f"beside {n_busy} busy processes:")}
+                print("make lab beside them, then again on a clone without .venv ...", file=sys.stderr)
+                busy_steps = results["busy"]["steps"] = {"lab_start_s": lab_start_s(clone, env)}
+                shutil.rmtree(clone / ".venv")  # the compiled kernels live inside it: a first time again
+                busy_steps["lab_first_s"] = lab_start_s(clone, env, limit_s=1800)
             finally:
                 for process in spinners:
                     process.kill()
@@ -173,7 +191,7 @@ def with_earlier(results, out):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-make-test", action="store_true", help="do not time make test (saves minutes)")
+    parser.add_argument("--skip-make-test", action="store_true", help="do not time make test and make quick (saves minutes)")
     parser.add_argument("--runs", type=int, default=5, help="fresh processes of the README's command, alone and "
                         "beside the busy processes (default 5 each)")
     parser.add_argument("--busy", type=int, default=2, help="busy processes beside the second set of runs (default 2; "

@@ -18,8 +18,8 @@ only from the JSON, so a new run changes the tables and no prose; git keeps the 
 """
 
 import json
+import math
 import re
-import statistics
 from pathlib import Path
 
 import goals
@@ -186,7 +186,7 @@ def end_to_end_table(results, source):
               "predicted, same K", "one K: speedup (IQR)", "t_score / t_target at that K"]
     first = found[0][1]
     return [f"N = {first.N} tokens after a prompt of {results['settings']['prompt_tokens']} tokens, {first.repeats} "
-            "repeats interleaved (each K, then autoregressive, the same seed per repeat); a speedup is the median "
+            f"repeats interleaved ({run_order(first)}); a speedup is the median "
             "of the repeat-by-repeat ratios autoregressive / speculative seconds, its interquartile range in "
             "brackets:", "",
             *table_lines(header, rows)]
@@ -288,7 +288,7 @@ def speed_end_to_end(results, source):
         measured_K, predicted_K = m.best_K
         rows.append([pair_label(m), f"{m.controls['temperature']:g}", f"{m.alpha_hat:.2f}",
                      f"K = {K}: {speedup.speedup_text(m.by_K[K])}", f"{m.by_K[K].predicted:.2f}x",
-                     f"K = {measured_K}: {m.by_K[measured_K].speedup:.2f}x", f"K = {predicted_K}"])
+                     f"K = {measured_K}: {m.by_K[measured_K].speedup:.2f}x; {best_K_cell(m)}", f"K = {predicted_K}"])
     first = found[0][1]
     return [f"Speculative against autoregressive sampling, N = {first.N} tokens, {first.repeats} repeats "
             "interleaved, costs read inside the loops; speedup = the median of the repeat-by-repeat ratios, "
@@ -635,76 +635,101 @@ def command_range(s):
             f"{loads_after(s['runs'])}")
 
 
-def every_save(results, laptop):
-    """'over 3 saves on 2 days (with each day's code), fresh runs of it: 15 alone printed ...; 10
-    beside 2 busy processes (laptop) printed ...': the ranges first_hour.py's kept saves span, each
-    run's speedup beside the load average after it; '' when the file holds one save."""
-    saves = [*results.get("earlier", []), first_hour_summary(results)]
-    if len(saves) < 2:
-        return ""
-    days = {save["date_utc"][:10] for save in saves if save.get("date_utc")}
-    n_busy = max(save["busy_processes"] or 0 for save in saves)
-    parts = []
-    for label, key in (("alone", "alone"), (f"beside {n_busy} busy processes ({laptop})", "busy")):
-        runs = [run for save in saves for run in save[key]]
-        if runs:
-            speedups, loads = [run[0] for run in runs], [run[1] for run in runs if run[1] is not None]
-            parts.append(f"{len(runs)} {label} printed {min(speedups):.2f}x to {max(speedups):.2f}x (median "
-                         f"{statistics.median(speedups):.2f}x) at load average {value_range(loads, lambda v: f'{v:.1f}')}")
-    return (f"over {len(saves)} saves on {len(days)} day{'s' * (len(days) != 1)} (with each day's code), fresh "
-            f"runs of it: {'; '.join(parts)}")
-
-
 def first_hour_summary(results):
-    """One save of tools/first_hour.py as the next save keeps it: when, where, and each run's
-    speedup beside the load average after it ([speedup, load]), alone and beside busy processes."""
+    """One save of tools/first_hour.py as the next save keeps it: when, where, how long each step
+    took (alone, and beside busy processes) and each run's [speedup, load average after it,
+    seconds], alone and beside busy processes."""
     def runs(s):
-        return [[run["speedup"], (run.get("load_average") or [None])[0]] for run in s["runs"]] if s else []
+        return [[run["speedup"], (run.get("load_average") or [None])[0], run.get("seconds")]
+                for run in s["runs"]] if s else []
 
+    busy = results.get("busy") or {}
     return {"date_utc": results.get("date_utc"), "commit": results.get("commit"), "cores": results.get("cores"),
-            "alone": runs(results.get("speculate")), "busy": runs(results.get("busy")),
-            "busy_processes": (results.get("busy") or {}).get("busy_processes")}
+            "steps": results.get("steps", {}), "busy_steps": busy.get("steps", {}),
+            "alone": runs(results.get("speculate")), "busy": runs(busy), "busy_processes": busy.get("busy_processes")}
+
+
+def kept_saves(results):
+    """Every save first-hour.json holds, the latest last, each as first_hour_summary gives it."""
+    return [*results.get("earlier", []), first_hour_summary(results)]
+
+
+def across(saves, key, field):
+    """Every value of `field` over the saves: a run's ("alone"/"busy", index 0 speedup, 1 load,
+    2 seconds) or a step's ("steps"/"busy_steps", its name); saves that lack it are passed over."""
+    if key.endswith("steps"):
+        return [save.get(key, {})[field] for save in saves if field in save.get(key, {})]
+    return [run[field] for save in saves for run in save.get(key, []) if len(run) > field and run[field] is not None]
+
+
+def duration(alone, busy, unit="s", fmt=lambda v: f"{v:.0f}"):
+    """'26-58 s', '26-58 s (75 s beside busy processes)', or '' with no value."""
+    beside = f"{value_range(busy, fmt)} {unit} beside busy processes" if busy else ""
+    if not alone:
+        return beside
+    return f"{value_range(alone, fmt)} {unit}" + (f" ({beside})" if beside else "")
+
+
+def speedup_sentence(saves):
+    """The quick start's speedup, in one sentence: its range alone and beside busy processes over
+    every kept run, and the load average they ran at."""
+    alone, busy = across(saves, "alone", 0), across(saves, "busy", 0)
+    n_busy = max(save.get("busy_processes") or 0 for save in saves)
+    cores = saves[-1]["cores"]
+    beside = (f" and {min(busy):.2f}x to {max(busy):.2f}x in {len(busy)} runs beside {n_busy} busy processes (the "
+              "load of a browser and a second notebook kernel)" if busy else "")
+    loads = across(saves, "alone", 1) + across(saves, "busy", 1)
+    return (f"The text repeats run after run (`--seed 0`); the speedup does not: on a {cores}-core machine it printed "
+            f"{min(alone):.2f}x to {max(alone):.2f}x in {len(alone)} runs alone{beside}, at load averages "
+            f"{value_range(loads, lambda v: f'{v:.1f}').replace('-', ' to ')}.")
+
+
+def durations_sentence(saves):
+    """How long the quick start's steps took, in one sentence: ranges over every kept save, alone
+    and beside busy processes, with what makes the first `make lab` slow."""
+    def step(name):
+        return duration(across(saves, "steps", name), across(saves, "busy_steps", name))
+
+    minutes = {name: duration(across(saves, "steps", name), [], "minutes", lambda v: f"{v / 60:.1f}")
+               for name in ("make_test_s", "make_quick_s")}
+    tests = " and".join(f" `make {name[5:-2]}` took {minutes[name]}" for name in minutes if minutes[name])
+    tests = f";{tests}" if tests else ""
+    return (f"A first `make lab` on a fresh clone, which installs and then compiles picogpt's kernels, served the "
+            f"course in {step('lab_first_s')}, a later one in {step('lab_start_s')}, and the command above ran in "
+            f"{duration(across(saves, 'alone', 2), across(saves, 'busy', 2))}{tests}, as `tools/first_hour.py` "
+            "measured them (`benchmarks/first-hour.json`).")
 
 
 def quick_start(results, source):
     """tools/first_hour.py: the README's command as a fresh clone printed it the first time, the
-    range of speedups it printed run after run, alone and beside busy processes, each beside the
-    load average measured, and how long each step of the quick start took."""
-    s, steps, busy = results["speculate"], results["steps"], results.get("busy")
-    runs = s["runs"]
-    laptop = "the load a browser and a second notebook kernel put on a laptop"
-    loads = "the 1-minute load average after each run, its own load included"
-    kept = every_save(results, laptop)
-    beside = (f"; {len(busy['runs'])} more beside {busy['busy_processes']} busy processes"
-              f"{'' if kept else f' ({laptop})'} printed {command_range(busy)}" if busy else "")
-    last = f"{len(runs)} fresh runs of this command printed {command_range(s)}{beside}"
-    ranges = f"{kept} ({loads}). In the last" if kept else f"{last} ({loads}). There"
-    make_test = f" `make test` took {steps['make_test_s'] / 60:.1f} minutes." if "make_test_s" in steps else ""
-    later = (f" and {value_range([run['seconds'] for run in runs[1:]], lambda v: f'{v:.0f}')} s after"
-             if len(runs) > 1 else "")
-    first = ("it compiled picogpt's fast kernels, once per install, with a progress bar"
-             if runs[0]["compiled_here"] else "the kernels were compiled already")
-    return ["```text", f"$ {s['command']}", *runs[0]["stdout"].rstrip("\n").splitlines(), "```", "",
-            f"The text repeats run after run (`--seed 0`); the speedup does not. On a {results['cores']}-core machine, "
-            f"{ranges}, on a fresh clone, `make lab` served the course "
-            f"{steps['lab_first_s']:.0f} s after it started the first time (making `.venv`: installing, and compiling "
-            f"picogpt's kernels), and {steps['lab_start_s']:.0f} s after it started once `.venv` existed.{make_test} "
-            f"The command took {runs[0]['seconds']:.0f} s the first time ({first}){later} "
-            "(`tools/first_hour.py`, `benchmarks/first-hour.json`)."]
+    range of speedups it printed run after run, alone and beside busy processes, with the load
+    average, and how long each step of the quick start took, over every kept save."""
+    s, saves = results["speculate"], kept_saves(results)
+    return ["```text", f"$ {s['command']}", *s["runs"][0]["stdout"].rstrip("\n").splitlines(), "```", "",
+            f"{speedup_sentence(saves)} {durations_sentence(saves)}{verdicts_text(s['runs'])}"]
+
+
+def verdicts_text(runs):
+    """How many of the last save's runs the command's own verdict (measure/compare.py's, 95%) called
+    faster, slower or not resolved; nothing for saves that did not record it."""
+    said = [run["verdict"] for run in runs if run.get("verdict")]
+    if not said:
+        return ""
+    counts = {verdict: said.count(verdict) for verdict in ("faster", "slower", "not resolved") if verdict in said}
+    return (f" Its own verdict (the pairs of each run, 95%) said {', '.join(f'{n} {v}' for v, n in counts.items())} "
+            f"in {len(said)} runs.")
 
 
 def busy_machine(results, source):
-    """tools/busy_machine.py: the teaching pair's speedup idle and beside busy processes."""
+    """tools/busy_machine.py: the teaching pair's speedup idle and beside busy processes, in one sentence."""
     K = results["idle"]["by_K"]
     K = "4" if "4" in K else next(iter(K))
     idle, busy = (speedup.from_dict(results[which]) for which in ("idle", "busy"))
     slower = results["slower_when_busy"]
-    return [f"Beside {results['busy_processes']} busy processes on {results['cores']} cores (the load a browser "
-            f"and a second notebook kernel put on a laptop), the same pair at N = {idle.N}, K = {K}, measured in one "
-            f"process, went from "
-            f"{idle.by_K[int(K)].speedup:.2f}x to {busy.by_K[int(K)].speedup:.2f}x: speculative sampling "
-            f"{slower['speculative']:.2f}x slower, autoregressive {slower['autoregressive']:.2f}x "
-            "(`tools/busy_machine.py`, `benchmarks/busy.json`)."]
+    return [f"Beside {results['busy_processes']} busy processes on {results['cores']} cores, speculative sampling ran "
+            f"{slower['speculative']:.2f}x slower and autoregressive sampling {slower['autoregressive']:.2f}x, so the "
+            f"same pair's speedup (N = {idle.N}, K = {K}, in one process) went from {idle.by_K[int(K)].speedup:.2f}x "
+            f"to {busy.by_K[int(K)].speedup:.2f}x (`tools/busy_machine.py`, `benchmarks/busy.json`)."]
 
 
 def loop_costs_table(results, source):
@@ -815,15 +840,17 @@ def speed_trees(results, source):
                   f"N = {m.N}, {m.repeats} repeats interleaved, costs read inside the loops:", "",
                   *table_lines(["chain or tree", "drafted tokens per loop", "tokens per target call (formula)",
                                 "target call", "speedup", "predicted"], rows), ""]
+        if any(v.name.endswith(", traversal") for v in m.variants.values()):
+            lines += ["A traversal row (traversal verification, notebook 09) is given the walk's formula and "
+                      "prediction: none is implemented for the traversal.", ""]
     return lines[:-1]
 
 
 def speed_verifiers(results, source):
     """Block verification beside token-wise verification at one K, per pair and temperature (the
     bench's "speculative" entries with "block": the same interleaved repeats, the same seeds):
-    tokens per target call and the speedup with its spread, and whether the repeats order them."""
-    from picogpt.course.speed_panels import indistinguishable_from_best
-
+    tokens per target call and the speedup with its spread, and what measure/compare.py concludes
+    from the pairs, on the wall clock."""
     entries = [entry for entry in results.get("speculative", []) if "block" in entry]
     if not entries:
         return ["The committed results hold no measurement of block verification (`python -m picogpt bench --save` "
@@ -832,19 +859,52 @@ def speed_verifiers(results, source):
     for entry in entries:
         token, block = speedup.from_dict(entry["measurement"]), speedup.from_dict(entry["block"])
         K = block.Ks[0]
-        runs = {"token by token": token.by_K[K].speedup_runs, "block": block.by_K[K].speedup_runs}
-        best, tied = indistinguishable_from_best(runs)
+        verdict = speedup.versus("block", block.by_K[K], "token by token", token.by_K[K])
         rows.append([pair_label(block), f"{block.controls['temperature']:g}", f"{K}",
                      f"{token.by_K[K].tokens_per_loop:.2f} / {block.by_K[K].tokens_per_loop:.2f}",
                      speedup.speedup_text(token.by_K[K]), speedup.speedup_text(block.by_K[K]),
-                     f"{best} faster" if tied == [best] else "not resolved"])
+                     verdict_cell(verdict)])
     first = speedup.from_dict(entries[0]["block"])
     return [f"Block verification ([notebook 08](../notebooks/08-verify-the-block.ipynb)) beside token-by-token "
             f"verification, N = {first.N} tokens, {first.repeats} repeats interleaved with the runs above (the same "
             "seeds); speedup = the median of the repeat-by-repeat ratios over autoregressive sampling, their "
-            "interquartile range in brackets; \"resolved\" when the two ranges do not overlap:", "",
+            "interquartile range in brackets; the verdict is measure/compare.py's: the ratio of the two times "
+            "repeat by repeat (the same seed), its median and 95% sign-test interval:", "",
             *table_lines(["draft -> target", "temperature", "K", "tokens per target call, token / block",
-                          "speedup, token by token", "speedup, block", "resolved"], rows)]
+                          "speedup, token by token", "speedup, block", "block against token by token, paired"], rows)]
+
+
+def run_order(m):
+    """How a measurement's repeats ran: results that keep each repeat's times ran in alternating order."""
+    if m.autoregressive_runs_s:
+        return "each K and autoregressive, the same seed per repeat, the order reversed every other repeat"
+    return "each K, then autoregressive, the same seed per repeat"
+
+
+def best_K_cell(m):
+    """Whether the pairs resolve the best K (measure/compare.best_of, 95% overall), in a few words."""
+    from picogpt.measure import compare
+    runs = {K: speedup.speedups_by_repeat(m, K) for K in m.Ks}
+    if not all(runs.values()):
+        return "not judged: saved without each repeat's times"
+    best, comparisons = compare.best_of(runs, compare.SPEEDUP)
+    tied = [K for K, c in comparisons.items() if not c.a_better]
+    return ("resolved, 95% overall" if not tied
+            else f"not resolved from K = {', '.join(str(K) for K in sorted(tied))} ({m.repeats} pairs, 95% overall)")
+
+
+def verdict_cell(c):
+    """A comparison in a table cell: 'block faster: 1.08 (95% 1.03-1.12, 10 pairs)', 'not resolved: ...',
+    or why there is none."""
+    from picogpt.measure import compare
+    if c is None:
+        return "not judged: saved without each repeat's times"
+    head = f"{c.a} {c.words.better if c.a_better else c.words.worse}" if c.resolved else "not resolved"
+    if math.isnan(c.low):
+        return f"{head}: {c.n} pairs, too few for a {compare.percent_text(c.confidence)} interval"
+    return (f"{head}: {compare.number(c.median)} ({compare.percent_text(c.confidence)} "
+            f"{compare.number(c.low, 1.0 if c.resolved else None)}-{compare.number(c.high, 1.0 if c.resolved else None)}, "
+            f"{c.n} pairs)")
 
 
 BENCH = "benchmarks/bench.json"

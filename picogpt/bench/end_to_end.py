@@ -25,8 +25,8 @@ def end_to_end_path(label, path):
 def end_to_end(pair, paths, temperatures, s, log):
     """One speedup.measure_chains per temperature for draft -> target (token-wise at every K of
     s["end_to_end_Ks"], block verification at s["block_K"]), then at the first temperature
-    measure/trees.py's chains and trees of s["tree_shapes"]: ([{pair, source, measurement, block}],
-    [{pair, source, trees}]) as bench.json holds them under "speculative" and "trees"
+    measure/trees.py's chains and trees of s["tree_shapes"] (each tree walked and traversed):
+    ([{pair, source, measurement, block}], [{pair, source, trees}]) as bench.json holds them under "speculative" and "trees"
     (report.bench_measurements reads the first back)."""
     (draft_path, draft_source), (target_path, target_source) = (end_to_end_path(label, paths[label]) for label in pair)
     draft, target = load_checkpoint(draft_path, pair[0]), load_checkpoint(target_path, pair[1])
@@ -45,7 +45,7 @@ def end_to_end(pair, paths, temperatures, s, log):
     if s["tree_shapes"]:
         log(f"chains and trees: {pair[0]} -> {pair[1]}, temperature {temperatures[0]}, shapes "
             f"{', '.join(map(str, s['tree_shapes']))}, N = {s['end_to_end_N']}, {s['end_to_end_repeats']} repeats")
-        measured = trees.measure_trees(draft, target, ids, s["end_to_end_N"], map(trees.method, s["tree_shapes"]),
+        measured = trees.measure_trees(draft, target, ids, s["end_to_end_N"], trees.methods(s["tree_shapes"]),
                                        repeats=s["end_to_end_repeats"], temperature=temperatures[0])
         tree_entries.append({"pair": list(pair), "source": source, "trees": trees.as_dict(measured)})
     return entries, tree_entries

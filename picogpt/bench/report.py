@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.atomic import atomic_write, write_text_atomically
-from ..measure import speedup, trees
+from ..measure import compare, speedup, trees
 from ..measure.results import scratch_dir
 
 
@@ -142,6 +142,9 @@ def table(results):
                              + (f", 5 positions {five['ratio_to_decode']:.2f}x that" if five else ""))
     for label, m in measurements(results):
         lines += ["", *speedup.text_lines(m, label)]
+    for entry in results.get("speculative", []):
+        if "block" in entry:
+            lines += ["", *verifier_verdicts(speedup.from_dict(entry["measurement"]), speedup.from_dict(entry["block"]))]
     for entry in results.get("trees", []):
         lines += ["", *trees.text_lines(trees.from_dict(entry["trees"]))]
     lines.append("")
@@ -152,6 +155,19 @@ def table(results):
 def ceiling_text(ceiling):
     return f"{ceiling['gb_per_s']:.1f} GB/s (" + ", ".join(
         f"{name} {way['gb_per_s']:.1f}" for name, way in ceiling["ways"].items()) + ")"
+
+
+def verifier_verdicts(token, block):
+    """Block verification against token by token at the bench's block K, pair by pair
+    (measure/compare.py): on tokens per target call, then on time."""
+    K = block.Ks[0]
+    if K not in token.by_K:
+        return [f"block verification at K = {K}: token by token not measured at that K, nothing to pair it with"]
+    return [f"block verification against token by token, {block.draft} -> {block.target}, "
+            f"T={block.controls['temperature']:g}, K = {K}, the same repeats:",
+            *("  " + compare.sentence(speedup.versus("block verification", block.by_K[K], "token by token",
+                                                     token.by_K[K], words))
+              for words in (compare.TOKENS_PER_CALL, compare.TIME))]
 
 
 def measurements(results):

@@ -42,13 +42,14 @@ def course_models(verbose=True):
     return draft, target
 
 
-# Notebook 05 times autoregressive against speculative sampling for K = 1..8, five repeats, all in
-# one cell: the teaching pair's 64 tokens keep that cell within the course's half a minute a cell
-# on a busy laptop. GPT-2 XL reads 6.2 GB per token, so a target that big gets fewer tokens and
-# repeats. Either way notebook 05 says on screen whether its run resolved the best K (course/speed_panels.py).
+# Notebook 05 times autoregressive against speculative sampling for K = 1..8, ten repeats (the pairs
+# of measure/compare.py's verdict: a 95% sign test concludes from 6 at the least), all in one cell on
+# the teaching pair's 64 tokens. GPT-2 XL reads 6.2 GB per token, so a target that big gets fewer
+# tokens and repeats, too few to resolve anything at 95%. Either way notebook 05 says on screen
+# whether its run resolved the best K, or what would (course/speed_panels.py).
 BIG_TARGET_BYTES = 1e9  # weight bytes read per token
 
 
 def speedup_run_size(target):
     """(N tokens per run, repeats) for notebook 05's measurement on this target (see above)."""
-    return (32, 3) if target.bytes_per_token > BIG_TARGET_BYTES else (64, 5)
+    return (32, 3) if target.bytes_per_token > BIG_TARGET_BYTES else (64, 10)

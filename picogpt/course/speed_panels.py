@@ -7,109 +7,111 @@ the measurements handed in (and of the committed bench file); the measuring is m
 """
 
 import json
-import math
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import PicoGPTError
-from ..measure import speedup
+from ..measure import compare, speedup
 from ..measure.results import BELOW_FLOOR, BENCH_JSON, bench_measurements
+from ..measure.timing import spread
 
 # ---------------------------------------------------------------------------------------------
 # Does a measurement resolve its best choice?
 # ---------------------------------------------------------------------------------------------
 
 def indistinguishable_from_best(runs):
-    """(the best choice, [every choice the repeats cannot tell from it]) of runs {choice: Spread of
-    its repeat-by-repeat speedups}: the best has the highest median, and a choice is kept when the
-    upper quartile of its speedups reaches the best's lower quartile. A rough test, not a
-    significance test: with 3 to 5 repeats, overlapping interquartile ranges mean that these runs
-    do not order the two."""
-    best = max(runs, key=lambda choice: runs[choice].median)
-    return best, [choice for choice in runs if runs[choice].q3 >= runs[best].q1]
+    """(the best choice, [the best and every choice these pairs cannot tell from it]) of runs
+    {choice: each repeat's speedup over autoregressive sampling, in repeat order, the same repeats for
+    every choice (speedup.speedups_by_repeat)}: the best has the highest median speedup, and a choice
+    is kept unless measure/compare.best_of resolves the best as faster than it (a paired sign test,
+    95% overall; the ratio of two speedups of one repeat is the ratio of the two times)."""
+    best, comparisons = compare.best_of(runs, compare.SPEEDUP)
+    return best, [best] + [choice for choice, c in comparisons.items() if not c.a_better]
 
 
 def resolution_line(runs, what, repeats, N, name=str):
-    """Whether these repeats resolve the best of runs {choice: Spread of speedups}, as a sentence:
-    'resolved: ...', 'not resolved: ...', or 'nothing to resolve: ...' when one choice was measured.
-    `what` names a choice ('K', 'L'), name(choice) prints one."""
-    best, tied = indistinguishable_from_best(runs)
-    size = f"{repeats} repeats of {N} tokens"
-    if len(runs) == 1:
-        return f"nothing to resolve: {what} = {name(best)} is the only one measured ({size})"
-    if tied == [best]:
-        return (f"resolved: the interquartile range of every other {what}'s repeat-by-repeat speedups lies below "
-                f"{what} = {name(best)}'s ({size})")
-    names = [name(choice) for choice in tied]
-    separator = "; " if any("," in n for n in names) else ", "  # names with commas of their own
-    return (f"not resolved: {what} in [{separator.join(names)}] cannot be told apart by "
-            f"{size} (their repeat-by-repeat interquartile ranges overlap the best's)")
+    """Whether these repeats resolve the best of runs {choice: each repeat's speedup}, as
+    measure/compare.best_sentence says it: 'resolved: ...', 'not resolved: ...' (with about how many
+    pairs would resolve it), or 'nothing to resolve: ...' when one choice was measured. `what` names
+    a choice ('K', 'L'), name(choice) prints one; runs saved without their repeats are not judged."""
+    return f"{compare.best_line(runs, label=lambda choice: f'{what} = {name(choice)}')} ({repeats} repeats of {N} tokens)"
 
 
 def best_K_lines(m):
     """The best K measured and predicted, and whether these repeats can tell the best K apart."""
-    runs = {K: m.by_K[K].speedup_runs for K in m.Ks}
-    best, tied = indistinguishable_from_best(runs)
-    predicted = m.best_K[1]
+    runs = {K: speedup.speedups_by_repeat(m, K) for K in m.Ks}
+    best, predicted = m.best_K
     line = resolution_line(runs, "K", m.repeats, m.N)
-    if tied != [best]:
+    if line.startswith("not resolved"):
+        _, tied = indistinguishable_from_best(runs)
         line += "; the prediction " + ("falls among them" if predicted in tied else "falls outside them")
-    return [f"best K measured: {best} ({m.by_K[best].speedup:.2f}x); best K predicted (in-loop t_score(K)): "
-            f"{predicted} ({m.by_K[predicted].predicted:.2f}x)", line]
+    return [f"best K measured: {best} ({m.by_K[best].speedup:.2f}x, the highest median speedup); best K predicted "
+            f"(in-loop t_score(K)): {predicted} ({m.by_K[predicted].predicted:.2f}x)", line]
 
 
 # ---------------------------------------------------------------------------------------------
 # Notebook 02: what sets the pace of decoding, and what one call of several positions saves
 # ---------------------------------------------------------------------------------------------
 
-def percent(fraction):
-    """A fraction as the whole percent printed beside it (0.654 -> 65): verdicts read this number,
-    so the words and the figure printed beside them cannot disagree."""
-    return round(100 * fraction)
-
-
 def pace_line(name, nbytes, seconds_per_token, bandwidth_gbs, busy=False):
-    """What sets the pace of one model's decoding, as a sentence: the rate at which it read its
-    weights (nbytes per token, one token every seconds_per_token) as a share of the measured memory
-    bandwidth. Reading them once at that bandwidth takes that share of its time per token; above
-    100% it read them faster than memory delivers, so they came, at least in part, from the CPU's
-    caches. `busy`: the machine was busy while measuring (machine.busy_warning), which slows the
-    bandwidth measurement (all cores) and decoding differently, so the sentence says the share may be off."""
-    if not (nbytes > 0 and seconds_per_token > 0 and bandwidth_gbs > 0
-            and math.isfinite(seconds_per_token) and math.isfinite(bandwidth_gbs)):
-        raise PicoGPTError(f"pace_line needs positive finite numbers, got nbytes={nbytes}, "
-                           f"seconds_per_token={seconds_per_token}, bandwidth_gbs={bandwidth_gbs}")
-    achieved_gbs = nbytes / seconds_per_token / 1e9
-    share = percent(achieved_gbs / bandwidth_gbs)
-    said = (f"{name:12} reads its {nbytes / 1e6:,.1f} MB of weights at {achieved_gbs:,.1f} GB/s ({share:,}% of the "
-            f"measured {bandwidth_gbs:,.1f} GB/s)")
-    caveat = ("; but the machine was busy, which slows the bandwidth measurement and decoding differently, "
-              "so this share may be off" if busy else "")
-    if share > 100:
+    """What sets the pace of one model's decoding, as a sentence, from pairs measured side by side
+    (machine.floor_beside_decode): seconds_per_token[i] a decode and bandwidth_gbs[i] the memory
+    bandwidth of the same repeat. Per pair, the share of the decode that reading the weights once
+    (nbytes) at that bandwidth takes; their median with its 95% interval (measure/compare.py's
+    sign-test interval). A verdict only where the interval allows one: above half, reading the
+    weights sets the pace; below half, per-call overhead does; a share above 100% is a decode faster
+    than memory delivers (the weights came, at least in part, from the CPU's caches), from which no
+    pace is read. `busy`: the machine was busy while measuring (machine.busy_warning)."""
+    seconds_per_token, bandwidth_gbs = np.asarray(seconds_per_token, float), np.asarray(bandwidth_gbs, float)
+    if not (nbytes > 0 and seconds_per_token.shape == bandwidth_gbs.shape and seconds_per_token.ndim == 1
+            and len(seconds_per_token) and np.all(np.isfinite(seconds_per_token)) and np.all(seconds_per_token > 0)
+            and np.all(np.isfinite(bandwidth_gbs)) and np.all(bandwidth_gbs > 0)):
+        raise PicoGPTError(f"pace_line needs nbytes > 0 and pairs of positive finite seconds per token and GB/s, "
+                           f"got nbytes={nbytes}, seconds_per_token={seconds_per_token}, bandwidth_gbs={bandwidth_gbs}")
+    shares = 100 * nbytes / (bandwidth_gbs * 1e9) / seconds_per_token  # the floor / the decode, pair by pair, in %
+    median, low, high, _ = compare.median_interval(shares)
+    said = (f"{name:12} reads its {nbytes / 1e6:,.1f} MB of weights once a token: at the bandwidth measured beside "
+            f"each decode, that takes {median:,.0f}% of its time per token (median of {len(shares)} pairs")
+    caveat = ("; the machine was busy, which slows the bandwidth measurement (all cores) and decoding differently"
+              if busy else "")
+    if np.isnan(low):
+        return (f"{said}; {len(shares)} pairs give no 95% interval, the sign test needs "
+                f"{compare.fewest_pairs()}): no verdict{caveat}")
+    boundary = 100 if low > 100 else 50  # the bound a verdict rests on is printed on its side of it
+    said += f", 95% interval {share_text(low, boundary)}-{share_text(high, 50)}%)"
+    if low > 100:
         return (f"{said}: faster than memory delivers them, so they come, at least in part, from the CPU's caches "
-                f"(its time per token is below the memory floor){caveat}")
-    reading = f"{said}: reading them once at that bandwidth takes {share}% of its time per token"
-    if share > 50:
-        return f"{reading}, so reading the weights sets its pace{caveat}"
-    if share == 50:
-        return f"{reading}, and per-call overhead the other 50%{caveat}"
-    return f"{reading}, so the other {100 - share}%, per-call overhead, sets its pace{caveat}"
+                f"(its time per token is below the memory floor), and no pace is read from it{caveat}")
+    if low > 50:
+        return f"{said}: more than half, so reading the weights sets its pace{caveat}"
+    if high < 50:
+        return f"{said}: less than half, so per-call overhead sets its pace{caveat}"
+    return f"{said}: the interval holds half, so these pairs do not say which sets its pace{caveat}"
+
+
+def share_text(percent, boundary):
+    """A share in whole percent, or with the decimals that keep it off `boundary` (50.2 is not '50')."""
+    for digits in (0, 1, 2, 4):
+        text = f"{percent:,.{digits}f}"
+        if float(text.replace(",", "")) != boundary:
+            return text
+    return repr(float(percent))
 
 
 def scoring_line(n, one_call, calls_of_one):
-    """n new positions scored in one call against n calls of one position, each a Spread of
-    seconds over the repeats, as a sentence: both medians with their interquartile ranges, how many
-    times cheaper the cheaper way was, and whether the repeats tell the two apart (the ranges do
-    not overlap)."""
-    def ms(run):
+    """n new positions scored in one call against n calls of one position, each way's seconds in
+    every repeat (timing.scoring_seconds: paired, the order alternated), as a sentence: both medians
+    with their interquartile ranges, then measure/compare.py's verdict on the pairs (which way is
+    cheaper, by how much, with its 95% interval, or what would resolve it)."""
+    def ms(values):
+        run = spread(values)
         return f"{run.median * 1e3:.1f} ms ({run.q1 * 1e3:.1f}-{run.q3 * 1e3:.1f})"
 
-    said = f"{n} new positions: {ms(one_call)} in one call, {ms(calls_of_one)} as {n} calls of one"
-    if one_call.q3 < calls_of_one.q1 or calls_of_one.q3 < one_call.q1:
-        cheaper, dearer, how = ((one_call, calls_of_one, "one call") if one_call.median < calls_of_one.median
-                                else (calls_of_one, one_call, f"{n} calls of one"))
-        return (f"{said}: {how} is {dearer.median / cheaper.median:.2f}x cheaper "
-                "(medians; the interquartile ranges do not overlap)")
-    return f"{said}: the interquartile ranges overlap, so these repeats do not tell the two apart"
+    said = f"{n} new positions: {ms(one_call)} in one call, {ms(calls_of_one)} as {n} calls of one (medians, IQR)"
+    verdict = compare.compare("one call", one_call, f"{n} calls of one", calls_of_one,
+                              compare.Words(better="cheaper", worse="dearer"))
+    return f"{said}: {compare.sentence(verdict)}"
 
 
 # ---------------------------------------------------------------------------------------------

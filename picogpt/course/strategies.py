@@ -113,11 +113,12 @@ def strategy_lines(found):
 
 def best_strategy_lines(found, what="strategy"):
     """The best of strategies measured together ({name: StrategyResult}, one measurement) and
-    whether their repeats resolve it (course/speed_panels.py)."""
+    whether their repeats resolve it (course/speed_panels.py, measure/compare.py's paired test)."""
     first = next(iter(found.values())).measurement
-    best, _ = speed_panels.indistinguishable_from_best({name: r.speedup_runs for name, r in found.items()})
-    return [f"best {what} measured: {best} ({found[best].measured:.2f}x)",
-            speed_panels.resolution_line({name: r.speedup_runs for name, r in found.items()}, what, first.repeats, first.N)]
+    best = max(found, key=lambda name: found[name].measured)
+    runs = {name: speedup.speedups_by_repeat(r.measurement, r.K) for name, r in found.items()}
+    return [f"best {what} measured: {best} ({found[best].measured:.2f}x, the highest median speedup)",
+            speed_panels.resolution_line(runs, what, first.repeats, first.N)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -197,32 +197,26 @@ def running_residuals(rows, q):
 
 
 def verdict_lines(m):
-    """Which variant emitted the most per target call, which was fastest, and whether the repeats
-    resolve the fastest (course/speed_panels.py's check on the repeat-by-repeat speedups)."""
-    from .speed_panels import indistinguishable_from_best, resolution_line
-    runs = {name: v.speedup_runs for name, v in m.variants.items()}
-    most, (best, _) = max(m.variants.values(), key=lambda v: v.tokens_per_call), indistinguishable_from_best(runs)
-    return [f"most tokens per target call: {most.name} ({most.tokens_per_call:.2f}); fastest: {best} "
-            f"({m.variants[best].speedup:.2f}x autoregressive)", resolution_line(runs, "variant", m.repeats, m.N)]
+    """Which variant emitted the most per target call and which was fastest (the highest median
+    speedup); whether the repeats resolve the fastest is the last line of measure/trees.text_lines
+    (measure/compare.py's paired test), printed with the table."""
+    most = max(m.variants.values(), key=lambda v: v.tokens_per_call)
+    best = max(m.variants, key=lambda name: m.variants[name].speedup)
+    return [f"most tokens per target call: {most.name} ({most.tokens_per_call:.2f}, all runs together); fastest: "
+            f"{best} ({m.variants[best].speedup:.2f}x autoregressive, the median over the repeats; whether the repeats "
+            "resolve it: the table's last line)"]
 
 
 def draft_time_line(tree, chain):
     """A tree's in-loop draft time against a chain's of as many drafted tokens (measure.trees
-    Variants): its draft calls a loop against the chain's, the two times with their loop-by-loop
-    spread, and whether that spread resolves the difference."""
+    Variants): its draft calls a loop against the chain's and the two times with their loop-by-loop
+    spread. Loops are not pairs (a tree's loop and a chain's draw different text), so no verdict is
+    drawn from them: the runs' paired verdict is verdict_lines'."""
     from ..measure.trees import ms_text
     calls = f"{tree.name}: {len(tree.shape)} draft calls a loop, {chain.name}: {len(chain.shape)}"
-    times = (f"the draft's time a loop {ms_text(tree.t_draft, tree.t_draft_s)} ms against "
-             f"{ms_text(chain.t_draft, chain.t_draft_s)} ms ({tree.t_draft_s / chain.t_draft_s:.2f} of the chain's)")
-    if tree.t_draft is None or chain.t_draft is None:
-        return f"{calls}; {times}: no spread recorded, so these medians do not say whether the difference is resolved"
-    if tree.t_draft.q3 < chain.t_draft.q1:
-        verdict = "less, resolved (the loops' interquartile ranges do not overlap)"
-    elif tree.t_draft.q1 > chain.t_draft.q3:
-        verdict = "more, resolved (the loops' interquartile ranges do not overlap)"
-    else:
-        verdict = "not resolved: the loops' interquartile ranges overlap"
-    return f"{calls}; {times}: {verdict}"
+    return (f"{calls}; the draft's time a loop {ms_text(tree.t_draft, tree.t_draft_s)} ms against "
+            f"{ms_text(chain.t_draft, chain.t_draft_s)} ms ({tree.t_draft_s / chain.t_draft_s:.2f} of the chain's; "
+            "medians over the loops with their interquartile range, a description, not a paired comparison)")
 
 
 def draft_time_lines(m):

@@ -260,3 +260,41 @@ def kept_explorer(p_a=2 / 3, q_a=1 / 3, K=2):
         slider.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox(list(sliders.values())), readout_html, figure_out])
+
+
+# ---------------------------------------------------------------------------------------------
+# A tree verified two ways (notebook 09): the traversal explorer
+# ---------------------------------------------------------------------------------------------
+
+TRAVERSAL_SHAPES = ((1, 1), (2, 1), (1, 1, 1), (2, 1, 1), (1, 1, 1, 1), (2, 1, 1, 1))
+
+
+def traversal_update(p_a, q_a, shape):
+    """What the traversal explorer shows for one setting: (readout HTML, figure outputs,
+    traversal_panels.TreeKeptPanel) for p = (p_a, 1 - p_a), q = (q_a, 1 - q_a) and a tree of `shape`."""
+    from . import traversal_figures, traversal_panels
+    panel = traversal_panels.tree_kept_panel(p_a, q_a, shape)
+    fig = Figure(figsize=(8, 3.8), layout="constrained")
+    traversal_figures.plot_tree_kept(panel, ax=fig.subplots())
+    text = traversal_panels.tree_kept_readout(panel)
+    return text, (png_output(figure_png(fig), text),), panel
+
+
+def traversal_explorer(p_a=2 / 3, q_a=1 / 3, shape=(2, 1)):
+    """Sliders for p(a) and q(a), and the tree's shape: the walk against the traversal, exact. Starts at
+    Sun et al.'s p and q. Returns an ipywidgets.VBox."""
+    import ipywidgets as w
+    sliders = {"p_a": _slider("p(a), the draft", p_a, 0, 1, step=0.01), "q_a": _slider("q(a), the target", q_a, 0, 1, step=0.01)}
+    shapes = w.Dropdown(options=[(str(s), s) for s in TRAVERSAL_SHAPES], value=tuple(shape), description="tree shape",
+                        style={"description_width": "initial"})
+    readout_html = w.HTML()
+    figure_out = w.Output(layout={"min_height": "300px"})
+
+    def redraw(_change=None):
+        readout_html.value, figure_out.outputs, _ = traversal_update(sliders["p_a"].value, sliders["q_a"].value,
+                                                                     shapes.value)
+
+    for control in [*sliders.values(), shapes]:
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([*sliders.values(), shapes]), readout_html, figure_out])

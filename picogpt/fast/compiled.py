@@ -26,10 +26,13 @@ uses NumPy alone. PICOGPT_KERNEL=numpy switches the compiled products off (to co
 rule them out). The machine code is kept on disk per Python environment (`cache_dir`).
 """
 
+import contextlib
 import functools
 import hashlib
 import os
+import re
 import sys
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -134,7 +137,7 @@ def loops():
     fastmath 'contract' lets the compiler fuse multiply-adds; the head's 'reassoc' lets it split
     a dot product into vector lanes (another order of summation, ~1e-7 relative); NaN stays NaN."""
     try:
-        import numba
+        numba = imported_numba()
     except ImportError:
         return None
     except Exception as e:  # installed, but failing as it loads (NUMBA_NUM_THREADS=0; too little address space for LLVM)
@@ -145,12 +148,14 @@ def loops():
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
         stamp = folder / f"picogpt-{source_hash(numba.__version__)}.compiled"
-        compiled = Loops(*compile_in(folder, numba))
-        if not stamp.exists():
-            print("picogpt: compiling the fast kernels with numba (once per environment)", file=sys.stderr, flush=True)
-        for loop, function in zip(compiled, (band_product, head_product)):
-            for writable in (True, False):
-                loop(*example_arguments(function, writable))
+        with interrupts_kept():
+            compiled = Loops(*compile_in(folder, numba))
+            if not stamp.exists():
+                print("picogpt: compiling the fast kernels with numba (once per environment)", file=sys.stderr,
+                      flush=True)
+            for loop, function in zip(compiled, (band_product, head_product)):
+                for writable in (True, False):
+                    loop(*example_arguments(function, writable))
         stamp.touch()
     except (OSError, RuntimeError) as e:
         if isinstance(e, RuntimeError) and "cannot cache" not in str(e):
@@ -160,6 +165,52 @@ def loops():
     except Exception as e:
         return unavailable(f"numba could not compile the fast kernels ({first_line(e)})")
     return compiled
+
+
+def imported_numba():
+    """`import numba`, with numba's warning about an environment variable it cannot parse
+    (NUMBA_NUM_THREADS=abc, NUMBA_OPT=zz: eight lines and a traceback, after which numba
+    ignores the variable) said in one line naming it; other warnings pass on as they were."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import numba
+    for warning in caught:
+        found = re.match(r"Environment variable '(\w+)' is defined but its associated value '(.*?)' could not be "
+                         r"parsed", str(warning.message))
+        if found:
+            why = str(warning.message).strip().splitlines()[-1]
+            print(f"picogpt: numba could not read {found[1]}={shown(found[2], 40)!r} ({shown(why, 160)}), so it "
+                  f"ignores it: set {found[1]} to a value numba reads, or unset it", file=sys.stderr)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return numba
+
+
+@contextlib.contextmanager
+def interrupts_kept():
+    """Run the block so that a Ctrl-C means stop. numba compiles through llvmlite, which calls
+    back into Python from C (its object cache): a KeyboardInterrupt raised in such a callback is
+    printed as "Exception ignored" and dropped, and the compile goes on or fails for another
+    reason. Here each one is recorded instead (sys.unraisablehook) and raised when the block ends."""
+    interrupted, before = [], sys.unraisablehook
+
+    def hook(unraisable):
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            interrupted.append(unraisable.exc_value)
+        else:
+            before(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    except Exception:
+        if interrupted:  # the interrupt, not what it broke, is why the block ended
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        sys.unraisablehook = before
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def compile_in(folder, numba):

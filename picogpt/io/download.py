@@ -48,9 +48,9 @@ from pathlib import Path
 from ..errors import DownloadError, shown
 from .atomic import write_text_atomically
 from .files import ensure_writable_folder, is_same_file, kind_of, refuse, regular_opener, try_lock
-from .hf_cache import RECORD, verified_copy
+from .hf_cache import RECORD, hub_cache_dir, verified_copy
 from .pins import CHUNK_BYTES, PINNED, sha256_of
-from .registry import EMBEDDED, weights_dir
+from .registry import EMBEDDED, not_used, weights_dir
 
 TIMEOUT_S = 60  # for connecting and for each read
 SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download
@@ -99,6 +99,10 @@ def ensure_disk_space(folder, n_bytes_needed):
                             "is free; free some space or set PICOGPT_WEIGHTS_DIR to another disk")
 
 
+class Unreachable(DownloadError):
+    """No connection to the server at all (offline, refused, no such host)."""
+
+
 def open_url(url, start_byte=0):
     """GET url, asking for the bytes from `start_byte` on when resuming. Returns the response."""
     try:
@@ -116,9 +120,17 @@ def open_url(url, start_byte=0):
         raise DownloadError(f"HTTP {e.code} {shown(e.reason, 100)} for {url}: {hint}") from None
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:  # ValueError: a URL
         reason = getattr(e, "reason", e)  # http.client cannot use; HTTPException: a garbled status line
-        raise DownloadError(f"could not connect to {url} ({shown(reason, 200)}): check your network "
-                            "connection (or HF_ENDPOINT) and run the same command again; meanwhile the "
-                            "course and every command run on the embedded teaching pair") from None
+        raise Unreachable(f"could not connect to {url} ({shown(reason, 200)}): check your network "
+                          "connection (or HF_ENDPOINT) and run the same command again") from None
+
+
+def offline_ways(spec, folder):
+    """What works without a network, in words: the two places a checkpoint can come from."""
+    cache = hub_cache_dir()
+    where = f" ({shown(cache)}: none there matched)" if cache else ""
+    return (f"without a network, {spec.name} is taken from a copy already in the Hugging Face cache{where}, "
+            f"or from a {spec.filename} you place in {shown(folder)}/ (this command then checks its sha256); "
+            "meanwhile the course and every command run on the embedded teaching pair")
 
 
 def redirect_problem(error):
@@ -252,7 +264,7 @@ def write_config(folder, spec):
 def already_verified(final, spec):
     """Is the final file there with the pinned size and sha256? (Re-hashing takes seconds.)"""
     info = file_in_folder(final)
-    if info is None or spec.n_bytes not in (None, info.st_size):
+    if info is None or spec.size_problem(info.st_size):
         return False
     with open_in_folder(final) as f:
         return sha256_of(f) == spec.sha256
@@ -311,6 +323,9 @@ def open_resumable(url, part, name, log):
 def expected_bytes(spec, response, n_have, url, log):
     """The file's size: the pinned one (which the server must agree with), else the server's."""
     n_total = response_total_bytes(response, n_have)
+    if n_total is not None and spec.size_problem(n_total):
+        raise DownloadError(f"{url} is {spec.size_problem(n_total)}: not the pinned file (check HF_ENDPOINT); "
+                            "nothing was downloaded")
     if spec.n_bytes is None:
         if n_total is None:
             raise DownloadError(f"{url} did not say how long the file is (no Content-Length) and "
@@ -318,9 +333,6 @@ def expected_bytes(spec, response, n_have, url, log):
         log(f"{spec.name}: no size is pinned; using the server's Content-Length, {n_total:,} bytes "
             "(the sha256 is still checked)")
         return n_total
-    if n_total is not None and n_total != spec.n_bytes:
-        raise DownloadError(f"{url} is {n_total:,} bytes but {spec.name} must be {spec.n_bytes:,} "
-                            "bytes: not the pinned file (check HF_ENDPOINT); nothing was downloaded")
     return spec.n_bytes
 
 
@@ -352,11 +364,13 @@ def download_locked(spec, folder, url, progress, log):
         log(f"{spec.name}: {final} already present and verified (sha256 {spec.sha256[:12]}…), skipped")
         write_config(folder, spec)
         return final
-    copy, _ = verified_copy(spec, folder / RECORD, log)
+    copy, rejected = verified_copy(spec, folder / RECORD, log)
     if copy is not None:
-        log(f"{spec.name}: found in the Hugging Face cache at {shown(copy)}, with the pinned size and sha256 "
+        log(f"{spec.name}: found in the Hugging Face cache at {shown(copy[0])}, with the pinned size and sha256 "
             f"({spec.sha256[:12]}…): nothing to download, picogpt loads it from there")
-        return copy
+        return copy[0]
+    for path, reason in rejected:
+        log(f"{spec.name}: {not_used(path, reason)}")
     if file_in_folder(final):
         raise DownloadError(f"{final} exists but does not match {spec.name}'s sha256 {spec.sha256}: {ADVICE}")
 
@@ -364,7 +378,10 @@ def download_locked(spec, folder, url, progress, log):
         if held_bytes(part) > spec.n_bytes:
             part.unlink()  # a .part longer than the file can only be garbage
         ensure_disk_space(folder, spec.n_bytes - held_bytes(part))
-    response, n_have = open_resumable(url, part, spec.name, log)
+    try:
+        response, n_have = open_resumable(url, part, spec.name, log)
+    except Unreachable as e:
+        raise DownloadError(f"{e}; {offline_ways(spec, folder)}") from None
     try:
         n_expected = expected_bytes(spec, response, n_have, url, log)
         if spec.n_bytes is None:

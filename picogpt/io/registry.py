@@ -12,16 +12,14 @@ teaching pair ships inside the package (`picogpt/io/data/`), so any install runs
 offline; a `tiny-draft/` or `tiny-target/` in the weights folder takes its place (a retrained pair).
 """
 
-import math
 import os
 import sys
 from pathlib import Path
 
 from ..errors import CheckpointError, PicoGPTError, shown
-from ..gpt2 import GPT2Config
 from .hf_cache import RECORD, verified_copy
-from .params import N_CTX, N_VOCAB, PRETRAINED, expected_shapes, hf_config  # PRETRAINED: the published GPT-2 shapes
-from .pins import PINNED
+from .params import PRETRAINED, hf_config  # PRETRAINED: the published GPT-2 shapes
+from .pins import PINNED, published_weights_bytes  # noqa: F401  (the size the documents quote)
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]  # the repository, when run from a checkout
 REPO_WEIGHTS = SOURCE_TREE / "weights"
@@ -34,17 +32,6 @@ def published_config(name):
     """The Hugging Face config.json dict of the published checkpoint `name`."""
     shape = PRETRAINED[name]
     return hf_config(n_layer=shape["n_layer"], n_head=shape["n_head"], n_embd=shape["n_embd"])
-
-
-def published_weights_bytes(name):
-    """Bytes of the published checkpoint `name`'s weights in float32 (every parameter, 4 bytes):
-    what memory holds and what decoding reads for every token. The one source of the size the
-    documents quote (tests/test_repository.py checks them); the downloaded file is somewhat larger,
-    as Hugging Face's also stores each layer's attention mask, which picogpt does not load."""
-    shape = PRETRAINED[name]
-    config = GPT2Config(n_layer=shape["n_layer"], n_head=shape["n_head"], n_embd=shape["n_embd"], n_ctx=N_CTX,
-                        n_vocab=N_VOCAB)
-    return 4 * sum(math.prod(size) for size in expected_shapes(config).values())
 
 
 def weights_dir():
@@ -88,8 +75,8 @@ def say(text):
 
 
 def hub_copy(name):
-    """(the Hugging Face cache's copy of the published `name` whose size and sha256 are pinned,
-    or None; [the files there that are not]): io/hf_cache.py."""
+    """((path, identity) of the Hugging Face cache's copy of the published `name` whose size
+    and sha256 are pinned, or None; [the files there that are not, with why]): io/hf_cache.py."""
     return verified_copy(PINNED[name], weights_dir() / name / RECORD, say)
 
 
@@ -99,8 +86,33 @@ def checkpoint_path(name):
     if name in EMBEDDED:
         retrained = own_checkpoint(name)
         return retrained if retrained.exists() else EMBEDDED_DIR / name / "model.safetensors"
+    return located(name)[0]
+
+
+def located(name):
+    """(checkpoint_path(name), the identity its file must have when mapped, or None): a copy in
+    the Hugging Face cache is the file verified only while its identity is the one verified
+    (hf_cache.verified_copy), so the loader compares it with the file it maps."""
+    if name in EMBEDDED:
+        return checkpoint_path(name), None
     own = own_checkpoint(name)
-    return own if own.exists() or name not in PINNED else hub_copy(name)[0] or own
+    if own.exists() or name not in PINNED:
+        return own, None
+    return hub_copy(name)[0] or (own, None)
+
+
+def unused_copies(rejected):
+    """What an error says of the files in the Hugging Face cache that were not used ('' if none)."""
+    if not rejected:
+        return ""
+    path, reason = rejected[0]
+    more = f" (and {len(rejected) - 1} more there)" if len(rejected) > 1 else ""
+    return f"; {not_used(path, reason)}{more}"
+
+
+def not_used(path, reason):
+    """Why a file in the Hugging Face cache was not used, in words (errors, download's log)."""
+    return f"{shown(path)} in the Hugging Face cache does not match the pinned file, so it was not used: {reason}"
 
 
 def in_hub_cache(name, path):
@@ -136,28 +148,27 @@ def is_available(name):
 
 
 def resolve(name_or_path):
-    """Turn a model name or a path into the path of a model.safetensors file, or explain."""
+    """Turn a model name or a path into (the path of a model.safetensors file, the identity
+    its file must have when mapped or None: located), or explain."""
     text = str(name_or_path)
     if text in model_names():
-        path = checkpoint_path(text)
+        path, identity = located(text)
         if not path.exists():
             hint = (f"run: python -m picogpt download {text}  (or: make weights)"
                     if text in PRETRAINED else "it ships inside the package: reinstall picogpt-speculative "
                     "(from a checkout: git checkout picogpt/io/data/ && pip install -e .)")
-            rejected = hub_copy(text)[1] if text in PINNED else []
-            unused = (f"; {shown(rejected[0])} in the Hugging Face cache does not match {text}'s pinned size and "
-                      "sha256, so it was not used" if rejected else "")
+            unused = unused_copies(hub_copy(text)[1]) if text in PINNED else ""
             raise CheckpointError(f"{path} not found — {hint}{unused}")
-        return path
+        return path, identity
     path = Path(text).expanduser()
     if path.is_dir():
         path = path / "model.safetensors"
         if not path.exists():
             raise CheckpointError(f"{path} not found: a model folder must hold model.safetensors")
-        return path
+        return path, None
     if path.suffix == ".safetensors" or path.exists():
         if not path.exists():
             raise CheckpointError(f"{path} not found")
-        return path
+        return path, None
     raise PicoGPTError(f"unknown model '{text}': use one of {', '.join(model_names())}, "
                        "or the path of a folder or .safetensors file")

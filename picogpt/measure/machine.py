@@ -53,6 +53,38 @@ def measure_bandwidth_gbs(n_bytes=256 * 2**20, repeats=5):
     return n_read / median_seconds(lambda: gemv_pass(matrices, x), repeats) / 1e9
 
 
+def floor_beside_decode(model, ids, repeats=10, n_bytes=256 * 2**20, calls=5):
+    """The memory bandwidth and `model`'s one-token decode, measured side by side: per repeat, the
+    median of `calls` gemv_pass over about n_bytes (measure_bandwidth_gbs's operation) and the median
+    of `calls` cached one-token calls of the model after `ids` (timing.time_per_token_s's), the order
+    of the two alternated from one repeat to the next, so that each repeat's memory floor and decode
+    met the same moment of the machine. Returns (GB/s per repeat, seconds per token per repeat): the
+    pairs of notebook 02's pace verdict (course/speed_panels.pace_line)."""
+    matrices, x = bandwidth_matrices(n_bytes)
+    n_read = sum(matrix.nbytes for matrix in matrices)
+    cache = model.new_cache()
+    model(ids[:-1], cache)  # the prompt but its last token, once (not timed)
+    n = len(cache)
+
+    def step():
+        model(ids[n:n + 1], cache)  # [1] -> [1, n_vocab]: one new position, as in decoding
+        cache.truncate(n)  # ... rolled back, so that every call does the same work
+
+    def bandwidth():
+        return n_read / median_seconds(lambda: gemv_pass(matrices, x), calls) / 1e9
+
+    gemv_pass(matrices, x), step()  # warm up: page faults, thread start-up
+    gb_per_s, seconds = [], []
+    for repeat in range(repeats):
+        if repeat % 2 == 0:
+            gb_per_s.append(bandwidth())
+            seconds.append(median_seconds(step, calls))
+        else:
+            seconds.append(median_seconds(step, calls))
+            gb_per_s.append(bandwidth())
+    return tuple(gb_per_s), tuple(seconds)
+
+
 def measure_matmul_gflops(n=1024, repeats=5):
     """GFLOP/s (10**9 floating-point operations per second) of a float32 [n, n] @ [n, n]
     product, which does 2 n**3 FLOPs on 3 n**2 numbers: enough reuse to keep the cores busy."""

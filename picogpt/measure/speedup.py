@@ -1,6 +1,6 @@
 """Speculative against autoregressive sampling on this machine: the one measurement of the
-costs and the speedup (used by `python -m picogpt bench`, `speculate --compare`, notebooks 05 and 06
-and the model card's tool).
+costs and the speedup (used by the bench, notebooks 05-09, `speculate --compare` and the model
+card's tool; notebooks 07 and 09 through measure/trees.py).
 
 Every cost is timed where a user pays it, inside the sampling loops:
 - t_target_s: one token of autoregressive sampling (Algorithm 1): a cached target call on one
@@ -16,8 +16,10 @@ autoregressive sampling and the first loop of speculative sampling are left out 
 they stay in the wall times and in the breakdown, which adds up to the wall time.
 
 A warm-up run of every variant first pays what a process pays once (first reads of the weights,
-loading the compiled kernels). The timed runs are interleaved (per repeat: each K, then
-autoregressive, all with the same seed), so a busy moment hits every variant alike. Run times
+loading the compiled kernels). The timed runs are interleaved (per repeat: each K and
+autoregressive, all with the same seed, the order reversed every other repeat), so a busy moment
+hits every variant alike and a drift favours none; each repeat's times are kept (runs_s), the
+pairs measure/compare.py judges. Run times
 are medians over the repeats with their interquartile range; the costs are medians over the
 steps and loops after the first (the scoring calls' interquartile range is kept too).
 
@@ -31,7 +33,8 @@ repeat*, with the interquartile range of those same ratios (`speedup_text` write
 - the point and its bracket are quartiles of the same few numbers, so q1 <= median <= q3 always;
 - with the 3 to 5 repeats a run can afford, a bootstrap interval would resample too few numbers
   to mean more than the interquartile range, which a reader can check by hand.
-Whether two speedups differ is read from these ranges (course/speed_panels.py's resolution check).
+Whether two methods differ is not read from these ranges: measure/compare.py judges the pairs
+(`versus_autoregressive`, `versus`), with an interval at a stated confidence.
 
 The predicted speedup is Jay Mody's arithmetic (theory.predicted_speedup) fed the in-loop costs
 and alpha_hat, the acceptance rate pooled over every accept/reject decision. A draft that proposed
@@ -50,7 +53,7 @@ from .. import theory
 from ..errors import PicoGPTError
 from ..sampling import autoregressive_sampling
 from ..speculative import Chain
-from . import machine
+from . import compare, machine
 from .machine import load_average
 from .timing import Spread, spread
 
@@ -110,6 +113,8 @@ class AtK:
     n_loops: int
     breakdown_s: dict  # mean seconds per run: draft_s + score_s + decide_s + other_s = mean wall time
     t_score_spread: Spread = None  # the in-loop scoring calls loop by loop: median (t_score_s) and IQR
+    runs_s: tuple = ()  # each repeat's wall time, in repeat order: the pairs measure/compare.py judges
+    tokens_per_loop_runs: tuple = ()  # each repeat's tokens per loop, in repeat order
 
     @property
     def speedup(self):
@@ -140,6 +145,7 @@ class SpeedupMeasurement:
     by_K: dict  # K -> AtK
     load_average_before: list  # the OS's 1, 5, 15 minute load averages (None where unknown)
     load_average_after: list
+    autoregressive_runs_s: tuple = ()  # each repeat's autoregressive wall time, in repeat order
 
     @property
     def Ks(self):
@@ -173,10 +179,14 @@ def from_dict(data):
 
     # "speedup" is derived from speedup_runs; a stored one (a ratio of medians, in files written
     # when that was the statistic) is not read
-    by_K = {int(K): AtK(**spreads({k: v for k, v in at.items() if k != "speedup" and v is not None},
-                                  ("seconds", "speedup_runs", "t_score_spread")))
+    def runs(d, keys):  # JSON lists back to tuples; files saved before runs were kept have none
+        return {k: tuple(v) if k in keys else v for k, v in d.items()}
+
+    by_K = {int(K): AtK(**runs(spreads({k: v for k, v in at.items() if k != "speedup" and v is not None},
+                                       ("seconds", "speedup_runs", "t_score_spread")),
+                               ("runs_s", "tokens_per_loop_runs")))
             for K, at in data["by_K"].items()}
-    return SpeedupMeasurement(**{**spreads(data, ("autoregressive_s",)), "by_K": by_K})
+    return SpeedupMeasurement(**runs({**spreads(data, ("autoregressive_s",)), "by_K": by_K}, ("autoregressive_runs_s",)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +237,8 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
             t_decide_s=median_or_nan([loop.t_decide_s for loop in steady[K]]),
             tokens_per_loop=sum(len(loop.tokens) for loop in loops[K]) / len(loops[K]),
             n_accepted=n_accepted[K], n_decisions=n_decisions[K], n_loops=len(loops[K]),
-            breakdown_s=mean_breakdown([speculative_breakdown(run) for run in runs]), t_score_spread=t_score_loops[K])
+            breakdown_s=mean_breakdown([speculative_breakdown(run) for run in runs]), t_score_spread=t_score_loops[K],
+            runs_s=tuple(run.seconds for run in runs), tokens_per_loop_runs=tuple(run.tokens_per_loop for run in runs))
     ar_breakdown = mean_breakdown([{"target_s": sum(run.token_times_s),
                                     "other_s": run.seconds - sum(run.token_times_s)} for run in ar_runs])
     return SpeedupMeasurement(
@@ -235,7 +246,7 @@ def summarise(draft, target, N, controls, ar_runs, spec_runs, load_before=None, 
         autoregressive_s=spread(ar_seconds), autoregressive_breakdown_s=ar_breakdown,
         t_target_s=t_target_s, t_draft_s=t_draft_s, alpha_hat=alpha_hat,
         n_accepted=sum(n_accepted.values()), n_decisions=sum(n_decisions.values()), by_K=by_K,
-        load_average_before=load_before, load_average_after=load_after)
+        load_average_before=load_before, load_average_after=load_after, autoregressive_runs_s=tuple(ar_seconds))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,10 +320,13 @@ def warm_up(variants, target, ids, n_tokens, seed, controls):
 
 def interleaved_runs(variants, target, ids, N, repeats, seed, controls, on_loop=None, progress=False, on_run=None):
     """([SamplingResult] per repeat, {key: [SpeculativeResult] per repeat}): per repeat, each
-    variant {key: (draft, method)}, then autoregressive sampling, all with seed + repeat, so that a busy
-    moment hits every variant alike. With `progress`, a bar over the runs on a terminal (after
+    variant {key: (draft, method)} and autoregressive sampling, all with seed + repeat, so that a busy
+    moment hits every variant alike; the order alternates (the variants then autoregressive, then
+    autoregressive then the variants backwards), so that a drift in the machine's speed favours no
+    one (measure/compare.py judges these pairs). With `progress`, a bar over the runs on a terminal (after
     the first run when on_loop streams that one's text)."""
-    runs = [(repeat, key) for repeat in range(repeats) for key in [*variants, None]]  # None: autoregressive
+    order = [*variants, None]  # None: autoregressive
+    runs = [(repeat, key) for repeat in range(repeats) for key in (order if repeat % 2 == 0 else order[::-1])]
     ar_runs, spec_runs = [], {key: [] for key in variants}
     bar = None
     for i, (repeat, key) in enumerate(runs):
@@ -393,7 +407,8 @@ def text_lines(m, label=None):
         lines.append(f"  {K:<3d} {at.seconds.median:6.2f} ({at.seconds.q1:.2f}-{at.seconds.q3:.2f})  "
                      f"{speedup_text(at):>39}  {at.predicted:8.2f}x  {at.t_score_s / m.t_target_s:16.2f}  "
                      f"{b['draft_s']:.2f} + {b['score_s']:.2f} + {b['decide_s']:.3f} + {b['other_s']:.3f}")
-    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m)]
+    best = compare.best_line({K: speedups_by_repeat(m, K) for K in m.Ks}, label=lambda K: f"K = {K}")
+    return lines + ["  why measured and predicted differ (gap_accounting):", *gap_lines(m), f"  the best K: {best}"]
 
 
 def gap_lines(m):
@@ -403,6 +418,39 @@ def gap_lines(m):
         lines.append(f"  {K:<3d} {g['predicted']:7.2f}x  {g['measured']:7.2f}x  {g['measured'] / g['predicted']:17.2f}"
                      f"   = {g['tokens']:.2f} x {g['loop_time']:.2f} / {g['autoregressive']:.2f} x {g['rest']:.2f}")
     return lines
+
+
+def speedups_by_repeat(m, K):
+    """Autoregressive seconds / speculative seconds at K, repeat by repeat ((): saved without repeats)."""
+    return ratios_by_repeat(m.autoregressive_runs_s, m.by_K[K].runs_s)
+
+
+def ratios_by_repeat(autoregressive_runs_s, runs_s):
+    """Autoregressive seconds / a variant's, repeat by repeat ((): either saved without its repeats)."""
+    if not runs_s or len(runs_s) != len(autoregressive_runs_s):
+        return ()
+    return tuple(ar / s for ar, s in zip(autoregressive_runs_s, runs_s))
+
+
+def versus_autoregressive(m, K, name=None):
+    """measure/compare.py's comparison of speculative sampling at K (named `name`) against
+    autoregressive sampling, repeat by repeat; None for results saved without their repeats."""
+    at = m.by_K[K]
+    if not at.runs_s or len(at.runs_s) != len(m.autoregressive_runs_s):
+        return None
+    return compare.compare(name or f"speculative sampling (K = {K})", at.runs_s, "autoregressive sampling",
+                           m.autoregressive_runs_s)
+
+
+def versus(a, a_at, b, b_at, words=compare.TIME):
+    """measure/compare.py's comparison of two variants measured in the same repeats (AtK, or a
+    tree's Variant), named a and b: their times (words TIME) or tokens per loop (TOKENS_PER_CALL); None
+    for results saved without their repeats."""
+    key = "runs_s" if words.lower_is_better else "tokens_per_loop_runs"
+    a_runs, b_runs = getattr(a_at, key), getattr(b_at, key)
+    if not a_runs or len(a_runs) != len(b_runs):
+        return None
+    return compare.compare(a, a_runs, b, b_runs, words)
 
 
 def busy_warning(measurement, cores):

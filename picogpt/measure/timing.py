@@ -74,10 +74,12 @@ def time_per_token_s(model, ids, positions, use_cache=True, repeats=3):
 
 def scoring_seconds(model, cache, tokens, n_new, repeats=5):
     """Seconds to score n new positions (tokens[:n]) after what `cache` holds, two ways, for each n
-    in n_new: in one call of n positions, and in n calls of one position. Returns ({n: Spread},
-    {n: Spread}) over `repeats` interleaved repeats (each repeat times every n both ways, so a busy
-    moment hits both alike), after one untimed pass of the same calls (first calls of a shape pay
-    one-time costs). The cache is rolled back after each timing: every repeat does the same work."""
+    in n_new: in one call of n positions, and in n calls of one position. Returns ({n: (seconds of
+    each repeat)}, {n: (seconds of each repeat)}) over `repeats` interleaved repeats (each repeat
+    times every n both ways, so a busy moment hits both alike, the order of the two ways reversed
+    every other repeat: the pairs measure/compare.py judges), after one untimed pass of the same
+    calls (first calls of a shape pay one-time costs). The cache is rolled back after each timing:
+    every repeat does the same work."""
     start = len(cache)
     n_new = [int(n) for n in n_new]
     if repeats < 1 or not n_new or min(n_new) < 1 or max(n_new) > len(tokens):
@@ -99,8 +101,9 @@ def scoring_seconds(model, cache, tokens, n_new, repeats=5):
     for n in n_new:  # warm-up, not counted
         seconds(one_call, n), seconds(calls_of_one, n)
     one, many = {n: [] for n in n_new}, {n: [] for n in n_new}
-    for _ in range(repeats):
+    for repeat in range(repeats):
         for n in n_new:
-            one[n].append(seconds(one_call, n))
-            many[n].append(seconds(calls_of_one, n))
-    return {n: spread(one[n]) for n in n_new}, {n: spread(many[n]) for n in n_new}
+            ways = [(one, one_call), (many, calls_of_one)]
+            for times, way in (ways if repeat % 2 == 0 else ways[::-1]):
+                times[n].append(seconds(way, n))
+    return {n: tuple(one[n]) for n in n_new}, {n: tuple(many[n]) for n in n_new}

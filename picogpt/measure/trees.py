@@ -24,7 +24,7 @@ from ..errors import PicoGPTError
 from ..sampling import distribution
 from ..speculative import Chain
 from ..tree import TreeShape, n_nodes
-from . import speedup
+from . import compare, speedup
 from .timing import Spread, spread
 
 
@@ -32,6 +32,14 @@ def method(shape):
     """What a measurement runs for a shape: Algorithm 2 (speculative.Chain) for (1, .., 1), the
     library's chain, tree sampling (tree.TreeShape) for any other."""
     return Chain(len(shape)) if set(shape) == {1} else TreeShape(tuple(shape))
+
+
+def methods(shapes):
+    """What the bench races for its shapes: `method` of each, then each tree (not a chain) again with
+    traversal verification (tree.TreeShape(shape, "traversal")). A traversal row's formula is the
+    walk's: no formula for traversal's tokens per loop is implemented, so read its measured column."""
+    shapes = [tuple(shape) for shape in shapes]
+    return [method(shape) for shape in shapes] + [TreeShape(shape, "traversal") for shape in shapes if set(shape) != {1}]
 
 
 def mean_acceptances(draft, target, text, m_max, **controls):
@@ -60,6 +68,8 @@ class Variant:
     predicted_tokens: float  # tokens per loop by the formula
     predicted: float  # predicted speedup: predicted_tokens / (t_draft_s + t_score) x t_target
     t_draft: Spread = None  # the in-loop draft time, loop by loop (t_draft_s is its median; None in older files)
+    runs_s: tuple = ()  # each repeat's wall time, in repeat order: the pairs measure/compare.py judges
+    tokens_per_loop_runs: tuple = ()  # each repeat's tokens per loop, in repeat order
 
     @property
     def speedup(self):
@@ -80,6 +90,11 @@ class TreeMeasurement:
     variants: dict  # name -> Variant
     load_average_before: list
     load_average_after: list
+    autoregressive_runs_s: tuple = ()  # each repeat's autoregressive wall time, in repeat order
+
+    def speedups_by_repeat(self, name):
+        """Autoregressive seconds / variant `name`'s, repeat by repeat ((): saved without repeats)."""
+        return speedup.ratios_by_repeat(self.autoregressive_runs_s, self.variants[name].runs_s)
 
 
 def measure_trees(draft, target, ids, N, methods, repeats=5, seed=0, **controls):
@@ -108,11 +123,12 @@ def measure_trees(draft, target, ids, N, methods, repeats=5, seed=0, **controls)
             speedup_runs=spread([ar.seconds / run.seconds for ar, run in zip(ar_runs, results)]),
             tokens_per_call=sum(len(loop.tokens) for loop in loops) / len(loops),  # a LoopTrace's or a TreeLoop's
             t_score=t_score, t_draft_s=t_draft.median, predicted_tokens=tokens,
-            predicted=tokens / (t_draft.median + t_score.median) * t_target.median, t_draft=t_draft)
+            predicted=tokens / (t_draft.median + t_score.median) * t_target.median, t_draft=t_draft,
+            runs_s=tuple(run.seconds for run in results), tokens_per_loop_runs=tuple(run.tokens_per_loop for run in results))
     return TreeMeasurement(draft=draft.name, target=target.name, N=N, repeats=repeats, controls=dict(controls),
                            alphas=[float(a) for a in alphas], autoregressive_s=spread([run.seconds for run in ar_runs]),
                            t_target=t_target, variants=variants, load_average_before=load_before,
-                           load_average_after=load_after)
+                           load_average_after=load_after, autoregressive_runs_s=tuple(run.seconds for run in ar_runs))
 
 
 def as_dict(m):
@@ -125,9 +141,14 @@ def from_dict(data):
     def spreads(d, keys):
         return {k: Spread(**v) if k in keys and v is not None else v for k, v in d.items()}
 
-    variants = {name: Variant(**{**spreads(v, ("seconds", "speedup_runs", "t_score", "t_draft")), "shape": tuple(v["shape"])})
+    def runs(v):  # JSON lists back to tuples; files saved before runs were kept have none
+        return {k: tuple(x) if k in ("runs_s", "tokens_per_loop_runs", "autoregressive_runs_s") else x
+                for k, x in v.items()}
+
+    variants = {name: Variant(**{**runs(spreads(v, ("seconds", "speedup_runs", "t_score", "t_draft"))),
+                                 "shape": tuple(v["shape"])})
                 for name, v in data["variants"].items()}
-    return TreeMeasurement(**{**spreads(data, ("autoregressive_s", "t_target")), "variants": variants})
+    return TreeMeasurement(**{**runs(spreads(data, ("autoregressive_s", "t_target"))), "variants": variants})
 
 
 def text_lines(m):
@@ -137,13 +158,14 @@ def text_lines(m):
              f"{m.autoregressive_s.median:.2f} s (IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f}), "
              f"t_target {m.t_target.median * 1e3:.1f} ms; alpha_1..{len(m.alphas)} "
              + " ".join(f"{a:.2f}" for a in m.alphas) + f"; load average {m.load_average_before} -> {m.load_average_after}",
-             f"  {'':16} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms (IQR)':>18} "
+             f"  {'':26} {'nodes':>5} {'tokens/call':>11} {'(formula)':>9} {'t_score ms (IQR)':>18} {'t_draft ms (IQR)':>18} "
              f"{'measured':>26} {'predicted':>9}"]
     for v in m.variants.values():
-        lines.append(f"  {v.name:16} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
+        lines.append(f"  {v.name:26} {v.nodes:5d} {v.tokens_per_call:11.2f} {v.predicted_tokens:9.2f} "
                      f"{ms_text(v.t_score):>18} {ms_text(v.t_draft, v.t_draft_s):>18} {speedup.speedup_text(v):>26} "
                      f"{v.predicted:8.2f}x")
-    return lines
+    best = compare.best_line({name: m.speedups_by_repeat(name) for name in m.variants})
+    return lines + [f"  the fastest: {best}"]
 
 
 def ms_text(s, median_s=None):
