@@ -45,11 +45,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
 from candidates import machine as machine_of_run  # noqa: E402
 
-VENV_LIB = Path(sys.prefix) / "lib"  # where the tbb wheel puts libtbb.so.12
-LAYERS = {  # name -> environment of the process
+LAYERS = {  # name -> environment of the process ({environment}: this Python's, where the tbb wheel puts libtbb.so.12)
     "omp": {"NUMBA_THREADING_LAYER": "omp"},
     "omp-passive": {"NUMBA_THREADING_LAYER": "omp", "OMP_WAIT_POLICY": "passive"},
-    "tbb": {"NUMBA_THREADING_LAYER": "tbb", "LD_LIBRARY_PATH": str(VENV_LIB)},
+    "tbb": {"NUMBA_THREADING_LAYER": "tbb", "LD_LIBRARY_PATH": "{environment}/lib"},
     "workqueue": {"NUMBA_THREADING_LAYER": "workqueue"},
 }
 SHAPES = {"small": (768, 3072), "xl": (1600, 6400)}  # each model's c_fc, [n_in, n_out]
@@ -228,7 +227,8 @@ def main(argv=None):
     for process in range(args.processes):
         for layer in (layers if process % 2 == 0 else layers[::-1]):
             order = "backwards" if process % 2 else "forwards"
-            env = os.environ | {"NUMBA_NUM_THREADS": str(threads.n_threads())} | LAYERS[layer]
+            env = os.environ | {"NUMBA_NUM_THREADS": str(threads.n_threads())} | {
+                name: value.format(environment=sys.prefix) for name, value in LAYERS[layer].items()}
             load_before = machine.load_average()
             command = [sys.executable, __file__, "--child", order, "--shapes", args.shapes, "--blocks", str(args.blocks),
                        "--calls", str(args.calls)] + ["--decodes"] * args.decodes
