@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from picogpt import theory
+from picogpt.course import nb06_beyond_one_draft_model as nb06
 from picogpt.course import nb07_token_trees as nb07
-from picogpt.course import panels, speed_panels, strategies
+from picogpt.course import panels, speed_panels
 from picogpt.course.nb07_token_trees import RULES
 from picogpt.measure.timing import Spread
 from picogpt.rejection import RESIDUAL_MASS_EPS
@@ -274,7 +275,7 @@ def test_the_best_strategy_is_the_one_with_the_highest_median(found):
                             by_K={4: SimpleNamespace(runs_s=tuple(1 / np.array(runs)))})
         return SimpleNamespace(measured=float(np.median(runs)), measurement=m, K=4)
     rows = {name: result(runs) for name, runs in found}
-    first, second = strategies.best_strategy_lines(rows)
+    first, second = nb06.best_strategy_lines(rows)
     best = max(rows, key=lambda name: rows[name].measured)
     assert first.startswith(f"best strategy measured: {best} ({rows[best].measured:.2f}x")
     assert second == speed_panels.resolution_line(

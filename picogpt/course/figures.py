@@ -337,7 +337,7 @@ def plot_speedup(xs, measured, predicted, ax=None, xlabel="K (tokens drafted per
 
 
 def plot_strategies(found, ax=None, title="Every draft, predicted and measured"):
-    """One bar per strategy {name: course.strategies.StrategyResult}: its measured speedup (the
+    """One bar per strategy {name: course.nb06_beyond_one_draft_model.StrategyResult}: its measured speedup (the
     median of the per-repeat ratios, whiskers at their quartiles) beside its prediction."""
     ax = new_ax(ax, (12, 4.4))
     names = list(found)
