@@ -335,7 +335,7 @@ def print_comparison(args, result, ars, measurements):
     measure/speedup.py reports it everywhere (the median of the run-by-run ratios, with their
     interquartile range) and the verdict measure/compare.py draws from the same pairs; with two
     verifiers, each one's tokens per loop and speedup, and the verifiers compared pair by pair."""
-    from .course.block_panels import verifier_lines
+    from .course.speed_panels import verifier_lines
     from .io.tokenizer import tokenizer
     from .measure import compare
     from .measure.speedup import speedup_text, versus_autoregressive

@@ -112,15 +112,41 @@ def greedy(logits):
 
 def renormalise(probs, keep):
     kept = np.where(keep, probs, 0.0)
-    return kept / kept.sum(axis=-1, keepdims=True)
+    kept /= kept.sum(axis=-1, keepdims=True)
+    return kept
 
 
 def keep_top(probs, k, kth):
     """Mask of the k most probable tokens of each row, given the k-th largest probability kth
-    [..., 1]: everything above kth, then as many tokens equal to kth as fit, lowest ids first."""
-    above = probs > kth
-    ties = probs == kth
-    return above | (ties & (ties.cumsum(axis=-1) <= k - above.sum(axis=-1, keepdims=True)))
+    [..., 1]: everything above kth, then as many tokens equal to kth as fit, lowest ids first.
+    Counting the ties in id order (a cumsum over the row) is needed only where more tie than fit."""
+    keep = probs >= kth
+    if (np.count_nonzero(keep, axis=-1)[..., None] > k).any():  # some row has more ties at kth than room
+        above = probs > kth
+        ties = keep & ~above
+        keep = above | (ties & (ties.cumsum(axis=-1) <= k - above.sum(axis=-1, keepdims=True)))
+    return keep
+
+
+def kth_largest(row, k):
+    """The k-th largest value of row [n], 1 <= k <= n, in a time that hardly depends on the values.
+
+    np.partition alone takes about 5x longer on a row of few distinct values (the teaching pair's
+    probabilities) than on random ones (benchmarks/kernels/truncation.py times both). Here it only
+    sees short arrays: the maxima of blocks of about sqrt(n / k) values bound the answer from
+    below (t, the k-th largest maximum, is <= it: k blocks hold a value >= t). Fewer than k values
+    above t: the answer is t. Otherwise it is among the values above t, which lie in the at most
+    k - 1 blocks whose maximum exceeds t."""
+    n = len(row)
+    starts = np.arange(0, n, max(1, round(math.sqrt(n / k))))
+    if len(starts) < k:  # too few blocks to bound it (k close to n)
+        return np.partition(row, n - k)[n - k]
+    block_max = np.maximum.reduceat(row, starts)  # [n_blocks]
+    t = np.partition(block_max, len(starts) - k)[len(starts) - k]
+    above = row[row > t]  # at most (k - 1) blocks' worth
+    if len(above) < k:
+        return t
+    return np.partition(above, len(above) - k)[len(above) - k]
 
 
 def top_k_filter(probs, k):
@@ -128,8 +154,37 @@ def top_k_filter(probs, k):
     n_vocab = probs.shape[-1]
     if k >= n_vocab:
         return probs
-    kth = np.partition(probs, n_vocab - k, axis=-1)[..., n_vocab - k, None]  # the k-th largest
-    return renormalise(probs, keep_top(probs, k, kth))
+    kth = np.array([kth_largest(row, k) for row in probs.reshape(-1, n_vocab)])  # the k-th largest
+    return renormalise(probs, keep_top(probs, k, kth.reshape(probs.shape[:-1] + (1,))))
+
+
+def nucleus(row, top_p):
+    """(k, kth) of top-p on row [n]: the nucleus's size and its smallest probability.
+
+    A token is kept while the tokens ranked above it have not reached top_p; the first always is.
+    The ranking needs only the head of the row: the values >= some t, sorted, are the first values
+    of the whole row sorted (ties included), and their cumulative sums its first cumulative sums,
+    so once the head's mass reaches top_p the rest of the row cannot change k. To find t without
+    sorting the row: the tokens under (1 - top_p) / 2n hold less than (1 - top_p) / 2 of the mass,
+    so the nucleus is among the others; of those, t is the highest power of 2 whose head holds
+    top_p, from the mass of each binary exponent (a non-negative float64's bits shifted right by
+    52 are its exponent, in the order of the values). Should rounding leave that head short of
+    top_p, the whole row is sorted, as a flat row needs anyway."""
+    threshold = top_p - TOP_P_ROUNDING
+    candidates = row[row >= (1 - top_p) / (2 * len(row))]  # [n_candidates]
+    bits = np.asarray(candidates, np.float64).view(np.uint64)  # [n_candidates]
+    exponent = (bits >> np.uint64(52)).astype(np.intp)  # [n_candidates]
+    mass_from = np.bincount(exponent, weights=candidates)[::-1].cumsum()[::-1]  # [n_exponents]: at or above each
+    reaching = np.flatnonzero(mass_from >= top_p)
+    head = candidates[exponent >= reaching[-1]] if len(reaching) else row
+    head = -np.sort(-head)  # descending
+    cumulative = head.cumsum()
+    if cumulative[-1] < threshold:  # rounding: the whole row
+        head = -np.sort(-row)
+        cumulative = head.cumsum()
+    mass_before = np.concatenate([np.zeros(1, cumulative.dtype), cumulative[:-1]])
+    k = max(1, int((mass_before < threshold).sum()))
+    return k, head[k - 1]
 
 
 def top_p_filter(probs, top_p):
@@ -137,13 +192,9 @@ def top_p_filter(probs, top_p):
     that crosses is kept; equal probabilities are ranked by id, lowest first), renormalise."""
     if top_p >= 1:
         return probs
-    sorted_probs = -np.sort(-probs, axis=-1)  # descending
-    cumulative = sorted_probs.cumsum(axis=-1)
-    mass_before = np.concatenate([np.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], axis=-1)
-    # a token is kept while the tokens ranked above it have not reached top_p; the first always is
-    k = np.maximum(1, (mass_before < top_p - TOP_P_ROUNDING).sum(axis=-1, keepdims=True))
-    kth = np.take_along_axis(sorted_probs, k - 1, axis=-1)  # [..., 1]
-    return renormalise(probs, keep_top(probs, k, kth))
+    k, kth = zip(*(nucleus(row, top_p) for row in probs.reshape(-1, probs.shape[-1])))
+    shape = probs.shape[:-1] + (1,)
+    return renormalise(probs, keep_top(probs, np.reshape(k, shape), np.reshape(kth, shape)))
 
 
 def distribution(logits, temperature=1.0, top_k=None, top_p=None):

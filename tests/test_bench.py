@@ -312,8 +312,8 @@ def test_block_verification_is_raced_beside_token_wise_and_rendered(saved, tmp_p
     rows = [row for row in rendered.splitlines() if row.startswith("| draft -> target | ")][1:]  # the header first
     assert [row.split(" | ")[1] for row in rows] == ["1", "3"]  # one row per temperature
     assert all(re.search(r"\| [0-9.]+ / [0-9.]+ \|", row) for row in rows)  # tokens per call, token / block
-    from picogpt.course import block_panels
-    lines = block_panels.bench_verifier_lines(json_path)  # what notebook 08 prints
+    from picogpt.course import nb08_verify_the_block as nb08
+    lines = nb08.bench_verifier_lines(json_path)  # what notebook 08 prints
     assert sum("block verification emitted" in line for line in lines) == 2
     # per pair and temperature, measure/compare.py's verdicts on tokens per target call and on time
     assert sum("resolved" in line or " than token by token: " in line for line in lines) == 4

@@ -14,10 +14,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from picogpt import theory
-from picogpt.course import block_exercise, block_figures, block_panels, model_runs, widgets
-from picogpt.course.block_exercise import BLOCK, BLOCK_EXERCISE, MISTAKES, TOKEN_BY_TOKEN, check_block_step
-from picogpt.course.step_exercise import exact_joint
+from picogpt import rejection, speculative, theory
+from picogpt.course import nb08_verify_the_block as nb08
+from picogpt.course.chain_step import exact_joint
+from picogpt.course.nb08_verify_the_block import BLOCK, BLOCK_EXERCISE, MISTAKES, TOKEN_BY_TOKEN, check_block_step
+from picogpt.course.panels import tv_distance
 from picogpt.course.toy_models import toy_pair
 from picogpt.errors import PicoGPTError
 from picogpt.speculative import block_output_distribution, block_step, speculative_step
@@ -174,7 +175,7 @@ def test_the_rule_values_are_the_librarys_law():
 
 
 def test_the_solution_prints_the_librarys_code(capsys):
-    block_exercise.solution()
+    nb08.solution()
     out = capsys.readouterr().out
     assert "def block_verification" in out and "def block_keep_probabilities" in out
 
@@ -193,7 +194,7 @@ def test_the_laid_out_loop_keeps_what_block_step_keeps_with_the_same_uniforms():
     for seed in range(200):
         drafted, p, q = random_loop(seed)
         emitted = block_step(drafted, p, q, np.random.default_rng(seed))
-        loop = block_panels.block_loop(drafted, p, q, np.random.default_rng(seed).random(len(drafted)))
+        loop = nb08.block_loop(drafted, p, q, np.random.default_rng(seed).random(len(drafted)))
         assert len(emitted) - 1 == loop.n_kept
         assert loop.first_failure <= loop.n_kept or loop.n_kept == 0
         assert np.allclose(loop.token_wise, np.cumprod([min(1, q[i][x] / p[i][x]) for i, x in enumerate(drafted)]))
@@ -202,20 +203,20 @@ def test_the_laid_out_loop_keeps_what_block_step_keeps_with_the_same_uniforms():
 
 
 def test_an_instructive_loop_has_a_later_pass_and_a_weighted_residual():
-    loops = [block_panels.block_loop(*random_loop(seed), np.random.default_rng(seed + 1000).random(4)) for seed in range(300)]
-    chosen = [loop for loop in loops if block_panels.instructive(loop)]
+    loops = [nb08.block_loop(*random_loop(seed), np.random.default_rng(seed + 1000).random(4)) for seed in range(300)]
+    chosen = [loop for loop in loops if nb08.instructive(loop)]
     assert chosen and all(loop.first_failure < loop.n_kept < 4 for loop in chosen)
-    assert all(block_panels.total_variation(loop.residual, loop.unweighted) > 0.05 for loop in chosen)
-    lines = block_panels.loop_lines(chosen[0], [str(x) for x in chosen[0].drafted])
+    assert all(tv_distance(loop.residual, loop.unweighted) > 0.05 for loop in chosen)
+    lines = nb08.loop_lines(chosen[0], [str(x) for x in chosen[0].drafted])
     assert len(lines) == 5 and "fails" in "".join(lines) and "passes" in "".join(lines)
 
 
 def test_the_loop_figures_are_labelled():
     drafted, p, q = random_loop(3)
-    loop = block_panels.block_loop(drafted, p, q, np.array([0.9, 0.05, 0.9, 0.9]))
+    loop = nb08.block_loop(drafted, p, q, np.array([0.9, 0.05, 0.9, 0.9]))
     fig, axes = plt.subplots(1, 2)
-    block_figures.plot_block_loop(loop, ["a", "b", "c", "d"], ax=axes[0])
-    block_figures.plot_last_token(loop, str, ax=axes[1])
+    nb08.plot_block_loop(loop, ["a", "b", "c", "d"], ax=axes[0])
+    nb08.plot_last_token(loop, str, ax=axes[1])
     assert axes[0].get_ylabel() == "probability" and "x̃" in axes[0].get_xlabel()
     assert "kept" in axes[0].get_title() and axes[1].get_legend() is not None
     plt.close(fig)
@@ -225,13 +226,13 @@ def test_the_loop_figures_are_labelled():
 
 
 def test_the_explorer_starts_at_the_papers_example_and_its_numbers_are_the_theorys():
-    text, outputs, panel = widgets.kept_update(2 / 3, 1 / 3, 2)
+    text, outputs, panel = nb08.kept_update(2 / 3, 1 / 3, 2)
     assert "1.111" in text and "1.222" in text and "1.333" in text
     assert base64.b64decode(outputs[0]["data"]["image/png"]).startswith(b"\x89PNG")
     rng = np.random.default_rng(0)
     for _ in range(20):
         p_a, q_a, K = float(rng.random()), float(rng.random()), int(rng.integers(1, 9))
-        panel = block_panels.kept_panel(p_a, q_a, K)
+        panel = nb08.kept_panel(p_a, q_a, K)
         for verify in ("token", "block", "bound"):
             assert panel.expected(verify) == pytest.approx(
                 theory.expected_accepted_drafts([p_a, 1 - p_a], [q_a, 1 - q_a], K, verify))
@@ -239,19 +240,19 @@ def test_the_explorer_starts_at_the_papers_example_and_its_numbers_are_the_theor
 
 
 def test_the_readout_is_true_at_the_edges():
-    assert "n/a" in block_panels.kept_readout(block_panels.kept_panel(1.0, 0.0, 3))  # disjoint: nothing kept by anyone
-    assert "+0.0%" in block_panels.kept_readout(block_panels.kept_panel(0.4, 0.4, 5))  # p = q: all keep every draft
+    assert "n/a" in nb08.kept_readout(nb08.kept_panel(1.0, 0.0, 3))  # disjoint: nothing kept by anyone
+    assert "+0.0%" in nb08.kept_readout(nb08.kept_panel(0.4, 0.4, 5))  # p = q: all keep every draft
 
 
 @pytest.mark.parametrize("bad", [(1.2, 0.5, 2), (0.5, -0.1, 2), (0.5, 0.5, 0), (0.5, 0.5, 2.5), (0.5, 0.5, 13)])
 def test_the_explorer_refuses_what_is_not_a_setting(bad):
     with pytest.raises(PicoGPTError, match="expected probabilities"):
-        block_panels.kept_panel(*bad)
+        nb08.kept_panel(*bad)
 
 
 def test_the_explorer_widget_redraws_when_a_slider_moves():
     pytest.importorskip("ipywidgets")
-    box = widgets.kept_explorer()
+    box = nb08.kept_explorer()
     sliders = box.children[0].children
     readout = box.children[1]
     before = readout.value
@@ -265,7 +266,7 @@ def test_the_explorer_widget_redraws_when_a_slider_moves():
 
 def test_the_table_of_mistakes_says_which_rules_are_exact():
     draft, target = toy_pair(n_vocab=3, seed=0)
-    lines = model_runs.mistakes_lines(draft, target, [1, 0], 3)
+    lines = nb08.mistakes_lines(draft, target, [1, 0], 3)
     rows = {line[:48].strip(): [float(x) for x in line[48:].split()] for line in lines[1:]}
     assert max(rows[BLOCK.name]) < 1e-12 and max(rows[TOKEN_BY_TOKEN.name]) < 1e-12
     assert all(max(rows[name]) > 1e-3 for name in MISTAKES)
@@ -273,18 +274,44 @@ def test_the_table_of_mistakes_says_which_rules_are_exact():
 
 
 def test_the_numeric_exercise_names_token_by_token_and_accepts_the_block_answer():
-    assert block_exercise.check_both_kept(0.875)
-    wrong = block_exercise.check_both_kept(0.5)
+    assert nb08.check_both_kept(0.875)
+    wrong = nb08.check_both_kept(0.5)
     assert not wrong and "token by token" in str(wrong)
 
 
 def test_the_running_weight_gap_is_zero_for_the_paper_and_not_for_a_mistake():
     draft, target = toy_pair(n_vocab=3, seed=10)
-    assert model_runs.running_weight_gap(draft, target, [1, 0], 3) < 1e-12
+    assert nb08.running_weight_gap(draft, target, [1, 0], 3) < 1e-12
     stopping = MISTAKES["stopping at the first failing position"]
-    assert model_runs.running_weight_gap(draft, target, [1, 0], 3, stopping.output_distribution) > 0.01
+    assert nb08.running_weight_gap(draft, target, [1, 0], 3, stopping.output_distribution) > 0.01
 
 
 def test_the_placeholder_is_told_how_to_call_this_grader():
     check = check_block_step(None)
     assert not check and "check_block_step(my_block_step)" in str(check)
+
+
+def test_a_keep_probability_rounded_above_1_is_told_to_clip_where_it_sampled_not_blamed_on_the_residual():
+    """A right step that samples how many drafts are kept from its exact law, with a last keep
+    probability h_K = w_K = 1 that came out as 1 + 2e-16 in floating point: 1 − h_K < 0, and
+    rng.choice refuses that law. The grader names that law and the clip, not the residual."""
+    def from_the_law(drafted, p, q, rng):
+        K = len(drafted)
+        weights, h = speculative.block_keep_probabilities(drafted, p, q)
+        h = [x + 2e-16 if x == 1.0 else x for x in h]
+        law, none_later = np.zeros(K + 1), 1.0  # P(n_kept = i) = h_i Π_{j > i} (1 − h_j), h_0 = 1
+        for i in range(K, -1, -1):
+            h_i = 1.0 if i == 0 else h[i - 1]
+            law[i], none_later = h_i * none_later, none_later * (1.0 - h_i)
+        kept = int(rng.choice(K + 1, p=law))
+        last = q[K] if kept == K else rejection.weighted_residual(weights[kept], p[kept], q[kept])
+        return [int(x) for x in drafted[:kept]] + [int(rng.choice(len(last), p=last))]
+
+    message = str(check_block_step(from_the_law))
+    assert "np.clip" in message and "1 + 2e-16" in message and "max(0, q − p)" not in message, message
+    assert "residual is not where it failed" in message, message
+
+
+def test_a_too_long_block_output_is_judged_by_its_length_first():
+    message = str(check_block_step(lambda d, p, q, rng: [0] * (len(d) + 1) + [99]))
+    assert "tokens for K = " in message and "not normalised" not in message, message

@@ -10,8 +10,9 @@ from helpers import random_gpt2
 from helpers_sampling import MemoModel, chi_square_test
 
 from picogpt import autoregressive_sampling, rejection, speculative, speculative_sampling, theory
-from picogpt.course import block_exercise, block_panels, model_runs
-from picogpt.course.step_exercise import ALGORITHM_2
+from picogpt.course import nb08_verify_the_block as nb08
+from picogpt.course.chain_step import ALGORITHM_2
+from picogpt.course.panels import tv_distance
 from picogpt.course.toy_models import BigramModel, joint_distribution, toy_pair
 from picogpt.errors import PicoGPTError
 from picogpt.sampling import distribution
@@ -76,7 +77,7 @@ def paper_law(drafted, p, q):
     return out
 
 
-MISTAKES = list(block_exercise.MISTAKES.values())
+MISTAKES = list(nb08.MISTAKES.values())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,17 +94,16 @@ def rows(model, sequence, n_rows, controls):
 
 def draft_and_target_rows(draft, target, drafted, controls):
     """p [K, V] (the draft's rows drafted was sampled from), q [K + 1, V], and P(drafted) under p."""
-    return model_runs.loop_rows(draft, target, PROMPT, drafted, controls)
+    return nb08.loop_rows(draft, target, PROMPT, drafted, controls)
 
 
 def one_loop_then_target(draft, target, K, controls, law):
-    return model_runs.one_loop_joint(draft, target, PROMPT, K, law, **controls)
+    return nb08.one_loop_joint(draft, target, PROMPT, K, law, **controls)
 
 
 CONTROLS = [{}, dict(temperature=0.7, top_k=2)]  # top-k leaves zeros in p and q
 
 
-total_variation = block_panels.total_variation
 
 
 def random_rows(rng, K, V, concentration=0.7):
@@ -139,7 +139,7 @@ MISTAKES_PAIR = dict(n_vocab=3, seed=0)  # a toy pair on which every mistake mov
 def test_each_mistake_fails_the_same_exactness_test(mistake):
     draft, target = toy_pair(**MISTAKES_PAIR)
     exact = joint_distribution(target, PROMPT, 4)
-    tv = total_variation(one_loop_then_target(draft, target, 3, {}, mistake.output_distribution), exact)
+    tv = tv_distance(one_loop_then_target(draft, target, 3, {}, mistake.output_distribution), exact)
     print(f"{mistake.name}: TV(first 4 tokens, target) = {tv:.4f}")
     assert tv > 1e-3
 
@@ -148,11 +148,11 @@ def test_a_mistake_can_be_exact_on_the_first_tokens_and_wrong_later():
     """Why the law must be checked on whole blocks (and drafted tuple by drafted tuple): on this
     pair the residual without the running weight gives the first two tokens exactly, not three."""
     draft, target = toy_pair(**MISTAKES_PAIR)
-    unweighted = block_exercise.MISTAKES["the residual without the running weight"]
+    unweighted = nb08.MISTAKES["the residual without the running weight"]
     wrong = one_loop_then_target(draft, target, 3, {}, unweighted.output_distribution)
     exact = joint_distribution(target, PROMPT, 4)
     assert np.max(np.abs(wrong.sum(axis=(2, 3)) - exact.sum(axis=(2, 3)))) <= 1e-12
-    assert total_variation(wrong.sum(axis=3), exact.sum(axis=3)) > 1e-3
+    assert tv_distance(wrong.sum(axis=3), exact.sum(axis=3)) > 1e-3
 
 
 def test_the_paper_and_its_rewrite_here_are_both_exact():

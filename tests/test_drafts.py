@@ -7,7 +7,7 @@ from helpers import random_gpt2
 from helpers_sampling import MemoModel, chi_square_test, joint_distribution
 
 from picogpt import autoregressive_sampling, rejection, speculative_sampling
-from picogpt.course import step_exercise
+from picogpt.course import chain_step
 from picogpt.drafts import AdaptiveK, PromptLookup, first_layers, lookup
 from picogpt.errors import PicoGPTError
 from picogpt.gpt2 import gpt2
@@ -60,8 +60,8 @@ def test_the_step_graders_enumeration_gives_q_for_point_mass_drafts():
     """Every (drafts, output) of Algorithm 2's step, enumerated as the grader does, when p is a
     point mass: the first token is distributed as q_1, and after an accepted x~_1 the second as q_2."""
     q = np.array([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3], [0.3, 0.3, 0.4]])
-    case = step_exercise.StepCase(p=np.array([one_hot(1, 3), one_hot(0, 3)]), q=q)
-    joint = step_exercise.exact_joint(step_exercise.ALGORITHM_2, case)
+    case = chain_step.StepCase(p=np.array([one_hot(1, 3), one_hot(0, 3)]), q=q)
+    joint = chain_step.exact_joint(chain_step.ALGORITHM_2, case)
     first, second = np.zeros(3), np.zeros(3)
     for (_, output), prob in joint.items():
         first[output[0]] += prob

@@ -3,18 +3,16 @@
 import numpy as np
 import pytest
 
-from picogpt.course.exercises import (
+from picogpt.course.grading import Check, check_number
+from picogpt.course.nb01_gpt2_in_numpy import (
     block_params,
-    check_arithmetic_intensity,
     check_block_params,
     check_kv_cache_bytes,
     check_kv_cache_saving,
-    check_min_time_per_token_ms,
-    check_top_k,
     kv_cache_bytes,
     positions_processed,
 )
-from picogpt.course.grading import Check, check_number
+from picogpt.course.nb02_autoregressive_sampling import check_arithmetic_intensity, check_min_time_per_token_ms, check_top_k
 from picogpt.gpt2 import GPT2Config
 from picogpt.io.params import expected_shapes
 

@@ -228,3 +228,48 @@ def test_the_layer_rules_catch_an_upward_import_a_module_in_no_layer_and_a_cycle
     assert cycles(package) == ["picogpt.io.files -> picogpt.gpt2 -> picogpt.io.files"]
     (package / "new.py").write_text("")
     assert "picogpt.new is in no layer of the table" in upward_imports(package, layers)
+
+
+# ---------------------------------------------------------------------------------------------
+# The course's rule: one module per notebook, a few shared ones, no sideways import
+# ---------------------------------------------------------------------------------------------
+
+NOTEBOOK_MODULE = re.compile(r"picogpt\.course\.nb(\d\d)_\w+")
+
+
+def course_rule_breaks(package, package_name="picogpt"):
+    """['a imports b'] for every import of a notebook's module (course/nbNN_<name>.py) from anywhere
+    but itself: a shared module, another notebook's module, or a layer outside the course."""
+    graph = import_graph(package, package_name)
+    return [f"{module} imports {other}" for module, imported in sorted(graph.items()) for other in sorted(imported)
+            if NOTEBOOK_MODULE.fullmatch(other) and module != other]
+
+
+def test_no_module_imports_a_notebooks_module():
+    """What only notebook NN uses lives in course/nbNN_<name>.py; a shared course module, another
+    notebook's module or the command line importing it would make it a second notebook's too."""
+    assert course_rule_breaks(PACKAGE) == []
+    notebooks = {match.group(1) for match in map(NOTEBOOK_MODULE.fullmatch, modules_of(PACKAGE)) if match}
+    named = {path.name[:2] for path in (REPO / "notebooks").glob("[0-9][0-9]-*.ipynb")}
+    assert notebooks and notebooks <= named  # each names a notebook that exists
+
+
+def test_every_course_file_has_its_row_in_the_architecture():
+    text = ARCHITECTURE.read_text()
+    for path in sorted((PACKAGE / "course").glob("*.py")):
+        if path.name != "__init__.py":
+            assert f"| `picogpt/course/{path.name}` |" in text, path.name
+
+
+def test_the_course_rule_catches_a_shared_module_or_a_notebook_importing_a_notebooks_module(tmp_path):
+    course = tmp_path / "picogpt" / "course"
+    course.mkdir(parents=True)
+    files = {"../__init__.py": "", "__init__.py": "", "grading.py": "", "nb03_step.py": "from .grading import Check\n",
+             "nb08_block.py": "from .grading import Check\n"}
+    for name, text in files.items():
+        (course / name).write_text(text)
+    assert course_rule_breaks(tmp_path / "picogpt") == []
+    (course / "nb08_block.py").write_text("from .nb03_step import check\n")  # sideways
+    (course / "grading.py").write_text("from . import nb08_block\n")  # a shared module reaching into a notebook's
+    assert course_rule_breaks(tmp_path / "picogpt") == ["picogpt.course.grading imports picogpt.course.nb08_block",
+                                                        "picogpt.course.nb08_block imports picogpt.course.nb03_step"]

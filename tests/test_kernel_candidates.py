@@ -178,3 +178,33 @@ def test_the_profile_times_every_product_of_a_decode_by_name(candidates_script):
     assert all(p["per_decode"] == (1 if name.startswith("LM") else n_layer) and len(p["times_s"]) == 2
                and p["bytes_per_decode"] > 0 for name, p in result["products"].items())
     assert all(len(times) == 2 for times in result["times_s"].values())
+
+
+def test_truncation_before_gives_the_bits_of_truncation_now(candidates_script):
+    """truncation.py compares sampling's top-k and top-p with former.py's whole-row np.partition
+    and np.sort: on rows of ties, a constant row and random ones, the two give the same bits, so
+    the timing compares two ways of one result."""
+    import former
+
+    from picogpt import sampling
+
+    rng = np.random.default_rng(0)
+    for logits in (rng.integers(0, 50, (3, 50257)) * 0.3, np.zeros(50257), rng.standard_normal((2, 50257))):
+        probs = sampling.softmax64(logits)
+        for k in (1, 5, 40):
+            assert np.array_equal(former.partition_top_k_filter(probs, k), sampling.top_k_filter(probs, k))
+        for top_p in (0.5, 0.9):
+            assert np.array_equal(former.sort_top_p_filter(probs, top_p), sampling.top_p_filter(probs, top_p))
+
+
+def test_the_pool_script_checks_its_prange_product_and_writes_its_ratios(candidates_script, tmp_path):
+    """pool.py, in a child process as it always runs its measurements (so that no threading layer
+    of numba's is loaded into the test process): its prange product is x @ W (checked as it builds
+    its items) and every ratio it summarises is written."""
+    import pool
+
+    out = tmp_path / "pool.json"
+    pool.main(["--processes", "1", "--blocks", "1", "--calls", "1", "--layers", "workqueue", "--shapes", "small",
+               "--out", str(out)])
+    summary = json.loads(out.read_text())["summary"]
+    assert sorted(summary) == ["workqueue | small | empty region", "workqueue | small | one row x W"]

@@ -7,7 +7,7 @@ from helpers import random_gpt2
 from test_step_exercise import learner_step
 
 from picogpt.course.grading import Check
-from picogpt.course.loop_exercise import check_speculative_loop
+from picogpt.course.nb03_speculative_sampling import check_speculative_loop
 from picogpt.sampling import distribution
 from picogpt.speculative import draft_tokens, score
 

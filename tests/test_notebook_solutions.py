@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import random_gpt2
 
-from picogpt.course import exercises as ex
-from picogpt.course.loop_exercise import check_speculative_loop
-from picogpt.course.step_exercise import check_speculative_step
+from picogpt.course import nb03_speculative_sampling as nb03
+from picogpt.course import nb04_theorem_1 as nb04
+from picogpt.course.nb03_speculative_sampling import check_speculative_loop, check_speculative_step
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -42,7 +42,7 @@ def test_notebook_03_solutions_pass():
     namespace = run(blocks, {"np": np})
     check = check_speculative_step(namespace["speculative_step"])
     assert check, check
-    assert ex.check_tokens_per_loop_simulation(namespace["simulate"])
+    assert nb03.check_tokens_per_loop_simulation(namespace["simulate"])
 
     # the loop: the notebook's scaffold with the solution's lines in place of `...` and `break`
     scaffold = next("".join(c["source"]) for c in cells("03-speculative-sampling.ipynb")
@@ -58,8 +58,8 @@ def test_notebook_03_solutions_pass():
 
 def test_notebook_04_solutions_pass():
     namespace = run(solutions("04-theorem-1.ipynb"), {"np": np})
-    assert ex.check_residual(namespace["my_residual"])
-    assert ex.check_residual_at_temperature(namespace["residual_at"])
+    assert nb04.check_residual(namespace["my_residual"])
+    assert nb04.check_residual_at_temperature(namespace["residual_at"])
 
 
 def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
@@ -68,7 +68,7 @@ def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
     from picogpt import theory
     block = next(b for b in solutions("04-theorem-1.ipynb") if "check_capstone_prediction" in b)
     target = random_gpt2(2, n_layer=24, n_ctx=64)
-    namespace = {"np": np, "theory": theory, "check_capstone_prediction": ex.check_capstone_prediction,
+    namespace = {"np": np, "theory": theory, "check_capstone_prediction": nb04.check_capstone_prediction,
                  "draft": random_gpt2(1, n_ctx=64), "target": target, "ids": [3, 1, 4]}
     exec(block.replace("64", "12"), namespace)
     alpha, c, best_K = namespace["alpha"], namespace["c"], namespace["best_K"]
@@ -79,28 +79,35 @@ def test_notebook_04_capstone_solution_runs_and_passes_its_check(capsys):
 
 def test_notebook_07_solution_passes_and_runs_in_the_tree_loop():
     from picogpt import tree_sampling
-    from picogpt.course.tree_exercise import check_multi_candidate_step
+    from picogpt.course.nb07_token_trees import check_multi_candidate_step
     step = run(solutions("07-token-trees.ipynb"), {"np": np})["my_accept_among"]
     check = check_multi_candidate_step(step)
     assert check, check
     assert len(tree_sampling(random_gpt2(1), random_gpt2(2), [3, 1], 10, shape=(2, 2), seed=0, verify=step).tokens) == 10
 
 
+def test_notebook_09_solution_passes():
+    from picogpt.course.nb09_traversal_verification import check_traversal
+    check = check_traversal(run(solutions("09-traversal-verification.ipynb"), {"np": np})["my_traverse"])
+    assert check, check
+
+
 def test_notebook_08_solution_passes_with_no_drafts_too():
-    from picogpt.course.block_exercise import check_block_step
+    from picogpt.course.nb08_verify_the_block import check_block_step
     step = run(solutions("08-verify-the-block.ipynb"), {"np": np})["my_block_step"]
     check = check_block_step(step)
     assert check, check
 
 
 def test_notebook_02_top_k_solution_passes():
-    from picogpt.course.exercises import check_top_k
+    from picogpt.course.nb02_autoregressive_sampling import check_top_k
     assert check_top_k(run(solutions("02-autoregressive-sampling.ipynb"), {"np": np})["my_top_k"])
 
 
 @pytest.mark.parametrize("name", ["01-gpt2-in-numpy.ipynb", "02-autoregressive-sampling.ipynb",
                                   "03-speculative-sampling.ipynb", "04-theorem-1.ipynb",
-                                  "06-beyond-one-draft-model.ipynb", "07-token-trees.ipynb"])
+                                  "06-beyond-one-draft-model.ipynb", "07-token-trees.ipynb",
+                                  "09-traversal-verification.ipynb"])
 def test_every_placeholder_exercise_has_a_solution_to_reveal(name):
     texts = ["".join(c["source"]) for c in cells(name)]
     exercises = [i for i, t in enumerate(texts) if "answer = None" in t or "(None" in t]

@@ -8,7 +8,9 @@ themselves, speed_panels.resolution_line and best_K_lines, are tests/test_verdic
 Each test draws inputs from the whole domain (distributions with zeros, point masses, equal and
 disjoint pairs; spreads that overlap or not) and asserts that each claim the text makes holds."""
 
+import json
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,8 +19,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from picogpt import theory
-from picogpt.course import panels, speed_panels, strategies, tree_panels
-from picogpt.course.tree_panels import RULES
+from picogpt.course import nb06_beyond_one_draft_model as nb06
+from picogpt.course import nb07_token_trees as nb07
+from picogpt.course import panels, speed_panels
+from picogpt.course.nb07_token_trees import RULES
 from picogpt.measure.timing import Spread
 from picogpt.rejection import RESIDUAL_MASS_EPS
 
@@ -159,18 +163,18 @@ def test_a_greedy_target_is_a_point_mass_and_resampling_from_it_is_said_exact(n_
 @given(pairs(max_vocab=6), st.integers(1, 4), st.sampled_from(list(RULES)), st.booleans())
 def test_the_candidates_readout_is_true_for_every_pair_m_rule_and_drawing(pair, m, rule, independent):
     p, q = pair
-    panel = tree_panels.candidates_panel(p, q, m, rule, independent)
-    right = tree_panels.candidates_panel(p, q, m, independent=independent)
-    text = tree_panels.candidates_readout(panel)
+    panel = nb07.candidates_panel(p, q, m, rule, independent)
+    right = nb07.candidates_panel(p, q, m, independent=independent)
+    text = nb07.candidates_readout(panel)
     drawn = m if independent else min(m, np.count_nonzero(p))
     assert text.startswith(f"{drawn} candidate"), text
     assert ("no more can be drawn" in text) == (drawn < m)
     assert f"Σ min(p, q) = {theory.acceptance_rate(p, q):.3f}" in text
-    title = tree_panels.candidates_title(panel)  # over the explorer's figure
+    title = nb07.candidates_title(panel)  # over the explorer's figure
     assert title.startswith(f"{drawn} candidate")
     printed_tv = float(re.search(r"TV\(output, q\) = ([0-9.e-]+)", title).group(1))
     assert (printed_tv > 0) == (panel.tv > panels.ROUNDING_TV) or panel.tv >= panels.VISIBLE_TV
-    if rule == tree_panels.MULTI_STEP.name:
+    if rule == nb07.MULTI_STEP.name:
         assert "the output is q" in text and panel.tv <= EXACT
         return
     if "exact for this pair" in text:
@@ -201,12 +205,12 @@ def test_the_candidates_readout_is_true_for_every_pair_m_rule_and_drawing(pair, 
 def test_no_exact_rule_keeps_a_candidate_more_often_than_the_bound_07_prints(pair, m, rule):
     """Notebook 07 prints Σ min(q, 1 − (1 − p)^m) as the most an exact rule can keep one of m
     independent candidates; Algorithm 2's bound Σ min(p, q) when m = 1, which its step reaches."""
-    panel = tree_panels.candidates_panel(*pair, m, rule, independent=True)
-    bound = tree_panels.candidates_bound(*pair, m)
+    panel = nb07.candidates_panel(*pair, m, rule, independent=True)
+    bound = nb07.candidates_bound(*pair, m)
     assert panel.kept <= bound + panel.tv + 1e-12  # an inexact rule exceeds it by at most its distance from q
     if m == 1:
         assert bound == pytest.approx(theory.acceptance_rate(*pair), abs=1e-12)
-        if rule == tree_panels.MULTI_STEP.name:
+        if rule == nb07.MULTI_STEP.name:
             assert panel.kept == pytest.approx(bound, abs=1e-12)
 
 
@@ -215,12 +219,12 @@ def test_the_cases_the_old_candidates_readout_got_wrong():
     at p = q, for disjoint supports, and for a narrow p at m = 2 (equal to three decimals)."""
     p, q = panels.toy_distributions()
     stop = "stopping at the first rejection"
-    assert "no second one" in tree_panels.candidates_readout(tree_panels.candidates_panel(p, q, 1, stop))
-    assert "always kept" in tree_panels.candidates_readout(tree_panels.candidates_panel(q, q, 2, stop))
-    disjoint = tree_panels.candidates_panel(np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.5, 0.5]), 2, stop)
-    assert "no candidate is ever kept" in tree_panels.candidates_readout(disjoint)
+    assert "no second one" in nb07.candidates_readout(nb07.candidates_panel(p, q, 1, stop))
+    assert "always kept" in nb07.candidates_readout(nb07.candidates_panel(q, q, 2, stop))
+    disjoint = nb07.candidates_panel(np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.5, 0.5]), 2, stop)
+    assert "no candidate is ever kept" in nb07.candidates_readout(disjoint)
     narrow_p, q = panels.toy_distributions(centre_p=0, width_p=0.3)
-    narrow = tree_panels.candidates_readout(tree_panels.candidates_panel(narrow_p, q, 2, stop))
+    narrow = nb07.candidates_readout(nb07.candidates_panel(narrow_p, q, 2, stop))
     ours, theirs = re.search(r"P\(one is kept\) = ([0-9.]+) against ([0-9.]+)", narrow).groups()
     assert ours != theirs, narrow  # printed with the digits that tell them apart
 
@@ -243,7 +247,7 @@ def test_the_tree_verdict_names_the_most_tokens_and_the_fastest(variants):
     m = SimpleNamespace(repeats=6, N=64, variants={
         name: SimpleNamespace(name=name, speedup=float(np.median(runs)), tokens_per_call=tokens)
         for name, (runs, tokens) in variants.items()})
-    first, = tree_panels.verdict_lines(m)
+    first, = nb07.verdict_lines(m)
     most = max(variants, key=lambda name: variants[name][1])
     fastest = max(variants, key=lambda name: float(np.median(variants[name][0])))
     assert first.startswith(f"most tokens per target call: {most} (") and f"fastest: {fastest} (" in first
@@ -255,7 +259,7 @@ def test_the_draft_time_line_describes_the_loops_and_draws_no_verdict_from_them(
     tree = SimpleNamespace(name="tree (2, 2)", shape=(2, 2), t_draft=tree_time if recorded else None,
                            t_draft_s=tree_time.median)
     chain = SimpleNamespace(name="chain K = 6", shape=(1,) * 6, t_draft=chain_time, t_draft_s=chain_time.median)
-    line = tree_panels.draft_time_line(tree, chain)
+    line = nb07.draft_time_line(tree, chain)
     assert line.startswith("tree (2, 2): 2 draft calls a loop, chain K = 6: 6;")
     assert "resolved" not in line and "not a paired comparison" in line
     assert f"({tree_time.median / chain_time.median:.2f} of the chain's" in line
@@ -271,7 +275,7 @@ def test_the_best_strategy_is_the_one_with_the_highest_median(found):
                             by_K={4: SimpleNamespace(runs_s=tuple(1 / np.array(runs)))})
         return SimpleNamespace(measured=float(np.median(runs)), measurement=m, K=4)
     rows = {name: result(runs) for name, runs in found}
-    first, second = strategies.best_strategy_lines(rows)
+    first, second = nb06.best_strategy_lines(rows)
     best = max(rows, key=lambda name: rows[name].measured)
     assert first.startswith(f"best strategy measured: {best} ({rows[best].measured:.2f}x")
     assert second == speed_panels.resolution_line(
@@ -314,3 +318,27 @@ def test_rounding_that_is_said_unable_to_flip_a_greedy_choice_never_does(n_posit
     if not found.could_flip_greedy:
         assert (np.argmax(scored, axis=-1) == np.argmax(one_row, axis=-1)).all()
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=2, max_value=6), st.integers(min_value=0, max_value=2**32 - 1),
+       st.one_of(st.just(0.0), st.floats(min_value=0.01, max_value=0.95)))
+def test_resampling_from_q_is_exact_when_p_is_the_same_fraction_of_q_with_extra_mass_elsewhere(n_support, seed, c):
+    """(q − p)+ = q exactly when p = c q on q's support (c < 1), its other 1 − c off it: the readout
+    says resampling from q is right for every such pair, and notebook 04's section 5 lists that case
+    beside the point mass and the disjoint pair (its special cases)."""
+    rng = np.random.default_rng(seed)
+    n_vocab = n_support + 2
+    q = np.zeros(n_vocab)
+    q[:n_support] = rng.dirichlet(np.ones(n_support))
+    elsewhere = np.zeros(n_vocab)
+    elsewhere[n_support:] = rng.dirichlet(np.ones(2))
+    p = c * q + (1 - c) * elsewhere
+    panel = panels.theorem1_panel(p, q, choice="q")
+    assert panels.residual_is_q(panel) and panels.why_exact(panel), (p, q)
+
+
+def test_notebook_04_lists_every_pair_where_resampling_from_q_is_exact():
+    cells = json.loads((Path(__file__).parents[1] / "notebooks/04-theorem-1.ipynb").read_text())["cells"]
+    text = " ".join("".join(cell["source"]).replace("\n", " ") for cell in cells if cell.get("id") == "56ab5afc")
+    assert "same fraction $c < 1$ of $q$" in text and "point mass" in text and "share no token" in text, text

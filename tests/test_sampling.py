@@ -4,9 +4,20 @@ import numpy as np
 import pytest
 from helpers import random_gpt2
 from helpers_sampling import InstrumentedModel, chi_square_test, joint_distribution
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from picogpt import PicoGPTError, autoregressive_sampling
-from picogpt.sampling import distribution, sample, validate_sampling_args
+from picogpt.sampling import (
+    TOP_P_ROUNDING,
+    distribution,
+    kth_largest,
+    sample,
+    softmax64,
+    top_k_filter,
+    top_p_filter,
+    validate_sampling_args,
+)
 
 # ---------------------------------------------------------------------------------------------
 # distribution(): temperature, then top-k, then top-p
@@ -72,6 +83,68 @@ def test_rows_are_filtered_independently():
     rows = distribution(logits, top_p=0.65)
     np.testing.assert_allclose(rows, [[0, 0, 1], [2 / 3, 1 / 3, 0]], rtol=1e-12)
     np.testing.assert_allclose(rows[1], distribution(logits[1], top_p=0.65), rtol=1e-15)
+
+
+# Truncation's definition, on one sort of the whole row: tokens ranked by probability, ties by id
+# (lowest first). The filters must give exactly these bits whatever the row's values, however they
+# find the k-th largest and the nucleus without sorting.
+
+def ranked(row):
+    return np.lexsort((np.arange(len(row)), -row))  # [n]: most probable first, ties by id
+
+
+def keep_first(row, order, k):
+    kept = np.zeros(len(row), bool)
+    kept[order[:k]] = True
+    kept_probs = np.where(kept, row, 0.0)
+    return kept_probs / kept_probs.sum()
+
+
+def top_k_by_sorting(row, k):
+    return keep_first(row, ranked(row), k) if k < len(row) else row
+
+
+def top_p_by_sorting(row, top_p):
+    if top_p >= 1:
+        return row
+    order = ranked(row)
+    mass_before = np.concatenate([[0.0], row[order].cumsum()[:-1]])
+    return keep_first(row, order, max(1, int((mass_before < top_p - TOP_P_ROUNDING).sum())))
+
+
+# logits of few distinct values (ties everywhere), constant rows, wide and narrow ranges
+logit_rows = st.tuples(st.integers(1, 300), st.integers(1, 40), st.floats(0.01, 30), st.integers(0, 2**32 - 1)).map(
+    lambda a: softmax64(np.random.default_rng(a[3]).integers(0, a[1], a[0]) * a[2] / a[1]))
+
+
+@settings(max_examples=300)
+@given(logit_rows, st.integers(1, 320), st.floats(1e-9, 1.0))
+def test_top_k_and_top_p_give_the_bits_of_one_sort_of_the_row_whatever_its_values(probs, k, top_p):
+    assert np.array_equal(top_k_filter(probs, k), top_k_by_sorting(probs, k))
+    assert np.array_equal(top_p_filter(probs, top_p), top_p_by_sorting(probs, top_p))
+    rows = np.stack([probs, probs[::-1]])  # [2, n]: each row filtered on its own
+    assert np.array_equal(top_k_filter(rows, k), [top_k_by_sorting(row, k) for row in rows])
+    assert np.array_equal(top_p_filter(rows, top_p), [top_p_by_sorting(row, top_p) for row in rows])
+
+
+@settings(max_examples=200)
+@given(logit_rows, st.data())
+def test_kth_largest_is_the_kth_value_of_the_row_sorted(probs, data):
+    k = data.draw(st.integers(1, len(probs)))
+    assert kth_largest(probs, k) == np.sort(probs)[-k]
+
+
+@pytest.mark.parametrize("kind", ["constant", "50 distinct values", "random"])
+def test_a_vocabulary_sized_row_is_truncated_as_one_sort_of_it_says(kind):
+    rng = np.random.default_rng(0)
+    logits = {"constant": np.zeros(50257), "50 distinct values": rng.integers(0, 50, 50257) * 0.3,
+              "random": rng.standard_normal(50257)}[kind]
+    probs = softmax64(logits)
+    for k in (1, 5, 50, 1000):
+        assert np.array_equal(top_k_filter(probs, k), top_k_by_sorting(probs, k))
+    for top_p in (1e-9, 0.5, 0.9, 0.999):
+        assert np.array_equal(top_p_filter(probs, top_p), top_p_by_sorting(probs, top_p))
+    assert np.flatnonzero(top_k_filter(softmax64(np.zeros(50257)), 5)).tolist() == [0, 1, 2, 3, 4]  # ties: lowest ids
 
 
 def test_sampling_is_reproducible_and_follows_the_distribution():

@@ -9,9 +9,10 @@ import pytest
 from helpers import random_gpt2
 
 from picogpt import rejection, speculative_sampling
-from picogpt.course import step_exercise
+from picogpt.course import chain_step
+from picogpt.course import nb03_speculative_sampling as nb03
 from picogpt.course.grading import Check
-from picogpt.course.step_exercise import check_speculative_step
+from picogpt.course.nb03_speculative_sampling import check_speculative_step
 from picogpt.errors import PicoGPTError
 from picogpt.speculative import speculative_step
 
@@ -189,8 +190,8 @@ def test_a_right_step_is_sent_into_the_loop_under_its_own_name():
 
 def test_every_two_mistakes_are_told_apart_on_some_case():
     """The grader names the mistake whose exact distribution fits best: any two must differ."""
-    cases = step_exercise.grading_cases()
-    joints = {v.name: [step_exercise.exact_joint(v, case) for case in cases] for v in step_exercise.VARIANTS}
+    cases = nb03.grading_cases()
+    joints = {v.name: [chain_step.exact_joint(v, case) for case in cases] for v in chain_step.VARIANTS}
     names = list(joints)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -222,7 +223,7 @@ def test_mistakes_that_show_in_one_output_are_named(name):
 
 
 def test_the_grader_names_what_it_cannot_use():
-    assert graded(None)[1].startswith("✘ not yet: write your step function")
+    assert graded(None)[1].startswith("✘ not yet: write your function, then pass the function itself: check_speculative_step(")
     ok, message = graded(lambda d, p, q, rng: np.array(d, np.float64))
     assert not ok and "list of token ids" in message
     ok, message = graded(lambda d, p, q, rng: 1 / 0)
@@ -238,8 +239,8 @@ def test_the_grader_never_raises_even_when_the_step_fails_only_on_a_repeat_call(
 
     def flaky(drafted, p, q, rng):
         calls.append(1)
-        if len(calls) == 2:  # the first same-seed repeat
-            raise ValueError("probabilities do not sum to 1")
+        if len(calls) == 2:  # the first same-seed repeat: an unnormalised residual handed to rng.choice
+            return [int(rng.choice(q.shape[1], p=np.maximum(0.0, q[0] - 0.1)))]
         return learner_step(drafted, p, q, rng)
 
     ok, message = graded(flaky)
@@ -267,21 +268,21 @@ def test_no_message_reads_chi_square_inf():
 
 
 def test_every_mistake_is_far_from_algorithm_2_on_some_case():
-    for variant in step_exercise.MISTAKES.values():
+    for variant in chain_step.MISTAKES.values():
         distances = []
-        for case in step_exercise.grading_cases():
-            a, b = step_exercise.exact_joint(step_exercise.ALGORITHM_2, case), step_exercise.exact_joint(variant, case)
+        for case in nb03.grading_cases():
+            a, b = chain_step.exact_joint(chain_step.ALGORITHM_2, case), chain_step.exact_joint(variant, case)
             distances.append(0.5 * sum(abs(a.get(k, 0) - b.get(k, 0)) for k in set(a) | set(b)))
         print(f"{variant.name}: TV to Algorithm 2 per case {np.round(distances, 3).tolist()}")
         assert max(distances) >= 0.08
 
 
 def test_exact_distributions_sum_to_one_and_algorithm_2_emits_q_first():
-    for case in step_exercise.grading_cases():
-        for variant in step_exercise.VARIANTS:
-            assert sum(step_exercise.exact_joint(variant, case).values()) == pytest.approx(1)
+    for case in nb03.grading_cases():
+        for variant in chain_step.VARIANTS:
+            assert sum(chain_step.exact_joint(variant, case).values()) == pytest.approx(1)
         first = np.zeros(case.q.shape[1])
-        for (_, output), prob in step_exercise.exact_joint(step_exercise.ALGORITHM_2, case).items():
+        for (_, output), prob in chain_step.exact_joint(chain_step.ALGORITHM_2, case).items():
             first[output[0]] += prob
         np.testing.assert_allclose(first, case.q[0], atol=1e-12)  # Theorem 1 for the first token
 
@@ -293,7 +294,7 @@ def test_the_learners_step_runs_inside_the_real_loop():
     assert mine.alpha_hat == sum(mine.accepted) / sum(loop.decisions for loop in mine.loops)
     same = speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, verify=speculative_step)
     assert same.tokens == speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0).tokens
-    mistake = step_exercise.MISTAKES["no bonus token"].step
+    mistake = chain_step.MISTAKES["no bonus token"].step
     assert len(speculative_sampling(draft, target, [3, 1], 12, K=3, seed=0, verify=mistake).tokens) == 12
 
 
@@ -408,7 +409,7 @@ def test_every_wrong_step_is_named_or_located_with_the_frequencies_of_the_part_t
 
 
 def test_the_cases_hold_what_the_loop_sends_no_drafts_a_temperature_top_p_and_a_greedy_target():
-    cases = step_exercise.grading_cases()
+    cases = nb03.grading_cases()
     assert {case.K for case in cases} == {0, 1, 2, 3, 4}
     assert any(case.K and (case.p == 0).any() and (case.q == 0).any() and "top-p" in case.label for case in cases)
     assert any(np.all(case.q.max(axis=1) == 1.0) and "temperature 0" in case.label for case in cases)
@@ -496,8 +497,28 @@ def test_a_named_mistake_is_not_followed_by_a_second_guess():
 def test_the_nan_of_rejecting_where_p_equals_q_still_guesses_the_comparison_when_nothing_else_is_said():
     def my_speculative_step(drafted, p, q, rng):
         if len(drafted) == 3 and np.array_equal(p[1], q[1]):  # case 3 is the first where p = q
-            raise ValueError("Probabilities contain NaN")
+            with np.errstate(invalid="ignore"):
+                empty = np.maximum(0.0, q[1] - p[1])
+                return [int(rng.choice(q.shape[1], p=empty / empty.sum()))]  # 0 / 0: NaN
         return learner_step(drafted, p, q, rng)
 
     ok, message = graded(my_speculative_step)
     assert ok is False and message.count("NaN") >= 2 and "the comparison inverted" in message, message
+
+
+def test_a_too_long_output_is_judged_by_its_length_before_its_ids():
+    """K + 2 tokens, the last outside the vocabulary: the length is what is wrong with it first
+    (the ids' message blames an unnormalised residual, which has nothing to do with it)."""
+    ok, message = graded(lambda d, p, q, rng: [0] * (len(d) + 1) + [99])
+    assert ok is False and "tokens for K = " in message and "not normalised" not in message, message
+
+
+def test_an_exception_is_explained_from_what_rng_choice_was_handed_not_from_its_text():
+    """A step that raises NumPy's words itself is not taken for one that handed rng.choice a bad row."""
+    def says_nan(drafted, p, q, rng):
+        if len(drafted) == 2:
+            raise ValueError("probabilities contain NaN")
+        return learner_step(drafted, p, q, rng)
+
+    ok, message = graded(says_nan)
+    assert ok is False and "raised ValueError" in message and "NaN comes from" not in message, message

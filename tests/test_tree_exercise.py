@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from picogpt import rejection, tree_sampling
-from picogpt.course import tree_exercise
+from picogpt.course import nb07_token_trees as nb07
 from picogpt.course.grading import Check
-from picogpt.course.tree_exercise import MISTAKES, MULTI_STEP, check_multi_candidate_step, grading_cases
+from picogpt.course.nb07_token_trees import MISTAKES, MULTI_STEP, check_multi_candidate_step, grading_cases
 
 
 def shortfall(q, p):
@@ -236,7 +236,7 @@ def test_a_mistake_without_a_name_is_located_with_the_frequencies_of_the_part_th
     (residual_never_normalised, "Normalise each residual as you form it"),
     (lambda c, p, q, rng: right_loop(c, p, q, np.random.default_rng(0)), "the same random numbers in every call"),
     (fails_at_a_leaf, "fails_at_a_leaf raised IndexError inside check_multi_candidate_step, for the candidates []"),
-    (unseeded, "Generators of the same seed gave different tokens"),
+    (unseeded, "Generators of the same seed gave different outputs"),
     (lambda c, p, q, rng: [0], "return one token id"),
     (lambda c, p, q, rng: 9, "return one token id"),
     (None, "pass the function itself"),
@@ -270,14 +270,14 @@ def test_the_learners_step_runs_in_the_tree_loop():
 
 
 def test_solution_prints_the_library_step(capsys):
-    tree_exercise.solution()
+    nb07.solution()
     assert "def accept_among" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("answer, right", [(2 / 3, True), (0.6667, True), (5 / 6, False), (0.8, False), (0.5, False),
                                            (None, False)])
 def test_the_second_candidate_question(answer, right):
-    assert tree_exercise.check_second_candidate(answer).ok is right
+    assert nb07.check_second_candidate(answer).ok is right
 
 
 def test_one_r_for_the_whole_step_shows_only_where_a_later_candidate_is_kept_sometimes():

@@ -13,7 +13,8 @@ import pytest
 from helpers import random_gpt2
 
 from picogpt import theory
-from picogpt.course import panels, tree_figures, tree_panels, widgets
+from picogpt.course import nb07_token_trees as nb07
+from picogpt.course import panels
 from picogpt.measure import trees as tree_measure
 from picogpt.tree import ROOT, Tree
 
@@ -27,11 +28,11 @@ HAND_TREE = Tree(tokens=(11, 22, 33, 44, 55, 66, 77), parents=(ROOT, ROOT, 0, 0,
     ([0, 2], ["accepted", "never reached", "accepted", "never reached", "never reached", "rejected", "never reached"]),
 ])
 def test_node_status_says_what_the_walk_did_to_each_node(branch, expected):
-    assert tree_panels.node_status(HAND_TREE, branch) == expected
+    assert nb07.node_status(HAND_TREE, branch) == expected
 
 
 def test_the_layout_puts_parents_over_their_children_and_leaves_apart():
-    xy, root = tree_panels.tree_layout(HAND_TREE)
+    xy, root = nb07.tree_layout(HAND_TREE)
     for node in [ROOT, *range(len(HAND_TREE))]:
         children = HAND_TREE.children(node)
         if children:
@@ -46,12 +47,12 @@ def test_the_layout_puts_parents_over_their_children_and_leaves_apart():
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 def test_the_right_rule_emits_q_under_both_drawings_and_keeps_more_with_more_candidates(m, independent):
     p, q = panels.toy_distributions()
-    panel = tree_panels.candidates_panel(p, q, m, independent=independent)
+    panel = nb07.candidates_panel(p, q, m, independent=independent)
     assert panel.tv < 1e-12
     if independent:
         assert panel.kept == pytest.approx(theory.acceptance_with_candidates(p, q, m), abs=1e-12)
     if m > 1:
-        assert panel.kept > tree_panels.candidates_panel(p, q, m - 1, independent=independent).kept
+        assert panel.kept > nb07.candidates_panel(p, q, m - 1, independent=independent).kept
 
 
 @pytest.mark.parametrize("rule, wrong", [("the residual not updated between candidates", True),
@@ -59,25 +60,25 @@ def test_the_right_rule_emits_q_under_both_drawings_and_keeps_more_with_more_can
                                          ("stopping at the first rejection", False)])
 def test_wrong_rules_leave_q_except_stopping_which_keeps_fewer(rule, wrong):
     p, q = panels.toy_distributions()
-    panel, right = tree_panels.candidates_panel(p, q, 3, rule), tree_panels.candidates_panel(p, q, 3)
+    panel, right = nb07.candidates_panel(p, q, 3, rule), nb07.candidates_panel(p, q, 3)
     assert (panel.tv > 0.05) is wrong
     if not wrong:
         assert panel.kept < right.kept - 0.1
-        assert "exact for this pair, and it keeps fewer candidates" in tree_panels.candidates_readout(panel)
+        assert "exact for this pair, and it keeps fewer candidates" in nb07.candidates_readout(panel)
     else:
-        assert "the output is not q" in tree_panels.candidates_readout(panel)
+        assert "the output is not q" in nb07.candidates_readout(panel)
 
 
 def test_an_unknown_rule_is_refused():
     with pytest.raises(Exception, match="expected one of"):
-        tree_panels.candidates_panel(*panels.toy_distributions(), 2, "resample from p")
+        nb07.candidates_panel(*panels.toy_distributions(), 2, "resample from p")
 
 
 def test_the_running_residuals_judge_each_candidate_and_vanish_on_the_rejected():
     p, q = panels.toy_distributions()
-    rows = tree_panels.drawn_without_replacement(p, 3)[0][1]
-    candidates = tree_panels.drawn_without_replacement(p, 3)[0][0]
-    q_rows = tree_panels.running_residuals(rows, q)
+    rows = nb07.drawn_without_replacement(p, 3)[0][1]
+    candidates = nb07.drawn_without_replacement(p, 3)[0][0]
+    q_rows = nb07.running_residuals(rows, q)
     assert q_rows.shape == (4, len(q)) and np.allclose(q_rows.sum(axis=1), 1)
     for i in range(len(candidates)):
         assert q_rows[i + 1][list(candidates[: i + 1])].max() == 0  # what was rejected is never missing
@@ -115,41 +116,41 @@ def test_the_measurement_has_every_variant_with_its_spread(measurement):
     lines = tree_measure.text_lines(m)  # a header, one line per variant, the paired verdict on the fastest
     assert len(lines) == 2 + 3 + 1 and lines[-1].startswith("  the fastest: ")
     assert tree_measure.from_dict(json.loads(json.dumps(tree_measure.as_dict(m)))) == m
-    assert "fastest: " in tree_panels.verdict_lines(m)[0]
+    assert "fastest: " in nb07.verdict_lines(m)[0]
 
 
 def test_every_figure_is_drawn_with_its_labels(measurement):
     import matplotlib.pyplot as plt
-    status = tree_panels.node_status(HAND_TREE, [1, 4])
-    ax = tree_figures.plot_tree(HAND_TREE, status, [str(t) for t in HAND_TREE.tokens], "root")
+    status = nb07.node_status(HAND_TREE, [1, 4])
+    ax = nb07.plot_tree(HAND_TREE, status, [str(t) for t in HAND_TREE.tokens], "root")
     assert ax.get_title() and len(ax.get_legend().get_texts()) == 3
     from picogpt.tree import attention_mask
-    ax = tree_figures.plot_mask(attention_mask(HAND_TREE, 5), [f"t{i}" for i in range(9)], 2)
+    ax = nb07.plot_mask(attention_mask(HAND_TREE, 5), [f"t{i}" for i in range(9)], 2)
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
     p, q = panels.toy_distributions()
-    ax = tree_figures.plot_candidates(tree_panels.candidates_panel(p, q, 2), list(panels.TOY_VOCAB))
+    ax = nb07.plot_candidates(nb07.candidates_panel(p, q, 2), list(panels.TOY_VOCAB))
     assert ax.get_ylabel() == "probability"
-    rows = tree_panels.drawn_without_replacement(p, 2)[0]
-    ax = tree_figures.plot_running_residuals(tree_panels.running_residuals(rows[1], q), rows[0], list(panels.TOY_VOCAB))
+    rows = nb07.drawn_without_replacement(p, 2)[0]
+    ax = nb07.plot_running_residuals(nb07.running_residuals(rows[1], q), rows[0], list(panels.TOY_VOCAB))
     assert ax.get_title()
-    axes = tree_figures.plot_tree_measurement(measurement)
+    axes = nb07.plot_tree_measurement(measurement)
     assert all(ax.get_ylabel() and ax.get_title() for ax in axes)
     plt.close("all")
 
 
 def test_the_candidates_explorer_update_runs_without_a_browser():
     p, q = panels.toy_distributions()
-    text, outputs, panel = widgets.candidates_update(p, q, 3, "the fallback sampled from q", list(panels.TOY_VOCAB))
+    text, outputs, panel = nb07.candidates_update(p, q, 3, "the fallback sampled from q", list(panels.TOY_VOCAB))
     assert "not q" in text and outputs[0]["data"]["image/png"] and panel.m == 3
 
 
 def test_the_benchs_trees_are_read_back_or_said_missing(measurement, tmp_path):
     from picogpt.measure import trees as tree_measure
     missing = tmp_path / "none.json"
-    assert "not measured there" in tree_panels.bench_tree_lines(missing)[0]
+    assert "not measured there" in nb07.bench_tree_lines(missing)[0]
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"models": {"random-2": {"source": "random weights"}},
                                 "trees": [{"pair": ["a", "b"], "trees": tree_measure.as_dict(measurement)}]}))
-    lines = tree_panels.bench_tree_lines(path)
+    lines = nb07.bench_tree_lines(path)
     assert lines[0] == "the bench, random-2: random weights" and "chain K = 3" in "\n".join(lines)
     assert any(line.startswith("fastest: ") or "; fastest: " in line for line in lines)  # what its repeats resolve

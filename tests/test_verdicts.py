@@ -16,14 +16,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from picogpt.course import speed_panels
-from picogpt.course.exercises import (
-    block_params,
-    check_arithmetic_intensity,
-    check_block_params,
-    check_kv_cache_bytes,
-    machine_line,
-)
 from picogpt.course.grading import check_number
+from picogpt.course.nb01_gpt2_in_numpy import block_params, check_block_params, check_kv_cache_bytes
+from picogpt.course.nb02_autoregressive_sampling import check_arithmetic_intensity, machine_line
 from picogpt.errors import PicoGPTError
 from picogpt.measure import compare, machine, speedup
 from picogpt.measure.timing import spread

@@ -539,6 +539,63 @@ def kernel_profile_table(results, source):
             *table_lines(["", *(names.get(m["model"], m["model"]) for m in models)], rows)]
 
 
+SAME_ROUND = "speedup / same round's without truncation"  # keys of truncation.py's and pool.py's summaries
+PRANGE_OVER_THREADS, THREADS_MEDIAN_S = "prange / picogpt's threads", "picogpt's threads, median s"
+
+
+def kernel_truncation_table(results, source):
+    """benchmarks/kernels/truncation.py: top-k and top-p now over before (whole-row np.partition /
+    np.sort) on each kind of row, each over a draft call of the same rounds; then the quick start's
+    speedup with each truncation, before and now, and over the same round's without truncation."""
+    lines = []
+    if "rows" in results:
+        rows = results["rows"]
+        loads = rows["load_before_rounds"] + [rows["load_after"]]
+        lines += [f"`{rows['command']}` on {rows['machine']['cpu']} ({rows['machine']['cores']} cores), "
+                  f"{rows['rounds']} rounds of {rows['calls']} calls of each, load average {load_range(loads)}. "
+                  "Medians over the rounds of each round's ratio:", "",
+                  *table_lines(["row", "truncation", "now / before", "now faster in", "before / a draft call",
+                                "now / a draft call"],
+                               [[*key.split(" | "), f"{v['now / before']:.3f}", v["now faster in"],
+                                 f"{v['before / draft call']:.2f}", f"{v['now / draft call']:.2f}"]
+                                for key, v in rows["summary"].items()]), "",
+                  f"softmax64 of one row alone (the float64 distribution of every call) took "
+                  f"{rows['softmax64 / draft call']:.2f} of a draft call (its model call and that softmax).", ""]
+    if "command" in results:
+        command = results["command"]
+        loads = [run["load_before"] for run in command["runs"]] + [run["load_after"] for run in command["runs"]]
+        speedup = {(run["round"], run["truncation"], run["filters"]): run["speedup"] for run in command["runs"]}
+        higher = {truncation: sum(speedup[r, truncation, "now"] > speedup[r, truncation, "before"]
+                                  for r in range(command["rounds"]))
+                  for _, truncation, filters in speedup if filters == "before"}
+        lines += [f"`{command['command']}` in fresh processes, {command['rounds']} rounds (the order rotated), "
+                  f"load average {load_range(loads)}. The speedup printed now was higher than with the filters "
+                  "before in " + " and ".join(f"{n} of {command['rounds']} rounds at {truncation}"
+                                              for truncation, n in higher.items()) + ":", "",
+                  *table_lines(["truncation", "filters", "speedup printed: median (range)",
+                                "over the same round's without truncation"],
+                               [[*key.split(" | "), f"{v['speedup median']:.2f}x ({v['speedup range'][0]:.2f}-"
+                                 f"{v['speedup range'][1]:.2f})", f"{v[SAME_ROUND]:.2f}"]
+                                for key, v in command["summary"].items()])]
+    return lines
+
+
+def kernel_pool_table(results, source):
+    """benchmarks/kernels/pool.py: an empty parallel region and one shared one-row product on
+    numba's prange, over the same on picogpt's threads, per threading layer and shape."""
+    runs = results["runs"]
+    loads = [run["load_before"] for run in runs] + [run["load_after"] for run in runs]
+    return [f"`{results['command']}` on {results['machine']['cpu']} ({results['machine']['cores']} cores), "
+            f"{len(runs)} fresh processes, {results['blocks']} blocks of {results['calls']} calls of each, "
+            f"load average {load_range(loads)}. prange over picogpt's threads, block by block:", "",
+            *table_lines(["layer", "shape (c_fc)", "what", "prange / picogpt's threads: median (range)",
+                          "prange faster in", "picogpt's threads, us", "prange, us"],
+                         [[*key.split(" | "), f"{v[PRANGE_OVER_THREADS]:.2f} "
+                           f"({v['range'][0]:.2f}-{v['range'][1]:.2f})", v["prange faster in"],
+                           f"{1e6 * v[THREADS_MEDIAN_S]:.1f}",
+                           f"{1e6 * v['prange, median s']:.1f}"] for key, v in results["summary"].items()])]
+
+
 def kernel_paired_table(results, source):
     """benchmarks/kernels/paired.py: each way's one-token decode over the way before it, block by
     block in fresh processes: the median ratio, its range, and in how many blocks it was faster."""
@@ -872,7 +929,10 @@ BLOCKS = {  # document: {block: (its JSON source, the function that renders it)}
                                                         kernel_profile_table),
                                      "profile": ("benchmarks/kernels/results-profile.json", kernel_profile_table),
                                      "paired": ("benchmarks/kernels/results-paired.json", kernel_paired_table),
-                                     "paired-busy": ("benchmarks/kernels/results-paired-busy.json", kernel_paired_table)},
+                                     "paired-busy": ("benchmarks/kernels/results-paired-busy.json", kernel_paired_table),
+                                     "truncation": ("benchmarks/kernels/results-truncation.json", kernel_truncation_table),
+                                     "pool": ("benchmarks/kernels/results-pool.json", kernel_pool_table),
+                                     "pool-decode": ("benchmarks/kernels/results-pool-decode.json", kernel_pool_table)},
     "weights/README.md": {"measurements": ("weights/measurements.json", teaching_pair_card),
                           "samples": ("weights/measurements.json", samples),
                           "training": ("weights/training-report.json", training_table),

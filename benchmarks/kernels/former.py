@@ -15,6 +15,9 @@ what it runs:
   microsecond (`team_call`, `team_matmul`);
 - the compiled block (block.py): gpt2.py's forward pass for a few positions with a KV cache, the
   work between the products compiled;
+- top-k and top-p on one np.partition / np.sort of the whole row (`partition_top_k_filter`,
+  `sort_top_p_filter`): picogpt.sampling's truncation before `kth_largest` and `nucleus`, for
+  truncation.py, which times the two on rows of every kind and in the quick start's command;
 - `FormerPath`: the model call as it was, with all three (a team for each call of a model
   reading at least BIG_MODEL_BYTES per token on at most FEW_ROWS positions, the block for such
   calls with a cache, the team's products inside them), for `candidates.py paths`, which times
@@ -27,6 +30,7 @@ import functools
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from picogpt import sampling
 from picogpt.fast import compiled, kernels
 from picogpt.fast.kernels import FEW_ROWS, numpy_matmul
 from picogpt.fast.threads import CHUNKS_PER_THREAD, n_threads, parallel
@@ -275,3 +279,26 @@ def blas_threads_matmul(x, W):
     finally:
         for pool in blas_pools():
             pool.set_num_threads(1)
+
+
+# ---- truncation on the whole row ----------------------------------------------------------------
+
+def partition_top_k_filter(probs, k):
+    """sampling.top_k_filter before kth_largest: the k-th largest by np.partition of the whole row."""
+    n_vocab = probs.shape[-1]
+    if k >= n_vocab:
+        return probs
+    kth = np.partition(probs, n_vocab - k, axis=-1)[..., n_vocab - k, None]
+    return sampling.renormalise(probs, sampling.keep_top(probs, k, kth))
+
+
+def sort_top_p_filter(probs, top_p):
+    """sampling.top_p_filter before nucleus: every row sorted whole, then cumulated."""
+    if top_p >= 1:
+        return probs
+    sorted_probs = -np.sort(-probs, axis=-1)  # descending
+    cumulative = sorted_probs.cumsum(axis=-1)
+    mass_before = np.concatenate([np.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], axis=-1)
+    k = np.maximum(1, (mass_before < top_p - sampling.TOP_P_ROUNDING).sum(axis=-1, keepdims=True))
+    kth = np.take_along_axis(sorted_probs, k - 1, axis=-1)
+    return sampling.renormalise(probs, sampling.keep_top(probs, k, kth))

@@ -1,8 +1,8 @@
-"""Course helpers for the notebooks: which pair of models, figures, widgets' pure functions,
-graders. One file, one kind of helper, named for it (docs/architecture.md's course row): every
-grader returns a `grading.Check`; `*_exercise.py` a write-a-function exercise and its grader,
-`exercises.py` the questions of every notebook's Exercises; `*figures.py` draw; `*panels.py`
-compute what is shown and never run a model; `model_runs.py` and `strategies.py` run models."""
+"""Course helpers for the notebooks. The rule (docs/architecture.md's course row): what only one
+notebook uses lives in that notebook's module, named as the notebook (`nb07_token_trees.py`);
+every other module is shared by two notebooks or more, says what it holds in its first line, and
+imports no notebook's module. Every grader returns a `grading.Check`; every sampler exercise is
+graded by the one `grading.check_sampler`."""
 
 from .pair import course_models, course_pair_names, speedup_run_size
 

@@ -13,6 +13,7 @@ import textwrap
 import numpy as np
 
 from ..errors import PicoGPTError
+from ..tree import ROOT
 from .panels import (
     NOTHING_REJECTED,
     TEMPERATURES,
@@ -336,7 +337,7 @@ def plot_speedup(xs, measured, predicted, ax=None, xlabel="K (tokens drafted per
 
 
 def plot_strategies(found, ax=None, title="Every draft, predicted and measured"):
-    """One bar per strategy {name: course.strategies.StrategyResult}: its measured speedup (the
+    """One bar per strategy {name: course.nb06_beyond_one_draft_model.StrategyResult}: its measured speedup (the
     median of the per-repeat ratios, whiskers at their quartiles) beside its prediction."""
     ax = new_ax(ax, (12, 4.4))
     names = list(found)
@@ -376,3 +377,22 @@ def plot_sequence_fits(fits, ax=None):
     ax.bar(0, 0, color=COLOURS["excess"], label="not q (chi² p < 0.001)")
     room_for_legend(ax, tvs)
     return ax
+
+
+def tree_layout(tree):
+    """(x, y) of each node for drawing, [n_nodes, 2], and the root's (x, y): y = -depth, leaves one
+    unit apart left to right in the order they were drawn, a parent centred over its children."""
+    xy, leaves = np.zeros((len(tree), 2)), [0]
+
+    def place(node):
+        children = tree.children(node)
+        if not children:
+            x = leaves[0]
+            leaves[0] += 1
+        else:
+            x = float(np.mean([place(child) for child in children]))
+        if node != ROOT:
+            xy[node] = (x, -len(tree.branch(node)))
+        return x
+
+    return xy, (place(ROOT), 0.0)

@@ -2,19 +2,16 @@
 compute from numbers and never run a model): a prompt's next-token logits; a scoring call's
 logits against one-row calls' (where floating point enters, notebook 03); whole sequences
 sampled by a loop and compared with the target's exact joint on toy models (notebooks 04, 06,
-07); and block verification checked exactly on a toy pair, one loop then the target (notebook 08).
+07); and the rows one loop hands its step on a toy pair (`loop_rows`, for notebook 08's exact checks).
 """
 
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 
 from ..sampling import distribution
-from ..speculative import block_keep_probabilities, speculative_sampling
+from ..speculative import speculative_sampling
 from ..tree import tree_sampling
-from .block_exercise import BLOCK, MISTAKES, TOKEN_BY_TOKEN
-from .block_panels import total_variation
 from .chi_square import chi_square_test
 from .panels import rounding, tv_distance
 from .toy_models import joint_distribution
@@ -87,54 +84,3 @@ def loop_rows(draft, target, prompt, drafted, controls):
     q = distribution(target(list(prompt) + list(drafted)), **controls)[-(K + 1):]
     p = distribution(draft(list(prompt) + list(drafted[:-1])), **controls)[-K:] if K else np.zeros((0, q.shape[1]))
     return p, q, float(np.prod([p[t, x] for t, x in enumerate(drafted)]))
-
-
-def one_loop_joint(draft, target, prompt, K, law=None, **controls):
-    """The exact joint [V] * (K + 1) of the first K + 1 tokens when one loop with `law(drafted, p, q)`
-    ({emitted tuple: probability}; default the paper's) runs on drafts sampled from the draft (toy
-    models: every drafted tuple is enumerated), and the target samples the rest — what every later
-    loop does, if the step is exact. The step is exact when this is the target's own joint."""
-    law = BLOCK.output_distribution if law is None else law
-    V = target.config.n_vocab
-    total = np.zeros((V,) * (K + 1))
-    for drafted in product(range(V), repeat=K):
-        p, q, chance = loop_rows(draft, target, prompt, drafted, controls)
-        if chance == 0:
-            continue
-        for emitted, p_emit in law(list(drafted), p, q).items():
-            rest = K + 1 - len(emitted)
-            total[emitted] += chance * p_emit * (joint_distribution(target, list(prompt) + list(emitted), rest, **controls)
-                                                 if rest else 1.0)
-    return total
-
-
-def running_weight_gap(draft, target, prompt, K, law=None, **controls):
-    """Step 1 of the proof, checked exactly on toy models: the largest |P(at least i drafts kept |
-    x̃_1 .. x̃_i) - w_i| over every drafted prefix of i = 1 .. K drafts, the later drafts averaged
-    out under the draft. 0 (up to rounding) for the paper's rule; `law` another one's."""
-    law = BLOCK.output_distribution if law is None else law
-    V, worst = target.config.n_vocab, 0.0
-    for i in range(1, K + 1):
-        for prefix in product(range(V), repeat=i):
-            kept = mass = 0.0
-            for later in product(range(V), repeat=K - i):
-                p, q, chance = loop_rows(draft, target, prompt, prefix + later, controls)
-                kept += chance * sum(prob for out, prob in law(list(prefix + later), p, q).items() if len(out) > i)
-                mass += chance
-            if mass > 0:
-                weights, _ = block_keep_probabilities(list(prefix), p[:i], q[:i + 1])
-                worst = max(worst, abs(kept / mass - weights[i]))
-    return worst
-
-
-def mistakes_lines(draft, target, prompt, K):
-    """For block verification, token by token, and each mistake (block_exercise.MISTAKES): TV from the
-    target of the first 1 .. K + 1 tokens, computed exactly. A mistake can be exact on the first tokens only."""
-    exact = joint_distribution(target, prompt, K + 1)
-    lines = [f"{'TV from the target, first n tokens:':48}" + "".join(f"  n = {n}  " for n in range(1, K + 2))]
-    for rule in (BLOCK, TOKEN_BY_TOKEN, *MISTAKES.values()):
-        joint = one_loop_joint(draft, target, prompt, K, rule.output_distribution)
-        tvs = [total_variation(joint.sum(axis=tuple(range(n, K + 1))), exact.sum(axis=tuple(range(n, K + 1))))
-               for n in range(1, K + 2)]
-        lines.append(f"{rule.name:48}" + "".join(f"  {tv:7.4f}" for tv in tvs))
-    return lines

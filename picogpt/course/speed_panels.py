@@ -213,3 +213,48 @@ def others_lines(m=None, label="picogpt"):
     lines.append("  so: different weights, decoding, caching and machines; compare what each ratio is made of, "
                  "not the two ratios")
     return lines
+
+
+VERIFIER_NAMES = {"token": "token by token", "block": "block verification"}
+
+
+def verifier_lines(measurements, K):
+    """{verify: SpeedupMeasurement} of one measure_chains call, at K, as text: each verifier's tokens
+    per loop (all runs together) and speedup over autoregressive sampling (the median of the
+    repeat-by-repeat ratios, with their interquartile range), then the verifiers compared pair by
+    pair (measure/compare.py: the same seeds in the same repeats), on tokens per target call and on
+    time."""
+    from ..measure import compare
+    from ..measure.speedup import speedup_text, versus
+    m = next(iter(measurements.values()))
+    lines = [f"{m.draft} -> {m.target}, temperature {m.controls.get('temperature', 1.0):g}, K = {K}, N = {m.N}, "
+             f"{m.repeats} repeats interleaved, the same seeds: autoregressive {m.autoregressive_s.median:.2f} s "
+             f"(median; IQR {m.autoregressive_s.q1:.2f}-{m.autoregressive_s.q3:.2f})"]
+    for verify, v in measurements.items():
+        at = v.by_K[K]
+        lines.append(f"  {VERIFIER_NAMES[verify]:<20} {at.tokens_per_loop:.2f} tokens per loop (all {m.repeats} runs together), "
+                     f"speedup {speedup_text(at)}")
+    if {"token", "block"} <= set(measurements):
+        token, block = (measurements[v].by_K[K] for v in ("token", "block"))
+        lines.append(f"  block verification emitted {block.tokens_per_loop / token.tokens_per_loop - 1:+.1%} tokens per "
+                     "target call (all runs together)")
+        lines.append("  " + split_line(token, block, m.repeats))
+        for words in (compare.TOKENS_PER_CALL, compare.TIME):
+            lines.append("  " + compare.sentence(versus(VERIFIER_NAMES["block"], block, VERIFIER_NAMES["token"], token, words)))
+    return lines
+
+
+def loop_seconds(at, repeats):
+    """A run's mean seconds over its mean number of loops: what one loop took, its share of the
+    run's fixed costs (the prompt's reading, the bookkeeping) included."""
+    return sum(at.breakdown_s.values()) / (at.n_loops / repeats)
+
+
+def split_line(token, block, repeats):
+    """block / token by token (AtK of one measure_chains call), all runs together: the gain in speed
+    split into the gain in tokens per target call and the change in time per loop, which multiply
+    (a run of N tokens takes N / tokens per loop loops)."""
+    tokens = block.tokens_per_loop / token.tokens_per_loop
+    loop = loop_seconds(block, repeats) / loop_seconds(token, repeats)
+    return (f"block / token by token, all runs together: {tokens:.3f}x tokens per target call, {loop:.3f}x the time "
+            f"per loop, so {tokens / loop:.3f}x the speed (from the runs' means; the speedups above are medians of ratios)")

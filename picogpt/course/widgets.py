@@ -1,12 +1,12 @@
-"""The explorers of notebooks 04, 07 and 08: ipywidgets wiring only.
+"""The explorers' ipywidgets wiring: the controls notebooks 04, 07 and 08 share, and notebook 04's two explorers.
 
 The Theorem 1 explorer's content comes from two pure functions, `explorer_update` (sliders and
 the residual switch -> readout and figure) and `monte_carlo_update` (the Monte-Carlo button ->
 histogram and summary); the acceptance explorer's from `acceptance_update` (two temperatures ->
 readout and figure). Tests call them without a browser (tests/test_theorem1_widget.py);
 `theorem1_explorer` and `acceptance_explorer` only connect sliders, the switch and the button
-to them. Notebook 07's candidates explorer (`candidates_update`) and notebook 08's drafts-kept
-explorer (`kept_update`) are built the same way. (The pattern of the jupyter-widgets tutorial
+to them. Notebook 07's candidates explorer and notebook 08's drafts-kept explorer, in their own
+modules, are built the same way on `toy_controls`, `slider` and `png_output`. (The pattern of the jupyter-widgets tutorial
 "separating the logic from the widgets".)
 """
 
@@ -55,7 +55,7 @@ def monte_carlo_update(p, q, n, seed, labels, shown=None, choice="(q − p)+"):
     return (text_output(summary), png_output(figure_png(fig), summary)), mc
 
 
-def _slider(description, value, low, high, step=0.05):
+def slider(description, value, low, high, step=0.05):
     import ipywidgets as w
     return w.FloatSlider(value=value, min=low, max=high, step=step, description=description,
                          continuous_update=False, readout_format=".2f", style={"description_width": "initial"})
@@ -73,8 +73,8 @@ class ExplorerPair:
 
 def toy_controls():
     """Sliders for toy_distributions, and the function from their values to an ExplorerPair."""
-    sliders = {"centre_p": _slider("p (draft) centre", 2.0, 0, 7), "width_p": _slider("p (draft) width", 1.5, 0.3, 4),
-               "centre_q": _slider("q (target) centre", 4.0, 0, 7), "width_q": _slider("q (target) width", 1.0, 0.3, 4)}
+    sliders = {"centre_p": slider("p (draft) centre", 2.0, 0, 7), "width_p": slider("p (draft) width", 1.5, 0.3, 4),
+               "centre_q": slider("q (target) centre", 4.0, 0, 7), "width_q": slider("q (target) width", 1.0, 0.3, 4)}
 
     def pair(**values):
         p, q = panels.toy_distributions(**values)
@@ -90,8 +90,8 @@ def model_controls(draft, target, ids, tok, n_show=10):
     logits_p, logits_q = model_runs.prompt_logits(draft, ids), model_runs.prompt_logits(target, ids)
     sliders = {"position": w.IntSlider(value=len(ids) - 1, min=0, max=len(ids) - 1, description="prompt position",
                                        continuous_update=False, style={"description_width": "initial"}),
-               "temperature_p": _slider("temperature of p (draft)", 1.0, 0, 2),
-               "temperature_q": _slider("temperature of q (target)", 1.0, 0, 2)}
+               "temperature_p": slider("temperature of p (draft)", 1.0, 0, 2),
+               "temperature_q": slider("temperature of q (target)", 1.0, 0, 2)}
 
     def pair(position, temperature_p, temperature_q):
         p, q = panels.distributions_at(logits_p, logits_q, position, temperature_p, temperature_q)
@@ -171,8 +171,8 @@ def acceptance_explorer(draft, target, ids, tok):
     how often each exact rule keeps a drafted token. Returns an ipywidgets.VBox."""
     import ipywidgets as w
     logits_p, logits_q = (model_runs.prompt_logits(model, ids)[-1] for model in (draft, target))  # [n_vocab] each
-    sliders = {"temperature_p": _slider("temperature of p (draft)", 1.0, 0, 2),
-               "temperature_q": _slider("temperature of q (target)", 1.0, 0, 2)}
+    sliders = {"temperature_p": slider("temperature of p (draft)", 1.0, 0, 2),
+               "temperature_q": slider("temperature of q (target)", 1.0, 0, 2)}
     readout_html = w.HTML(description="acceptance", style={"description_width": "initial"})
     figure_out = w.Output(layout={"min_height": "300px"})
     title = f"next token after {tok.decode([int(t) for t in ids])!r}: p = {draft.name}, q = {target.name}"
@@ -181,120 +181,7 @@ def acceptance_explorer(draft, target, ids, tok):
         readout_html.value, figure_out.outputs, _ = acceptance_update(
             logits_p, logits_q, sliders["temperature_p"].value, sliders["temperature_q"].value, title)
 
-    for slider in sliders.values():
-        slider.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox(list(sliders.values())), readout_html, figure_out])
-
-
-# ---------------------------------------------------------------------------------------------
-# Many candidates (notebook 07): the candidates explorer
-# ---------------------------------------------------------------------------------------------
-
-def candidates_update(p, q, m, rule, labels):
-    """What the candidates explorer shows for one setting: (readout HTML, figure outputs,
-    tree_panels.CandidatesPanel) for m candidates drawn from p without replacement, judged by `rule`."""
-    from . import tree_figures, tree_panels
-    panel = tree_panels.candidates_panel(p, q, m, rule)
-    fig = Figure(figsize=(9, 3.8), layout="constrained")
-    tree_figures.plot_candidates(panel, labels, ax=fig.subplots())
-    text = tree_panels.candidates_readout(panel)
-    return text, (png_output(figure_png(fig), text),), panel
-
-
-def candidates_explorer():
-    """Toy p and q, the number of candidates, and the rule that judges them (tree_panels.RULES): the
-    emitted token's exact distribution against q. Returns an ipywidgets.VBox."""
-    import ipywidgets as w
-
-    from . import tree_panels
-    sliders, make_pair = toy_controls()
-    m_slider = w.IntSlider(value=2, min=1, max=4, description="candidates m", continuous_update=False,
-                           style={"description_width": "initial"})
-    rule_switch = w.ToggleButtons(options=list(tree_panels.RULES), value=next(iter(tree_panels.RULES)), description="rule",
-                                  style={"description_width": "initial", "button_width": "auto"})
-    readout_html = w.HTML()
-    figure_out = w.Output(layout={"min_height": "300px"})
-
-    def redraw(_change=None):
-        pair = make_pair(**{name: s.value for name, s in sliders.items()})
-        readout_html.value, figure_out.outputs, _ = candidates_update(pair.p, pair.q, m_slider.value,
-                                                                      rule_switch.value, pair.labels)
-
-    for control in [*sliders.values(), m_slider, rule_switch]:
+    for control in sliders.values():
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox(list(sliders.values())[:2]), w.HBox(list(sliders.values())[2:]), m_slider, rule_switch,
-                   readout_html, figure_out])
-
-
-# ---------------------------------------------------------------------------------------------
-# A block judged together (notebook 08): the drafts-kept explorer
-# ---------------------------------------------------------------------------------------------
-
-def kept_update(p_a, q_a, K):
-    """What the drafts-kept explorer shows for one setting: (readout HTML, figure outputs,
-    block_panels.KeptPanel) for p = (p_a, 1 - p_a), q = (q_a, 1 - q_a) over {a, b} and K drafts."""
-    from . import block_figures, block_panels
-    panel = block_panels.kept_panel(p_a, q_a, K)
-    fig = Figure(figsize=(8, 3.8), layout="constrained")
-    block_figures.plot_kept(panel, ax=fig.subplots())
-    text = block_panels.kept_readout(panel)
-    return text, (png_output(figure_png(fig), text),), panel
-
-
-def kept_explorer(p_a=2 / 3, q_a=1 / 3, K=2):
-    """Sliders for p(a), q(a) and K: the drafts kept per loop token by token, by block verification
-    and at most, exactly. Starts at Sun et al.'s example. Returns an ipywidgets.VBox."""
-    import ipywidgets as w
-    sliders = {"p_a": _slider("p(a), the draft", p_a, 0, 1, step=0.01), "q_a": _slider("q(a), the target", q_a, 0, 1, step=0.01),
-               "K": w.IntSlider(value=K, min=1, max=8, description="K drafts", continuous_update=False,
-                                style={"description_width": "initial"})}
-    readout_html = w.HTML()
-    figure_out = w.Output(layout={"min_height": "300px"})
-
-    def redraw(_change=None):
-        readout_html.value, figure_out.outputs, _ = kept_update(**{name: s.value for name, s in sliders.items()})
-
-    for slider in sliders.values():
-        slider.observe(redraw, names="value")
-    redraw()
     return w.VBox([w.HBox(list(sliders.values())), readout_html, figure_out])
-
-
-# ---------------------------------------------------------------------------------------------
-# A tree verified two ways (notebook 09): the traversal explorer
-# ---------------------------------------------------------------------------------------------
-
-TRAVERSAL_SHAPES = ((1, 1), (2, 1), (1, 1, 1), (2, 1, 1), (1, 1, 1, 1), (2, 1, 1, 1))
-
-
-def traversal_update(p_a, q_a, shape):
-    """What the traversal explorer shows for one setting: (readout HTML, figure outputs,
-    traversal_panels.TreeKeptPanel) for p = (p_a, 1 - p_a), q = (q_a, 1 - q_a) and a tree of `shape`."""
-    from . import traversal_figures, traversal_panels
-    panel = traversal_panels.tree_kept_panel(p_a, q_a, shape)
-    fig = Figure(figsize=(8, 3.8), layout="constrained")
-    traversal_figures.plot_tree_kept(panel, ax=fig.subplots())
-    text = traversal_panels.tree_kept_readout(panel)
-    return text, (png_output(figure_png(fig), text),), panel
-
-
-def traversal_explorer(p_a=2 / 3, q_a=1 / 3, shape=(2, 1)):
-    """Sliders for p(a) and q(a), and the tree's shape: the walk against the traversal, exact. Starts at
-    Sun et al.'s p and q. Returns an ipywidgets.VBox."""
-    import ipywidgets as w
-    sliders = {"p_a": _slider("p(a), the draft", p_a, 0, 1, step=0.01), "q_a": _slider("q(a), the target", q_a, 0, 1, step=0.01)}
-    shapes = w.Dropdown(options=[(str(s), s) for s in TRAVERSAL_SHAPES], value=tuple(shape), description="tree shape",
-                        style={"description_width": "initial"})
-    readout_html = w.HTML()
-    figure_out = w.Output(layout={"min_height": "300px"})
-
-    def redraw(_change=None):
-        readout_html.value, figure_out.outputs, _ = traversal_update(sliders["p_a"].value, sliders["q_a"].value,
-                                                                     shapes.value)
-
-    for control in [*sliders.values(), shapes]:
-        control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([*sliders.values(), shapes]), readout_html, figure_out])
