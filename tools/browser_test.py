@@ -14,8 +14,9 @@ checks, with the ipywidgets 8 DOM classes named in the widget contract:
    redraws the figure and changes the readout, pressing `Run Monte-Carlo` draws a
    histogram into a second Output, and switching the residual to a wrong one ("resample from q")
    says so in the readout and redraws the histogram with the output's distance from q;
-3. 08-verify-the-block.ipynb: runs to the end, and moving a slider of its drafts-kept explorer
-   redraws the figure and changes the readout;
+3. 08-verify-the-block.ipynb and 09-traversal-verification.ipynb: each runs to the end, and
+   moving a slider of its explorer (08's drafts kept, 09's walk against traversal) redraws the
+   figure and changes the readout;
 4. every other notebook: runs to the end, every widget is drawn, none failed;
    and in every notebook, the cells nbval compares (`# NBVAL_CHECK_OUTPUT`) print what they
    printed when committed, judged by nbval's own comparison (`marked_differences`): CI runs each
@@ -66,8 +67,9 @@ CHROMIUM_ARGS = [
 LOCAL_URLS = ("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "about:")
 EXPLORER = "04-theorem-1.ipynb"
 THEOREM1_READOUT = "P(accept)"  # what the Theorem 1 explorer's readout says
-KEPT_EXPLORER = "08-verify-the-block.ipynb"  # the drafts-kept explorer: its sliders are moved too
-KEPT_READOUT = "drafts kept per loop"
+# the explorers whose sliders are moved too: each notebook with the words its readout always holds
+SLIDER_EXPLORERS = {"08-verify-the-block.ipynb": "drafts kept per loop",
+                    "09-traversal-verification.ipynb": "tokens per target call, exact over"}
 MC_BUTTON = "Run Monte-Carlo"
 WRONG_RESIDUAL = "wrong: resample from q"  # a button of the explorer's residual switch
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -784,18 +786,17 @@ def check_explorer(page, server, shots):
             f"P(accept), {MC_BUTTON} draws a histogram, and the residual switch shows the output drift from q")
 
 
-def check_kept_explorer(page, server, shots):
-    """Notebook 08 runs like the others, and moving a slider of its drafts-kept explorer redraws
-    the figure and changes the readout."""
-    summary = check_notebook(page, server, KEPT_EXPLORER, shots, "kept-explorer")
-    readout = page.locator(".widget-html", has_text=KEPT_READOUT)
+def check_slider_explorer(page, server, name, shots):
+    """A notebook runs like the others, and moving a slider of its one explorer (the output whose
+    readout holds SLIDER_EXPLORERS[name]) redraws the figure and changes the readout."""
+    marker = SLIDER_EXPLORERS[name]
+    summary = check_notebook(page, server, name, shots, f"explorer-{Path(name).stem[:2]}")
+    readout = page.locator(".widget-html", has_text=marker)
     explorers = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS}").filter(has=readout)
     if explorers.count() != 1:
-        raise CheckFailed(f"{KEPT_EXPLORER}: expected one explorer with a {KEPT_READOUT!r} readout, found "
-                          f"{explorers.count()}")
-    check_slider_updates(page, KEPT_EXPLORER, explorers.first, f"{Path(KEPT_EXPLORER).stem}-explorer", shots,
-                         KEPT_READOUT)
-    return summary + "; a slider of its drafts-kept explorer redraws the figure and the readout"
+        raise CheckFailed(f"{name}: expected one explorer with a {marker!r} readout, found {explorers.count()}")
+    check_slider_updates(page, name, explorers.first, f"{Path(name).stem}-explorer", shots, marker)
+    return summary + f"; a slider of its explorer redraws the figure and the {marker!r} readout"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -824,13 +825,13 @@ def run_checks(root_dir, notebooks, server, shots, results):
     they run)."""
     from playwright.sync_api import sync_playwright
 
-    other_notebooks = [n for n in notebooks if n not in (EXPLORER, KEPT_EXPLORER)]
+    other_notebooks = [n for n in notebooks if n != EXPLORER and n not in SLIDER_EXPLORERS]
     checks = [("landing", lambda page: check_landing(page, server, notebooks, shots))]
     if EXPLORER in notebooks:
         checks.append((EXPLORER, lambda page: check_explorer(page, server, shots)))
-    if KEPT_EXPLORER in notebooks:
-        checks.append((KEPT_EXPLORER, lambda page: check_kept_explorer(page, server, shots)))
-    else:
+    checks += [(name, lambda page, name=name: check_slider_explorer(page, server, name, shots))
+               for name in SLIDER_EXPLORERS if name in notebooks]
+    if EXPLORER not in notebooks:
         results.append((EXPLORER, False, "missing: the course's Theorem 1 explorer notebook"))
         print(f"FAIL  {EXPLORER}: missing from the served notebooks (the widget contract's explorer)")
 
