@@ -99,7 +99,7 @@ def raised(fn, error, where, placeholder="your_step"):
 
 def on_copies(fn, *inputs):
     """Call the learner's function as speculative_sampling and tree_sampling call it
-    (speculative.checked): on copies of its inputs. A grader judges only what it returns, as the
+    (loop.checked): on copies of its inputs. A grader judges only what it returns, as the
     loops do: working in its arguments' memory harms nothing there, and an edit in place that
     changes its own output shows in that output's law."""
     return fn(*map(copied, inputs))

@@ -25,8 +25,8 @@ import numpy as np
 
 from .. import speculative, theory
 from ..errors import PicoGPTError, shown
+from ..loop import checked, token_ids
 from ..model import ModelView
-from ..speculative import token_ids
 from .chain_step import ALGORITHM_2, MISTAKES, NO_DRAFTS, StepCase, chain_exercise, rows, shaped
 from .grading import TRIALS, Check, check_number, check_sampler, function_name, not_answered, raised
 
@@ -241,9 +241,9 @@ def handed_by_your_loop(step, library):
 
 
 def checked_in(step, loop, n_vocab):
-    """A learner's step as speculative.checked runs it in `loop` (the library's, or the learner's
+    """A learner's step as loop.checked runs it in `loop` (the library's, or the learner's
     own): its output judged, an exception named with the step and the loop; a list of Python ints."""
-    run = speculative.checked(step, lambda output, drafted, *_: speculative.step_problem(output, drafted, n_vocab),
+    run = checked(step, lambda output, drafted, *_: speculative.step_problem(output, drafted, n_vocab),
                               loop, "drafts", "check_speculative_step")
     return lambda drafted, p, q, rng: list(token_ids(run(drafted, p, q, rng)))
 
@@ -318,7 +318,7 @@ def check_speculative_loop(fn, draft, target, ids, step=None, N=10, Ks=(1, 3), s
     """Grade a learner's my_speculative_sampling(draft, target, ids, N, K, rng, step) -> list of N ids:
     for each K and seed, the same tokens as speculative_sampling(..., seed=seed, verify=step), one
     target call per loop, and both caches rolled back to the kept tokens. A `step` of the learner's
-    runs checked (speculative.checked_step), in the library's loop and in theirs: a step that fails
+    runs checked (speculative.checked_step, through loop.checked), in the library's loop and in theirs: a step that fails
     is reported with the loop it failed in. Returns a Check."""
     if not_answered(fn) or not callable(fn):
         return Check(False, "pass your function itself: check_speculative_loop(my_speculative_sampling, draft, target, ids).")
