@@ -716,8 +716,7 @@ def verdicts_text(runs):
     if not said:
         return ""
     counts = {verdict: said.count(verdict) for verdict in ("faster", "slower", "not resolved") if verdict in said}
-    return (f" Its own verdict (the pairs of each run, 95%) said {', '.join(f'{n} {v}' for v, n in counts.items())} "
-            f"in {len(said)} runs.")
+    return f" Its own verdict (95%, each run's pairs): {', '.join(f'{v} in {n}' for v, n in counts.items())} of {len(said)} runs."
 
 
 def busy_machine(results, source):
