@@ -92,25 +92,17 @@ def test_the_explorer_redraws_without_a_browser():
 def test_the_notebooks_exactness_check_passes_the_verifiers_and_fails_a_broken_one():
     from picogpt.course.toy_models import toy_pair
     from picogpt.sampling import distribution
-    from picogpt.tree import traversal, traversal_output_distribution, walk_output_distribution
+    from picogpt.tree import traversal_output_distribution, walk_output_distribution
 
     draft, target = toy_pair(n_vocab=3, seed=10)
     p_of = lambda context: distribution(draft([1, 0, *context])[-1])  # noqa: E731
     q_of = lambda context: distribution(target([1, 0, *context])[-1])  # noqa: E731
 
-    def token_from_the_original_row(tree, q_rows):  # a mistake: the rows the rejections left ignored
-        law, none_yet = {}, 1.0
-        for node, w, _ in traversal(tree, q_rows):
-            chance, none_yet = none_yet * w, none_yet * (1.0 - w)
-            prefix = tuple(tree.tokens[n] for n in tree.branch(node))
-            for y, q_y in enumerate(q_rows[1 + node]):
-                law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + chance * q_y
-        return law
 
     for shape in [(2, 1), (1, 2)]:
         assert nb09.exactness_gap(p_of, q_of, shape, traversal_output_distribution) <= 1e-12
         assert nb09.exactness_gap(p_of, q_of, shape, walk_output_distribution) <= 1e-12
-        assert nb09.exactness_gap(p_of, q_of, shape, token_from_the_original_row) > 1e-3
+        assert nb09.exactness_gap(p_of, q_of, shape, nb09.token_from_the_original_row) > 1e-3
 
 
 # ---- notebook 09's exercise: a traversal written by hand, graded by the course's one grader ----

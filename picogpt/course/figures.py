@@ -396,3 +396,20 @@ def tree_layout(tree):
         return x
 
     return xy, (place(ROOT), 0.0)
+
+
+def finish_tree_axes(ax, xy, colours, title, right=0.8, bottom=0.6):
+    """A drawn tree's axes: a legend of `colours` (name -> colour), depths as y ticks ("the text" at
+    0), no x axis, `right` and `bottom` units of room beside the nodes."""
+    for name, colour in colours.items():
+        ax.scatter([], [], marker="s", s=80, color=colour, edgecolor="black", label=name)
+    ax.set_xlim(xy[:, 0].min() - 0.8, xy[:, 0].max() + right)
+    ax.set_ylim(xy[:, 1].min() - bottom, 0.6)
+    depths = sorted(set(-xy[:, 1].astype(int)))
+    ax.set_yticks([0] + [-d for d in depths], ["the text"] + [f"depth {d}" for d in depths])
+    ax.set_xticks([])
+    ax.set(title=title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    return ax

@@ -28,7 +28,7 @@ from ..errors import PicoGPTError, shown
 from ..rejection import RESIDUAL_MASS_EPS, residual
 from ..sampling import distribution, sample
 from ..tree import ROOT
-from .figures import COLOURS, figure_png, new_ax, room_for_legend, tree_layout
+from .figures import COLOURS, figure_png, finish_tree_axes, new_ax, room_for_legend, tree_layout
 from .grading import TRIALS, Exercise, Part, Problem, check_number, check_sampler, most_likely
 from .panels import ROUNDING_TV, VISIBLE_TV
 from .widgets import png_output, toy_controls
@@ -531,18 +531,7 @@ def plot_tree(tree, status, labels, root_label, ax=None, title="A token tree and
     for node, (x, y) in enumerate(xy):
         ax.text(x, y, labels[node], ha="center", va="center", fontsize=9, zorder=3,
                 bbox=dict(boxstyle="round", facecolor=STATUS_COLOURS[status[node]], edgecolor="black", alpha=0.9))
-    for name, colour in STATUS_COLOURS.items():
-        ax.scatter([], [], marker="s", s=80, color=colour, edgecolor="black", label=name)
-    ax.set_xlim(xy[:, 0].min() - 0.8, xy[:, 0].max() + 0.8)
-    ax.set_ylim(xy[:, 1].min() - (1.0 if after is not None else 0.6), 0.6)
-    depths = sorted(set(-xy[:, 1].astype(int)))
-    ax.set_yticks([0] + [-d for d in depths], ["the text"] + [f"depth {d}" for d in depths])
-    ax.set_xticks([])
-    ax.set(title=title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
-    for side in ("top", "right", "bottom"):
-        ax.spines[side].set_visible(False)
-    return ax
+    return finish_tree_axes(ax, xy, STATUS_COLOURS, title, bottom=1.0 if after is not None else 0.6)
 
 
 def plot_mask(mask, labels, n_shown_text, ax=None, title="The mask of one tree call"):

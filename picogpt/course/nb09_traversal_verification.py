@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from ..errors import PicoGPTError, shown
 from ..tree import ROOT, Tree, traversal, traversal_output_distribution, walk_output_distribution
-from .figures import figure_png, new_ax, tree_layout
+from .figures import figure_png, finish_tree_axes, new_ax, tree_layout
 from .grading import TRIALS, Exercise, Part, Problem, check_sampler
 from .widgets import png_output, slider
 
@@ -218,18 +218,7 @@ def plot_traversal(tree, t, labels, root_label, ax=None, title="One traversal: t
     x0, y0 = xy[t.branch[-1]] if t.branch else (root_x, root_y)
     ax.annotate(f"next token from\n{t.source}", xy=(x0, y0), xytext=(x0 + 0.5, y0 - 0.75), fontsize=8,
                 ha="left", arrowprops=dict(arrowstyle="->", ls="--"))
-    for name, colour in COLOURS.items():
-        ax.scatter([], [], marker="s", s=80, color=colour, edgecolor="black", label=name)
-    ax.set_xlim(xy[:, 0].min() - 0.8, xy[:, 0].max() + 1.6)
-    ax.set_ylim(xy[:, 1].min() - 1.2, 0.6)
-    depths = sorted(set(-xy[:, 1].astype(int)))
-    ax.set_yticks([0] + [-d for d in depths], ["the text"] + [f"depth {d}" for d in depths])
-    ax.set_xticks([])
-    ax.set(title=title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
-    for side in ("top", "right", "bottom"):
-        ax.spines[side].set_visible(False)
-    return ax
+    return finish_tree_axes(ax, xy, COLOURS, title, right=1.6, bottom=1.2)
 
 
 def plot_tree_kept(panel, ax=None):
