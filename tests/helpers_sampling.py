@@ -8,8 +8,9 @@ import numpy as np
 from picogpt.course.chi_square import chi_square_sf, chi_square_test
 from picogpt.course.toy_models import TokenCache, joint_distribution
 from picogpt.model import ModelView
+from picogpt.sampling import distribution
 
-__all__ = ["chi_square_sf", "chi_square_test", "joint_distribution", "MemoModel", "InstrumentedModel"]
+__all__ = ["chi_square_sf", "chi_square_test", "joint_distribution", "MemoModel", "InstrumentedModel", "support_joint"]
 
 # ---------------------------------------------------------------------------------------------
 # Wrappers that look like a GPT2 to the samplers
@@ -98,3 +99,13 @@ class InstrumentedModel(ModelView):
         if cache.tokens:  # feed one more token to a copy: same logits as the full pass?
             probe = copy.deepcopy(cache.inner)
             self.compare(self.model([0], probe), cache.tokens + [0])
+
+
+def support_joint(model, prompt, n_tokens, **controls):
+    """{sequence: probability} of the next n_tokens under autoregressive sampling, enumerating only
+    the tokens the controls leave possible (for GPT-2's vocabulary with a small top-k)."""
+    if n_tokens == 0:
+        return {(): 1.0}
+    row = distribution(model(list(prompt))[-1], **controls)
+    return {(int(x),) + rest: float(row[x]) * prob for x in np.flatnonzero(row)
+            for rest, prob in support_joint(model, list(prompt) + [int(x)], n_tokens - 1, **controls).items()}

@@ -7,7 +7,7 @@ from itertools import product
 import numpy as np
 import pytest
 from helpers import random_gpt2
-from helpers_sampling import MemoModel, chi_square_test
+from helpers_sampling import MemoModel, chi_square_test, support_joint
 
 from picogpt import autoregressive_sampling, rejection, speculative, speculative_sampling, theory
 from picogpt.course import nb08_verify_the_block as nb08
@@ -515,16 +515,6 @@ def test_whole_generations_by_block_verification_are_the_targets(name, K):
     statistic, dof, p_value = chi_square_test(counts, exact)
     print(f"{name}, K = {K}: chi2 = {statistic:.1f} on {dof} dof, p = {p_value:.3g}")
     assert p_value > 1e-3
-
-
-def support_joint(model, prompt, n_tokens, **controls):
-    """{sequence: probability} of the next n_tokens under autoregressive sampling, enumerating only
-    the tokens the controls leave possible (for GPT-2's vocabulary with a small top-k)."""
-    if n_tokens == 0:
-        return {(): 1.0}
-    row = distribution(model(list(prompt))[-1], **controls)
-    return {(int(x),) + rest: float(row[x]) * prob for x in np.flatnonzero(row)
-            for rest, prob in support_joint(model, list(prompt) + [int(x)], n_tokens - 1, **controls).items()}
 
 
 @pytest.mark.slow

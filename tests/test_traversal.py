@@ -7,11 +7,11 @@ from itertools import product
 
 import numpy as np
 import pytest
-from helpers_sampling import MemoModel, chi_square_test
+from helpers_sampling import MemoModel, chi_square_test, support_joint
 
 from picogpt import PicoGPTError, tokenizer
 from picogpt.rejection import output_distribution_among, running_weight, weighted_residual
-from picogpt.sampling import distribution, sample
+from picogpt.sampling import sample
 from picogpt.speculative import block_output_distribution, block_step
 from picogpt.tree import (
     ROOT,
@@ -365,14 +365,6 @@ def test_a_wrong_verifier_is_one_readable_error(pair, verify):
 # ---------------------------------------------------------------------------------------------
 # Whole generations on the teaching pair
 # ---------------------------------------------------------------------------------------------
-
-def support_joint(model, prompt, n_tokens, **controls):
-    if n_tokens == 0:
-        return {(): 1.0}
-    row = distribution(model(list(prompt))[-1], **controls)
-    return {(int(x),) + rest: float(row[x]) * prob for x in np.flatnonzero(row)
-            for rest, prob in support_joint(model, list(prompt) + [int(x)], n_tokens - 1, **controls).items()}
-
 
 @pytest.mark.slow
 def test_whole_generations_on_the_teaching_pair_are_the_targets(monkeypatch):
