@@ -497,24 +497,39 @@ def test_block_keeps_at_least_as_many_drafts_as_token_wise_on_paired_seeds():
 
 GENERATION_CONTROLS = {"temperature 1": dict(temperature=1.0), "temperature 0.7, top-k 4": dict(temperature=0.7, top_k=4),
                        "top-p 0.9": dict(top_p=0.9)}
+# As many generations as the test's power needs, as in tests/test_speculative.py: the residual replaced
+# by q fails at a quarter of them with p < 1e-9 (the test below), so at GENERATIONS it cannot pass.
+GENERATIONS = 6_000
+
+
+def block_generation_counts(controls, K, n):
+    """The first two tokens of n generations by block verification (a random GPT-2 pair, vocabulary 8)
+    [8, 8], and the target's exact joint of them."""
+    draft, target = random_gpt2(1), random_gpt2(2)
+    memo_draft, memo_target = MemoModel(draft), MemoModel(target)
+    rng, counts = np.random.default_rng(0), np.zeros((8, 8))
+    for _ in range(n):
+        counts[tuple(speculative_sampling(memo_draft, memo_target, [3, 1, 4], 2, K=K, seed=rng, verify="block",
+                                          **controls).tokens)] += 1
+    return counts, joint_distribution(target, [3, 1, 4], 2, **controls)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, K", [("temperature 1", 3), ("temperature 0.7, top-k 4", 5), ("top-p 0.9", 2)])
 def test_whole_generations_by_block_verification_are_the_targets(name, K):
-    """Chi-square of the first two tokens of 20,000 generations (a random GPT-2 pair, vocabulary 8)
-    against the target's exact joint, as tests/test_speculative.py does for Algorithm 2."""
-    draft, target = random_gpt2(1), random_gpt2(2)
-    memo_draft, memo_target = MemoModel(draft), MemoModel(target)
-    controls = GENERATION_CONTROLS[name]
-    exact = joint_distribution(target, [3, 1, 4], 2, **controls)
-    rng, counts = np.random.default_rng(0), np.zeros((8, 8))
-    for _ in range(20_000):
-        counts[tuple(speculative_sampling(memo_draft, memo_target, [3, 1, 4], 2, K=K, seed=rng, verify="block",
-                                          **controls).tokens)] += 1
-    statistic, dof, p_value = chi_square_test(counts, exact)
+    """Chi-square of the first two tokens of 6,000 generations against the target's exact joint, as
+    tests/test_speculative.py does for Algorithm 2."""
+    statistic, dof, p_value = chi_square_test(*block_generation_counts(GENERATION_CONTROLS[name], K, GENERATIONS))
     print(f"{name}, K = {K}: chi2 = {statistic:.1f} on {dof} dof, p = {p_value:.3g}")
     assert p_value > 1e-3
+
+
+@pytest.mark.slow
+def test_the_same_test_catches_the_residual_replaced_by_q(monkeypatch):
+    monkeypatch.setattr(rejection, "weighted_residual", lambda w, p, q: q)
+    statistic, dof, p_value = chi_square_test(*block_generation_counts({}, 3, GENERATIONS // 4))
+    print(f"residual replaced by q: chi2 = {statistic:.1f} on {dof} dof, p = {p_value:.3g}")
+    assert p_value < 1e-9
 
 
 @pytest.mark.slow

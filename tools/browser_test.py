@@ -17,7 +17,8 @@ checks, with the ipywidgets 8 DOM classes named in the widget contract:
 3. 08-verify-the-block.ipynb and 09-traversal-verification.ipynb: each runs to the end, and
    moving a slider of its explorer (08's drafts kept, 09's walk against traversal) redraws the
    figure and changes the readout;
-4. every other notebook: runs to the end, every widget is drawn, none failed;
+4. every other notebook: runs to the end, every widget is drawn, none failed (every notebook starts
+   Run All at once, each in its own tab; the explorers of 2 and 3 are driven once all have run);
    and in every notebook, the cells nbval compares (`# NBVAL_CHECK_OUTPUT`) print what they
    printed when committed, judged by nbval's own comparison (`marked_differences`): CI runs each
    notebook once, here, instead of once under nbval and again here (.ci/run);
@@ -749,11 +750,6 @@ def check_landing(page, server, notebooks, shots):
     return f"file browser lists all {len(notebooks)} notebooks"
 
 
-def check_notebook(page, server, name, shots, workspace):
-    """Open, Run All, wait, then: every cell ran, every widget drawn, no widget errors."""
-    return finish_notebook(page, name, shots, *start_notebook(page, server, name, workspace))
-
-
 def start_notebook(page, server, name, workspace):
     """Open a notebook and start Run All; returns (start time, how it was started, the served
     copy's file: the notebook as committed, outputs included)."""
@@ -779,24 +775,29 @@ def finish_notebook(page, name, shots, t0, how, committed):
             f"{n_figures} figures drawn")
 
 
-def check_explorer(page, server, shots):
-    summary = check_notebook(page, server, EXPLORER, shots, "explorer")
-    n_explorers = check_explorers(page, EXPLORER, shots)
-    return (summary + f"; in each of {n_explorers} explorers a slider redraws the figure and "
-            f"P(accept), {MC_BUTTON} draws a histogram, and the residual switch shows the output drift from q")
+def explore_theorem1(page, name, shots):
+    """04's explorers, on a notebook that has run: sliders, Monte-Carlo, the residual switch."""
+    n_explorers = check_explorers(page, name, shots)
+    return (f"in each of {n_explorers} explorers a slider redraws the figure and P(accept), "
+            f"{MC_BUTTON} draws a histogram, and the residual switch shows the output drift from q")
 
 
-def check_slider_explorer(page, server, name, shots):
-    """A notebook runs like the others, and moving a slider of its one explorer (the output whose
-    readout holds SLIDER_EXPLORERS[name]) redraws the figure and changes the readout."""
+def explore_slider(page, name, shots):
+    """On a notebook that has run, moving a slider of its one explorer (the output whose readout
+    holds SLIDER_EXPLORERS[name]) redraws the figure and changes the readout."""
     marker = SLIDER_EXPLORERS[name]
-    summary = check_notebook(page, server, name, shots, f"explorer-{Path(name).stem[:2]}")
     readout = page.locator(".widget-html", has_text=marker)
     explorers = page.locator(f".jp-NotebookPanel {CELL_OUTPUTS}").filter(has=readout)
     if explorers.count() != 1:
         raise CheckFailed(f"{name}: expected one explorer with a {marker!r} readout, found {explorers.count()}")
     check_slider_updates(page, name, explorers.first, f"{Path(name).stem}-explorer", shots, marker)
-    return summary + f"; a slider of its explorer redraws the figure and the {marker!r} readout"
+    return f"a slider of its explorer redraws the figure and the {marker!r} readout"
+
+
+def interactions(notebooks):
+    """{notebook: what is done on its page once it has run}: 04's explorers, the slider explorers."""
+    chosen = {name: explore_slider for name in SLIDER_EXPLORERS if name in notebooks}
+    return {EXPLORER: explore_theorem1, **chosen} if EXPLORER in notebooks else chosen
 
 
 # ---------------------------------------------------------------------------------------------
@@ -819,18 +820,13 @@ def launch_chromium(playwright):
 
 
 def run_checks(root_dir, notebooks, server, shots, results):
-    """Every check in its own try, so one failure does not hide the others: the landing page,
-    the explorer notebook alone (its sliders are timed by hand), then every other notebook, all
-    running at once in their own tabs (they are checked for what they draw, not for how fast
-    they run)."""
+    """Every check in its own try, so one failure does not hide the others: the landing page, then
+    Run All in every notebook at once, each in its own tab (they are checked for what they print
+    and draw, not for how fast they run), then each checked as it finishes; last, one at a time
+    on a machine no longer running notebooks, the explorers' sliders and buttons (interactions)."""
     from playwright.sync_api import sync_playwright
 
-    other_notebooks = [n for n in notebooks if n != EXPLORER and n not in SLIDER_EXPLORERS]
-    checks = [("landing", lambda page: check_landing(page, server, notebooks, shots))]
-    if EXPLORER in notebooks:
-        checks.append((EXPLORER, lambda page: check_explorer(page, server, shots)))
-    checks += [(name, lambda page, name=name: check_slider_explorer(page, server, name, shots))
-               for name in SLIDER_EXPLORERS if name in notebooks]
+    explored = interactions(notebooks)
     if EXPLORER not in notebooks:
         results.append((EXPLORER, False, "missing: the course's Theorem 1 explorer notebook"))
         print(f"FAIL  {EXPLORER}: missing from the served notebooks (the widget contract's explorer)")
@@ -838,25 +834,26 @@ def run_checks(root_dir, notebooks, server, shots, results):
     with sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         try:
-            for name, check in checks:
-                page, console = new_page(browser)
-                t0 = time.monotonic()
-                report(results, name, page, console, shots, lambda: check(page))
-                print(f"  ({time.monotonic() - t0:.0f} s)")
-                page.close()
-                server.end_sessions()
-            t0, started = time.monotonic(), []
-            for i, name in enumerate(other_notebooks):  # Run All in every tab first ...
+            page, console = new_page(browser)
+            report(results, "landing", page, console, shots, lambda: check_landing(page, server, notebooks, shots))
+            page.close()
+            t0, started, ran = time.monotonic(), [], []
+            for i, name in enumerate(notebooks):  # Run All in every tab first ...
                 page, console = new_page(browser)
                 begun = report(results, name, page, console, shots,
                                lambda: start_notebook(page, server, name, f"nb{i}"), quiet=True)
                 started.append((name, page, console, begun))
             for name, page, console, begun in started:  # ... then wait for each and check it
-                if begun is not None:
-                    report(results, name, page, console, shots, lambda: finish_notebook(page, name, shots, *begun))
+                summary = begun and report(results, name, page, console, shots,
+                                           lambda: finish_notebook(page, name, shots, *begun), quiet=name in explored)
+                if summary and name in explored:
+                    ran.append((name, page, console, summary))
+                else:
+                    page.close()
+            print(f"  ({time.monotonic() - t0:.0f} s for {len(started)} notebooks side by side)")
+            for name, page, console, summary in ran:  # the explorers, one at a time
+                report(results, name, page, console, shots, lambda: f"{summary}; {explored[name](page, name, shots)}")
                 page.close()
-            if started:
-                print(f"  ({time.monotonic() - t0:.0f} s for {len(started)} notebooks side by side)")
             server.end_sessions()
         finally:
             browser.close()
