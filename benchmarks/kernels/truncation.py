@@ -33,7 +33,7 @@ import numpy as np
 
 import picogpt
 from picogpt import sampling
-from picogpt.measure import machine
+from picogpt.measure import compare, machine
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
@@ -142,11 +142,17 @@ def measure_command(rounds):
                   if (run["filters"], run["truncation"]) == (way, name) and base["truncation"] == "no truncation"
                   and base["round"] == run["round"]]
         speedups = [run["speedup"] for run in runs if (run["filters"], run["truncation"]) == (way, name)]
+        # the goal (within 10% of the speedup without truncation) holds when the 95% sign-test interval of
+        # the round-by-round ratio lies above 0.9, fails when it lies below, and is not resolved otherwise
+        median, low, high, _ = compare.median_interval(ratios)
+        goal = "not resolved" if not low >= 0.9 and not high < 0.9 else ("holds" if low >= 0.9 else "fails")
         summary[f"{name} | {way}"] = {"speedup median": float(np.median(speedups)),
                                       "speedup range": [float(min(speedups)), float(max(speedups))],
-                                      "speedup / same round's without truncation": float(np.median(ratios))}
+                                      "speedup / same round's without truncation": median,
+                                      "95% interval of that ratio": [low, high], "within 10%": goal}
         print(f"{name:14s} {way:6s} speedup {np.median(speedups):.2f}x ({min(speedups):.2f}-{max(speedups):.2f}), "
-              f"/ without truncation in the same round {np.median(ratios):.2f}")
+              f"/ without truncation in the same round {median:.2f} (95% interval {low:.2f}-{high:.2f}): "
+              f"within 10% {goal}")
     return {"rounds": rounds, "command": "python -m picogpt " + shlex.join(QUICK_START), "runs": runs, "summary": summary}
 
 
