@@ -45,7 +45,7 @@ def settings(quick=False, **overrides):
                   end_to_end_temperatures=(3.0,) if quick else (1.0, 2.0, 3.0),
                   end_to_end_Ks=(2, 4) if quick else tuple(range(1, 9)), end_to_end_N=16 if quick else 64,
                   # pairs of measure/compare.py's verdicts: a 95% sign test concludes from 6 at the least, and
-                  # 10 resolve a 10% difference at this machine's spread 8 times in 10 (tests/test_compare.py)
+                  # 10 resolve a 10% difference at this machine's spread about 8 times in 10 (tests/test_compare.py)
                   end_to_end_repeats=2 if quick else 10, teaching_temperature=1.0,
                   block_K=4,  # block verification raced beside token-wise at this K, in the same repeats
                   tree_shapes=((1,) * 6, (2, 2), (2, 1, 1)))  # a chain and two trees of six drafted tokens
