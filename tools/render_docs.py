@@ -28,7 +28,7 @@ from goals import goal_value
 
 from picogpt.errors import PicoGPTError
 from picogpt.io.atomic import write_text_atomically
-from picogpt.measure import speedup
+from picogpt.measure import compare, speedup
 from picogpt.measure.results import BELOW_FLOOR
 from picogpt.measure.timing import spread
 
@@ -394,6 +394,9 @@ def peer_table(results, source):
     def in_loop(key, fmt):
         return [cell(engines[label]["in_loop"][key], fmt) if engines[label]["in_loop"] else "-" for label in labels]
 
+    def paired(a, b, key):  # two engines' ms per token, repeat by repeat: measure/compare.py's verdict
+        return compare.sentence(compare.compare(a, engines[a][key]["runs"], b, engines[b][key]["runs"]))
+
     floors = {name: engines[labels[0]]["models"][name]["floor_ms"] for name in (draft, target)}
     rows = [[f"{draft}: one-token decode, ms (floor {floors[draft]:.1f} ms)", *per_model(draft, "decode_ms", in_ms)],
             [f"{draft}: that, x the floor", *per_model(draft, "decode_vs_floor", times)],
@@ -423,7 +426,11 @@ def peer_table(results, source):
             f"{s['repeats']} fresh processes per engine taking turns, medians with their interquartile range; "
             f"ceiling {ceiling['before']:.1f} GB/s before, {ceiling['after']:.1f} after (the floor: weight bytes "
             f"over their mean); load average {load_range(loads)}:", "",
-            *table_lines(["", *labels], rows)]
+            *table_lines(["", *labels], rows), "",
+            "Paired, repeat by repeat (measure/compare.py):", "",
+            *(f"- {way}: {paired(labels[0], label, key)}" for label in labels[1:]
+              for way, key in (("autoregressive", "autoregressive_ms_per_token"),
+                               ("speculative", "speculative_ms_per_token")))]
 
 
 def kernel_compute_table(results, source):
