@@ -145,7 +145,7 @@ def measure_command(rounds):
         # the goal (within 10% of the speedup without truncation) holds when the 95% sign-test interval of
         # the round-by-round ratio lies above 0.9, fails when it lies below, and is not resolved otherwise
         median, low, high, _ = compare.median_interval(ratios)
-        goal = "not resolved" if not low >= 0.9 and not high < 0.9 else ("holds" if low >= 0.9 else "fails")
+        goal = "holds" if low >= 0.9 else "fails" if high < 0.9 else "not resolved"  # nan bounds: not resolved
         summary[f"{name} | {way}"] = {"speedup median": float(np.median(speedups)),
                                       "speedup range": [float(min(speedups)), float(max(speedups))],
                                       "speedup / same round's without truncation": median,
