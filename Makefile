@@ -50,16 +50,20 @@ unit: $(STAMP)
 quick: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow"
 
+# the checks run every notebook on the teaching pair, each race on 3 repeats (course/pair.py's
+# `repeats`: the same cells on fewer pairs; the committed outputs come from full runs)
+CHECK_REPEATS = PICOGPT_COURSE_REPEATS=$${PICOGPT_COURSE_REPEATS:-3}
+
 notebooks: $(STAMP)
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-	  PICOGPT_COURSE_MODELS=tiny $(BIN)/python -m pytest $(PARALLEL) --dist loadscope --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
+	  PICOGPT_COURSE_MODELS=tiny $(CHECK_REPEATS) $(BIN)/python -m pytest $(PARALLEL) --dist loadscope --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/; \
 	else echo "no notebooks yet"; fi
 
 ## make test-oldest: the oldest versions pyproject.toml allows (constraints-oldest.txt), in their
 ## own .venv-oldest: the quick unit tests, then every notebook
 test-oldest: $(OLDEST)/.installed
 	$(OLDEST)/bin/python -m pytest tests -m "not slow" -p no:cacheprovider
-	PICOGPT_COURSE_MODELS=tiny $(OLDEST)/bin/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/
+	PICOGPT_COURSE_MODELS=tiny $(CHECK_REPEATS) $(OLDEST)/bin/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider notebooks/
 
 $(OLDEST)/.installed: pyproject.toml constraints-oldest.txt
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
@@ -69,9 +73,9 @@ $(OLDEST)/.installed: pyproject.toml constraints-oldest.txt
 
 ## make browser-test: run every notebook in JupyterLab in headless Chromium, use its widgets, check its figures
 ## (installs Debian's chromium with apt-get and the `browser` extra; screenshots: browser-test-out/
-## or $BROWSER_TEST_OUT; the tiny pair unless PICOGPT_COURSE_MODELS=gpt2)
+## or $BROWSER_TEST_OUT; the tiny pair unless PICOGPT_COURSE_MODELS=gpt2, races on 3 repeats)
 browser-test: $(BROWSER_STAMP) $(CHROMIUM)
-	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} timeout -k 30 1300 $(BIN)/python tools/browser_test.py
+	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} $(CHECK_REPEATS) timeout -k 30 1300 $(BIN)/python tools/browser_test.py
 
 $(BROWSER_STAMP): $(STAMP) pyproject.toml
 	$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[dev,browser]'

@@ -4,6 +4,6 @@ every other module is shared by two notebooks or more, says what it holds in its
 imports no notebook's module. Every grader returns a `grading.Check`; every sampler exercise is
 graded by the one `grading.check_sampler`."""
 
-from .pair import course_models, course_pair_names, speedup_run_size
+from .pair import course_models, course_pair_names, repeats, speedup_run_size
 
-__all__ = ["course_models", "course_pair_names", "speedup_run_size"]
+__all__ = ["course_models", "course_pair_names", "repeats", "speedup_run_size"]

@@ -48,8 +48,23 @@ def course_models(verbose=True):
 # tokens and repeats, too few to resolve anything at 95%. Either way notebook 05 says on screen
 # whether its run resolved the best K, or what would (course/speed_panels.py).
 BIG_TARGET_BYTES = 1e9  # weight bytes read per token
+# Every race and seed sweep of notebooks 05-09 takes its count from `repeats`. CI and the browser
+# test set PICOGPT_COURSE_REPEATS=3: the same cells run, on fewer pairs (too few for a verdict, so
+# they print "not resolved"); the committed notebooks are executed without it.
+REPEATS_ENV = "PICOGPT_COURSE_REPEATS"
+
+
+def repeats(n):
+    """n repeats (pairs, seeds) for a notebook's race, or at most PICOGPT_COURSE_REPEATS of them."""
+    cap = os.environ.get(REPEATS_ENV, "").strip()
+    if not cap:
+        return n
+    if not cap.isdigit() or int(cap) < 1:
+        raise PicoGPTError(f"{REPEATS_ENV}={cap[:40]!r}: expected a whole number of repeats, 1 or more "
+                           "(or unset it for each race's own count)")
+    return min(n, int(cap))
 
 
 def speedup_run_size(target):
     """(N tokens per run, repeats) for notebook 05's measurement on this target (see above)."""
-    return (32, 3) if target.bytes_per_token > BIG_TARGET_BYTES else (64, 10)
+    return (32, repeats(3)) if target.bytes_per_token > BIG_TARGET_BYTES else (64, repeats(10))
