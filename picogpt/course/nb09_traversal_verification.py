@@ -9,6 +9,7 @@ and the traversal explorer. The verifiers are picogpt/tree.py's. The figures nee
 """
 
 from dataclasses import dataclass
+from functools import cache
 from itertools import product
 
 import numpy as np
@@ -166,7 +167,9 @@ def tree_kept_readout(panel):
 def exactness_gap(p_of, q_of, shape, law_of):
     """One loop whose verifier emits by `law_of(tree, q_rows)` (the exact law: tree.traversal_output_distribution
     or tree.walk_output_distribution), over every tree of `shape`, then the target continuing: the
-    largest |P(the first D + 1 tokens) - q's own joint of them| over every text of D + 1 tokens."""
+    largest |P(the first D + 1 tokens) - q's own joint of them| over every text of D + 1 tokens.
+    Each context's rows are computed once (the same contexts recur in every tree)."""
+    p_of, q_of = cache(p_of), cache(q_of)
     L = len(shape) + 1
     V = len(q_of(()))
 
