@@ -306,9 +306,12 @@ class Watched(np.random.Generator):
     refused = None
 
     def choice(self, a, size=None, replace=True, p=None, axis=0, shuffle=True):
-        if p is not None and self.refused is None:
-            self.refused = refusal(a, p)
-        return super().choice(a, size, replace, p, axis, shuffle)
+        try:
+            return super().choice(a, size, replace, p, axis, shuffle)
+        except ValueError:  # NumPy refuses what `refusal` names (same tolerance): say why only then
+            if p is not None and self.refused is None:
+                self.refused = refusal(a, p)
+            raise
 
 
 @dataclass(frozen=True)
