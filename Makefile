@@ -73,9 +73,10 @@ $(OLDEST)/.installed: pyproject.toml constraints-oldest.txt
 
 ## make browser-test: run every notebook in JupyterLab in headless Chromium, use its widgets, check its figures
 ## (installs Debian's chromium with apt-get and the `browser` extra; screenshots: browser-test-out/
-## or $BROWSER_TEST_OUT; the tiny pair unless PICOGPT_COURSE_MODELS=gpt2, races on 3 repeats)
+## or $BROWSER_TEST_OUT; the tiny pair unless PICOGPT_COURSE_MODELS=gpt2, races on 3 repeats; the nine
+## kernels run at once, so each on one thread unless PICOGPT_THREADS says otherwise)
 browser-test: $(BROWSER_STAMP) $(CHROMIUM)
-	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} $(CHECK_REPEATS) timeout -k 30 1300 $(BIN)/python tools/browser_test.py
+	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} $(CHECK_REPEATS) PICOGPT_THREADS=$${PICOGPT_THREADS:-1} timeout -k 30 1300 $(BIN)/python tools/browser_test.py
 
 $(BROWSER_STAMP): $(STAMP) pyproject.toml
 	$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[dev,browser]'
