@@ -39,7 +39,7 @@ def test_the_repeats_cap_lowers_every_race_and_raises_none(monkeypatch, cap, exp
     assert pair.speedup_run_size(Model(22.4e6)) == (64, expected[0])
 
 
-@pytest.mark.parametrize("cap", ["0", "-2", "2.5", "three", "1e3"])
+@pytest.mark.parametrize("cap", ["0", "-2", "2.5", "three", "1e3", "\u00b2"])  # superscript two: a digit to str.isdigit
 def test_a_repeats_cap_that_is_not_a_count_is_one_line(monkeypatch, cap):
     monkeypatch.setenv(pair.REPEATS_ENV, cap)
     with pytest.raises(PicoGPTError, match="PICOGPT_COURSE_REPEATS=.*expected a whole number"):

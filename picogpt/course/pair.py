@@ -48,9 +48,10 @@ def course_models(verbose=True):
 # tokens and repeats, too few to resolve anything at 95%. Either way notebook 05 says on screen
 # whether its run resolved the best K, or what would (course/speed_panels.py).
 BIG_TARGET_BYTES = 1e9  # weight bytes read per token
-# Every race and seed sweep of notebooks 05-09 takes its count from `repeats`. CI and the browser
-# test set PICOGPT_COURSE_REPEATS=3: the same cells run, on fewer pairs (too few for a verdict, so
-# they print "not resolved"); the committed notebooks are executed without it.
+# Every race and seed sweep of notebooks 02 and 05-09 takes its count from `repeats`. The notebook
+# checks (`make notebooks`, `make browser-test`) set PICOGPT_COURSE_REPEATS=3: the same cells run,
+# on fewer pairs (too few for a verdict, so they print "not resolved"); the committed notebooks are
+# executed without it.
 REPEATS_ENV = "PICOGPT_COURSE_REPEATS"
 
 
@@ -59,7 +60,7 @@ def repeats(n):
     cap = os.environ.get(REPEATS_ENV, "").strip()
     if not cap:
         return n
-    if not cap.isdigit() or int(cap) < 1:
+    if not (cap.isascii() and cap.isdigit()) or int(cap) < 1:
         raise PicoGPTError(f"{REPEATS_ENV}={cap[:40]!r}: expected a whole number of repeats, 1 or more "
                            "(or unset it for each race's own count)")
     return min(n, int(cap))
