@@ -77,8 +77,8 @@ def learner_step(drafted, p, q, rng, *, ratio="q/p", residual="q-p", normalise=T
             np.maximum(rest, 0, out=rest)
             rest /= rest.sum()
         else:
-            with np.errstate(invalid="ignore", divide="ignore"):  # every option is computed; one is used
-                rest = residual_options(qt, p, q, t, x, normalise)[residual]
+            with np.errstate(invalid="ignore", divide="ignore"):  # a wrong option may divide by 0
+                rest = residual_options(qt, p, q, t, x, normalise)[residual]()
         rest = qt if rest is None else rest
         out.append(int(np.argmax(rest)) if "residual" in argmax else draw(rest, rng, sampler))
         if stop_at_rejection:
@@ -97,15 +97,21 @@ def learner_step(drafted, p, q, rng, *, ratio="q/p", residual="q-p", normalise=T
 
 
 def residual_options(qt, p, q, t, x, normalise):
-    """What a learner resamples from after rejecting x = drafted[t], the right way and the wrong ones."""
-    without_x = qt.copy()
-    without_x[x] = 0
-    row0 = positive_part(q[0] - p[0])
-    return {"q-p": positive_part(qt - p[t], normalise), "q-p naive": normalised_blindly(qt - p[t]),
-            "p-q": positive_part(p[t] - qt),
-            "q": qt, "p": p[t], "q-p raw": qt - p[t], "q without x": without_x / without_x.sum(),
-            "|q-p|": np.abs(qt - p[t]) / np.abs(qt - p[t]).sum(), "row 0": q[0] if row0 is None else row0,
-            "library": rejection.residual(p[t], qt)}
+    """What a learner resamples from after rejecting x = drafted[t], the right way and the wrong
+    ones: each computed only when called (the step calls one)."""
+    def without_x():
+        rest = qt.copy()
+        rest[x] = 0
+        return rest / rest.sum()
+
+    def row0():
+        row = positive_part(q[0] - p[0])
+        return q[0] if row is None else row
+    return {"q-p": lambda: positive_part(qt - p[t], normalise), "q-p naive": lambda: normalised_blindly(qt - p[t]),
+            "p-q": lambda: positive_part(p[t] - qt),
+            "q": lambda: qt, "p": lambda: p[t], "q-p raw": lambda: qt - p[t], "q without x": without_x,
+            "|q-p|": lambda: np.abs(qt - p[t]) / np.abs(qt - p[t]).sum(), "row 0": row0,
+            "library": lambda: rejection.residual(p[t], qt)}
 
 
 MISTAKES = {  # the grader's name -> how the learner made it

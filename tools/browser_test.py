@@ -18,7 +18,8 @@ checks, with the ipywidgets 8 DOM classes named in the widget contract:
    moving a slider of its explorer (08's drafts kept, 09's walk against traversal) redraws the
    figure and changes the readout;
 4. every other notebook: runs to the end, every widget is drawn, none failed (every notebook starts
-   Run All at once, each in its own tab; the explorers of 2 and 3 are driven once all have run);
+   Run All at once, each in its own tab of one window, and each tab is brought to the front to be
+   checked; the explorers of 2 and 3 are driven once all have run);
    and in every notebook, the cells nbval compares (`# NBVAL_CHECK_OUTPUT`) print what they
    printed when committed, judged by nbval's own comparison (`marked_differences`): CI runs each
    notebook once, here, instead of once under nbval and again here (.ci/run);
@@ -760,7 +761,8 @@ def start_notebook(page, server, name, workspace):
 
 def finish_notebook(page, name, shots, t0, how, committed):
     """Wait until the notebook started by start_notebook has run, then check its cells, nbval's
-    verdict on their outputs, its widgets and figures."""
+    verdict on their outputs, its widgets and figures, in the tab in front."""
+    page.bring_to_front()
     prompts = wait_until_run(page, name, RUN_ALL_S)
     n_cells = check_all_ran(page, name, prompts)
     n_checked = check_marked_outputs(page, name, committed)
@@ -811,12 +813,18 @@ def require_playwright():
                           "(make browser-test does this)") from None
 
 
-def launch_chromium(playwright):
+def launch_chromium(playwright, profile_dir):
+    """Chromium with one profile on disk, in profile_dir, as a student's browser has: its tabs
+    share one window, one HTTP cache and one cache of compiled scripts, so a tab reuses the
+    JupyterLab scripts that the tabs before it fetched and compiled, and only the tab in front is
+    drawn all the time (each is brought to the front to be checked). Playwright's default, a
+    fresh context in memory for each tab, each in a window of its own, compiles and draws them all."""
     if not Path(CHROMIUM).exists():
         raise CheckFailed(f"{CHROMIUM} not found — install it: apt-get install -y chromium "
                           "(make browser-test does this)")
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                                      headless=True, timeout=60_000)
+    return playwright.chromium.launch_persistent_context(
+        str(profile_dir), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, timeout=60_000,
+        viewport={"width": 1400, "height": 1000})
 
 
 def run_checks(root_dir, notebooks, server, shots, results):
@@ -832,7 +840,7 @@ def run_checks(root_dir, notebooks, server, shots, results):
         print(f"FAIL  {EXPLORER}: missing from the served notebooks (the widget contract's explorer)")
 
     with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
+        browser = launch_chromium(playwright, server.state_dir / "chromium")
         try:
             page, console = new_page(browser)
             report(results, "landing", page, console, shots, lambda: check_landing(page, server, notebooks, shots))
@@ -852,6 +860,7 @@ def run_checks(root_dir, notebooks, server, shots, results):
                     page.close()
             print(f"  ({time.monotonic() - t0:.0f} s for {len(started)} notebooks side by side)")
             for name, page, console, summary in ran:  # the explorers, one at a time
+                page.bring_to_front()
                 report(results, name, page, console, shots, lambda: f"{summary}; {explored[name](page, name, shots)}")
                 page.close()
             server.end_sessions()
@@ -861,7 +870,7 @@ def run_checks(root_dir, notebooks, server, shots, results):
 
 def new_page(browser):
     """A tab that records console errors, uncaught exceptions and requests leaving the machine."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page()
     page.set_default_timeout(60_000)
     console = []
     page.on("console", lambda m, c=console: m.type == "error" and c.append(f"console error: {m.text}"))
