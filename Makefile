@@ -102,12 +102,11 @@ classroom: $(STAMP)
 	$(BIN)/python tools/classroom.py build classroom
 
 ## make classroom-check: build the library's bundle in a temporary folder, install it into a fresh
-## venv with --no-index and run the course pair outside the repository (CI runs it beside make
-## install: it needs no .venv, only $(PYTHON) and its pip, and builds from a copy of the tracked files)
-classroom-check:
+## venv with --no-index and run the course pair outside the repository (CI runs it)
+classroom-check: $(STAMP)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	$(PYTHON) tools/classroom.py build "$$tmp/classroom" --extras '' && \
-	$(PYTHON) tools/classroom.py check "$$tmp/classroom" --extras ''
+	$(BIN)/python tools/classroom.py build "$$tmp/classroom" --extras '' && \
+	$(BIN)/python tools/classroom.py check "$$tmp/classroom" --extras ''
 
 ## make weights: download GPT-2 small (draft) and XL (target), about 7 GB
 weights: $(STAMP)

@@ -63,30 +63,14 @@ def run(*command, **options):
     subprocess.run([str(c) for c in command], check=True, **options)
 
 
-def tracked_copy(dest):
-    """The files git tracks (as they are in the working tree, edits included), copied into dest,
-    which is returned: picogpt's wheel is built there, from them alone, and writes nothing into the
-    repository, so `make install` may run beside it. Outside a git checkout: the repository itself."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True)
-    if listed.returncode:
-        return REPO
-    for name in filter(None, listed.stdout.decode().split("\0")):
-        if (REPO / name).is_file():  # a file deleted and not yet committed is not
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, dest / name)
-    return dest
-
-
 def build(out, extras):
     """out/wheelhouse/ (every wheel the course installs), out/notebooks/, out/INSTALL.txt."""
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     (out / "wheelhouse").mkdir(parents=True)
-    with tempfile.TemporaryDirectory(prefix="picogpt-source-") as tmp:
-        source = tracked_copy(Path(tmp))
-        run(sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", out / "wheelhouse",
-            f"{source}[{extras}]" if extras else source)
+    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", out / "wheelhouse",
+        f"{REPO}[{extras}]" if extras else REPO)
     shutil.copytree(REPO / "notebooks", out / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     (out / "INSTALL.txt").write_text(INSTALL)
     size = sum(f.stat().st_size for f in (out / "wheelhouse").iterdir())
