@@ -78,7 +78,7 @@ def learner_step(drafted, p, q, rng, *, ratio="q/p", residual="q-p", normalise=T
             rest /= rest.sum()
         else:
             with np.errstate(invalid="ignore", divide="ignore"):  # a wrong option may divide by 0
-                rest = residual_options(qt, p, q, t, x, normalise)[residual]()
+                rest = LEARNER_RESIDUALS[residual](qt, p, q, t, x, normalise)
         rest = qt if rest is None else rest
         out.append(int(np.argmax(rest)) if "residual" in argmax else draw(rest, rng, sampler))
         if stop_at_rejection:
@@ -96,22 +96,32 @@ def learner_step(drafted, p, q, rng, *, ratio="q/p", residual="q-p", normalise=T
     return returns(out + ([token] if bonus else []))
 
 
-def residual_options(qt, p, q, t, x, normalise):
-    """What a learner resamples from after rejecting x = drafted[t], the right way and the wrong
-    ones: each computed only when called (the step calls one)."""
-    def without_x():
-        rest = qt.copy()
-        rest[x] = 0
-        return rest / rest.sum()
+def without(row, x):
+    """row with token x's probability set to 0, renormalised."""
+    rest = row.copy()
+    rest[x] = 0
+    return rest / rest.sum()
 
-    def row0():
-        row = positive_part(q[0] - p[0])
-        return q[0] if row is None else row
-    return {"q-p": lambda: positive_part(qt - p[t], normalise), "q-p naive": lambda: normalised_blindly(qt - p[t]),
-            "p-q": lambda: positive_part(p[t] - qt),
-            "q": lambda: qt, "p": lambda: p[t], "q-p raw": lambda: qt - p[t], "q without x": without_x,
-            "|q-p|": lambda: np.abs(qt - p[t]) / np.abs(qt - p[t]).sum(), "row 0": row0,
-            "library": lambda: rejection.residual(p[t], qt)}
+
+def row_zero_residual(q, p):
+    row = positive_part(q[0] - p[0])
+    return q[0] if row is None else row
+
+
+# What a learner resamples from after rejecting x = drafted[t], the right way and the wrong ones:
+# (q_t, p, q, t, x, normalise) -> a row, computed only for the one the step uses.
+LEARNER_RESIDUALS = {
+    "q-p": lambda qt, p, q, t, x, normalise: positive_part(qt - p[t], normalise),
+    "q-p naive": lambda qt, p, q, t, x, normalise: normalised_blindly(qt - p[t]),
+    "p-q": lambda qt, p, q, t, x, normalise: positive_part(p[t] - qt),
+    "q": lambda qt, p, q, t, x, normalise: qt,
+    "p": lambda qt, p, q, t, x, normalise: p[t],
+    "q-p raw": lambda qt, p, q, t, x, normalise: qt - p[t],
+    "q without x": lambda qt, p, q, t, x, normalise: without(qt, x),
+    "|q-p|": lambda qt, p, q, t, x, normalise: np.abs(qt - p[t]) / np.abs(qt - p[t]).sum(),
+    "row 0": lambda qt, p, q, t, x, normalise: row_zero_residual(q, p),
+    "library": lambda qt, p, q, t, x, normalise: rejection.residual(p[t], qt),
+}
 
 
 MISTAKES = {  # the grader's name -> how the learner made it
