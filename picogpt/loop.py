@@ -58,7 +58,7 @@ def draft_for(loop, proposes, draft, wrap_model):
     """The draft `loop` runs: a Draft that proposes what the loop verifies (`proposes`: "chain",
     "tree") as it is, its models checked; a model wrapped in the loop's own draft (`wrap_model`:
     speculative.ModelDraft, tree.ModelTreeDraft); anything else refused, with what it lacks."""
-    if isinstance(draft, Draft):
+    if not lacks(draft, Draft):
         if draft.proposes != proposes:
             raise PicoGPTError(f"{shown(draft.name, 60)} is a draft that proposes a {echo(draft.proposes, 20)}, and "
                                f"{loop} runs one that proposes a {proposes}: pass it the draft model itself, or run "
@@ -69,7 +69,7 @@ def draft_for(loop, proposes, draft, wrap_model):
         for model in draft.models:
             check_model(model, f"draft {shown(draft.name, 60)}'s model")
         return draft
-    if isinstance(draft, Model):
+    if not lacks(draft, Model):
         return wrap_model(draft)
     raise PicoGPTError(f"the draft must be a model (picogpt.load(...)) or a draft that proposes a {proposes} "
                        f"(loop.Draft): {echo(draft, 80)} lacks {', '.join(lacks(draft, Model))} for a model, "

@@ -25,6 +25,7 @@ Reading order: Algorithm 1, then how logits become the distribution it samples f
 checks of a request's arguments.
 """
 
+import functools
 import math
 import numbers
 import time
@@ -299,18 +300,28 @@ class Model(Protocol):
     def validate_ids(self, ids, n_past=0): ...
 
 
+@functools.cache
+def members(protocol):
+    """(the annotated attributes, the methods) of `protocol`, a typing.Protocol."""
+    methods = tuple(name for name, value in vars(protocol).items()
+                    if callable(value) and (name == "__call__" or not name.startswith("_")))
+    return tuple(protocol.__annotations__), methods
+
+
 def lacks(thing, protocol):
-    """The members of `protocol` (a typing.Protocol: its annotated attributes, then its methods)
-    that `thing` does not have."""
-    methods = [name for name, value in vars(protocol).items()
-               if callable(value) and (name == "__call__" or not name.startswith("_"))]
-    return [name for name in (*protocol.__annotations__, *methods) if not hasattr(thing, name)]
+    """The members of `protocol` (a typing.Protocol) that `thing` does not have, a method it has
+    counting only if it can be called: [] for a thing that is one. The loops ask this, not
+    isinstance(thing, protocol), which on Python 3.11 works the protocol's members out again at
+    every call, several times in every generation."""
+    attributes, methods = members(protocol)
+    return [*(name for name in attributes if not hasattr(thing, name)),
+            *(name for name in methods if not callable(getattr(thing, name, None)))]
 
 
 def check_model(model, role, alternative=""):
     """Raise one readable PicoGPTError unless `model` has what a Model has, its config the two
     sizes the loops read (whole numbers >= 1)."""
-    if not isinstance(model, Model):
+    if lacks(model, Model):
         raise PicoGPTError(f"the {role} must be a model (picogpt.load(...)){' ' + alternative if alternative else ''}: "
                            f"{echo(model, 80)} lacks {', '.join(lacks(model, Model))}")
     sizes = {size: getattr(model.config, size, None) for size in ("n_vocab", "n_ctx")}
