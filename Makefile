@@ -11,8 +11,6 @@ CHROMIUM := /usr/bin/chromium
 .PHONY: install test lint format quick unit notebooks test-oldest browser-test lab weights bench classroom classroom-check clean
 
 ## make install: create .venv and install picogpt with the course's dependencies (`[dev]`), nothing else
-## (EXTRAS=dev,browser brings the browser test's too, in the same pip run: CI's install)
-EXTRAS ?= dev
 install: $(STAMP)
 	@echo "installed into $(VENV): run the command line as $(BIN)/python -m picogpt (or source $(BIN)/activate first)"
 
@@ -23,12 +21,12 @@ install: $(STAMP)
 EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 $(STAMP): pyproject.toml
-	@echo "making $(VENV): picogpt and the course's dependencies ([$(EXTRAS)] in pyproject.toml: NumPy, JupyterLab, matplotlib, numba, pytest; about 800 MB) from the package index, then picogpt's compiled kernels; 30 s to 2 minutes on a fresh clone (tools/first_hour.py)"
+	@echo "making $(VENV): picogpt and the course's dependencies ([dev] in pyproject.toml: NumPy, JupyterLab, matplotlib, numba, pytest; about 800 MB) from the package index, then picogpt's compiled kernels; 30 s to 2 minutes on a fresh clone (tools/first_hour.py)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	@$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[dev]'
 	@$(BIN)/python -c "from picogpt.fast import compiled; compiled.loops()"
-	@echo '$(EXTRAS)' >$(STAMP)
+	@touch $(STAMP)
 
 ## make test: create .venv, install, run the unit tests, then execute every notebook
 ## (pytest-xdist spreads them over the cores: PYTEST_WORKERS=1 runs them one at a time; a core that
@@ -80,9 +78,8 @@ $(OLDEST)/.installed: pyproject.toml constraints-oldest.txt
 browser-test: $(BROWSER_STAMP) $(CHROMIUM)
 	PICOGPT_COURSE_MODELS=$${PICOGPT_COURSE_MODELS:-tiny} $(CHECK_REPEATS) PICOGPT_THREADS=$${PICOGPT_THREADS:-1} timeout -k 30 1300 $(BIN)/python tools/browser_test.py
 
-# nothing to install where the stamp says make install brought the extra already (EXTRAS=dev,browser)
 $(BROWSER_STAMP): $(STAMP) pyproject.toml
-	grep -qw browser $(STAMP) || $(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[dev,browser]'
+	$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[dev,browser]'
 	touch $(BROWSER_STAMP)
 
 $(CHROMIUM):
